@@ -1,0 +1,130 @@
+"""Load a mined dataset folder for training and check it before any model is loaded.
+
+A mined folder is what ``xprt-st mine --output DIR`` writes: a ``datasets.save_to_disk`` folder with
+the group columns (``anchor``, ``positive``, ``related_2`` .. ``related_4``: text; ``label``: int64
+document id) and ``DIR/stats.json`` with the mining statistics. Every problem is reported with the
+folder, what was expected, and the command that produces a valid folder.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from datasets import Dataset, DatasetDict, load_from_disk
+
+from xprt_st.columns import GROUP_COLUMNS, LABEL
+
+logger = logging.getLogger(__name__)
+
+STATS_FILE = "stats.json"
+MINE_HINT = "create one with `xprt-st mine --corpus CORPUS --output DIR` and pass that DIR as --data"
+
+
+class MinedDataError(ValueError):
+    """A data folder is not a usable mined dataset for the chosen recipe."""
+
+
+@dataclass
+class MinedData:
+    """A validated mined dataset: the groups, the mining statistics and where they came from."""
+
+    dataset: Dataset
+    stats: dict[str, Any]
+    path: Path
+
+
+def read_stats(path: str | Path) -> dict[str, Any]:
+    """The mining statistics of a mined folder (``DIR/stats.json``)."""
+    folder = Path(path)
+    stats_path = folder / STATS_FILE
+    if not folder.is_dir():
+        raise MinedDataError(f"data folder {folder} does not exist or is not a folder; {MINE_HINT}")
+    if not stats_path.is_file():
+        raise MinedDataError(f"{folder} is not a mined dataset: it has no {STATS_FILE}; {MINE_HINT}")
+    try:
+        stats = json.loads(stats_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise MinedDataError(
+            f"{stats_path} is not valid JSON (line {error.lineno}, column {error.colno}: {error.msg}); "
+            "mine the folder again"
+        ) from error
+    if not isinstance(stats, dict):
+        raise MinedDataError(f"{stats_path} must hold a JSON object, found {type(stats).__name__}")
+    return stats
+
+
+def stats_value(stats: Mapping[str, Any], key: str) -> Any:
+    """Look up a mining option in ``stats``: at the top level or under ``config`` / ``options``."""
+    for scope in (stats, stats.get("config"), stats.get("options")):
+        if isinstance(scope, Mapping) and key in scope:
+            return scope[key]
+    return None
+
+
+def load_mined(
+    path: str | Path,
+    columns: Sequence[str] = GROUP_COLUMNS,
+    requires: Mapping[str, Any] | None = None,
+    min_rows: int = 1,
+) -> MinedData:
+    """Load and validate a mined folder.
+
+    Args:
+        path: the folder written by ``xprt-st mine``.
+        columns: the text columns the objective reads; all must be present as strings. The int64
+            ``label`` (document id) column is always required.
+        requires: mining options the recipe depends on, e.g. ``{"positive": "random"}``; each is compared
+            with the same key in ``stats.json`` (top level, ``config`` or ``options``). A key the stats
+            do not record is logged and accepted.
+        min_rows: fewest groups the dataset must hold (one batch when ``dataloader_drop_last`` is on).
+
+    Raises:
+        MinedDataError: naming the folder and every problem found.
+    """
+    folder = Path(path)
+    stats = read_stats(folder)
+    try:
+        loaded = load_from_disk(str(folder))
+    except (FileNotFoundError, ValueError, OSError) as error:
+        raise MinedDataError(
+            f"{folder} has a {STATS_FILE} but no dataset saved with datasets.save_to_disk ({error}); {MINE_HINT}"
+        ) from error
+    if isinstance(loaded, DatasetDict):
+        if "train" not in loaded:
+            raise MinedDataError(f"{folder} holds splits {sorted(loaded)} but no 'train' split; {MINE_HINT}")
+        loaded = loaded["train"]
+
+    problems: list[str] = []
+    features = loaded.features
+    for column in columns:
+        if column not in features:
+            problems.append(f"missing text column {column!r}")
+        elif getattr(features[column], "dtype", None) not in ("string", "large_string"):
+            problems.append(f"column {column!r} must hold strings, found {features[column]}")
+    if LABEL not in features:
+        problems.append(f"missing int64 column {LABEL!r} (the document id of each group)")
+    elif getattr(features[LABEL], "dtype", None) != "int64":
+        problems.append(f"column {LABEL!r} must be int64 document ids, found {features[LABEL]}")
+    if len(loaded) < min_rows:
+        problems.append(f"it holds {len(loaded)} groups, fewer than the {min_rows} one batch needs")
+    for key, expected in (requires or {}).items():
+        found = stats_value(stats, key)
+        if found is None:
+            logger.warning("%s/%s does not record %r; assuming it was mined with %r", folder, STATS_FILE, key, expected)
+        elif str(found) != str(expected):
+            problems.append(
+                f"the recipe needs data mined with {key}={expected!r} but {STATS_FILE} says {key}={found!r} "
+                f"(mine again with `--{key} {expected}` or pick the recipe made for this data)"
+            )
+    if problems:
+        raise MinedDataError(
+            f"{folder} cannot be used by this recipe: "
+            + "; ".join(problems)
+            + f". Columns found: {', '.join(loaded.column_names)}."
+        )
+    return MinedData(dataset=loaded.select_columns([*dict.fromkeys([*columns, LABEL])]), stats=stats, path=folder)

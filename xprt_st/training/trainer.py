@@ -1,0 +1,434 @@
+"""``XPRTTrainer``: a ``SentenceTransformerTrainer`` that also owns the loss's own modules.
+
+Pre-training with a fill-in decoder trains modules that live in the loss, not in the model: the
+decoder, the conditioning projection, the MLM head. sentence-transformers optimizes them but does not
+save them, restore them, or synchronise their gradients across processes. This trainer does all three
+and keeps them out of the serving model:
+
+- every checkpoint (and the final output folder) holds a plain SentenceTransformer plus
+  ``training_state/loss_modules.safetensors`` and ``training_state/config.json`` (the starting model,
+  the loss class and its config, the recipe and the mining statistics);
+- ``resume_from_checkpoint`` restores the loss-owned tensors together with the model;
+- under ``torchrun`` / ``accelerate launch`` the loss-owned tensors start identical on every process
+  (broadcast from rank 0) and their gradients are averaged before clipping and the optimizer step;
+- a non-finite loss stops training on every process with a message naming the terms, and a checkpoint
+  whose weights are not finite is never written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
+from sentence_transformers.base.model import BaseModel
+from torch import Tensor, nn
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from xprt_st import __version__
+from xprt_st.training.distributed import (
+    all_reduce_gradients,
+    any_process,
+    broadcast_tensors,
+    loss_owned_parameters,
+    loss_owned_state,
+)
+from xprt_st.training.schedules import TermScheduleCallback
+
+logger = logging.getLogger(__name__)
+
+TRAINING_STATE_DIR = "training_state"
+"""Folder beside the serving model that holds what continuing pre-training needs and serving does not."""
+LOSS_STATE_FILE = "loss_modules.safetensors"
+TRAINING_CONFIG_FILE = "config.json"
+TRAINING_STATE_FORMAT = 1
+CARD_SECTION_TITLE = "## xPRT pre-training"
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The training loss became NaN or infinite; training stopped before any update or checkpoint."""
+
+
+class NonFiniteWeightsError(FloatingPointError):
+    """Model or loss weights are NaN or infinite; the checkpoint was not written."""
+
+
+class TrainingStateError(RuntimeError):
+    """A checkpoint's loss-owned state does not match the loss being trained."""
+
+
+def read_training_config(path: str | Path) -> dict[str, Any]:
+    """The ``training_state/config.json`` of a checkpoint or output folder.
+
+    Raises:
+        TrainingStateError: when the folder has no training state (e.g. a plain exported model).
+    """
+    config_path = Path(path) / TRAINING_STATE_DIR / TRAINING_CONFIG_FILE
+    if not config_path.is_file():
+        raise TrainingStateError(
+            f"{path} has no {TRAINING_STATE_DIR}/{TRAINING_CONFIG_FILE}: it was not written by XPRTTrainer, "
+            "so its loss modules (decoder, projection, MLM head) cannot be restored"
+        )
+    return json.loads(config_path.read_text(encoding="utf-8"))
+
+
+def last_complete_checkpoint(output_dir: str | Path) -> Path | None:
+    """The newest ``checkpoint-N`` in ``output_dir`` that was written completely, or None.
+
+    A checkpoint counts as complete when the Trainer state (written last by transformers) and the loss
+    state are both present; a folder left half-written by a crash is skipped with a warning.
+    """
+    folder = Path(output_dir)
+    if not folder.is_dir():
+        return None
+    candidates = []
+    for child in folder.iterdir():
+        prefix, _, step = child.name.partition("-")
+        if child.is_dir() and prefix == "checkpoint" and step.isdigit():
+            candidates.append((int(step), child))
+    for _, child in sorted(candidates, reverse=True):
+        if (child / "trainer_state.json").is_file() and (child / TRAINING_STATE_DIR / TRAINING_CONFIG_FILE).is_file():
+            return child
+        logger.warning("skipping incomplete checkpoint %s (no trainer_state.json or training state)", child)
+    return None
+
+
+def _json_safe(value: Any) -> Any:
+    try:
+        json.dumps(value)
+    except TypeError:
+        if isinstance(value, dict):
+            return {str(key): _json_safe(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [_json_safe(item) for item in value]
+        return repr(value)
+    return value
+
+
+def loss_terms(loss: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The loss and every loss term inside it (modules with ``citation`` or ``get_config_dict``).
+
+    Submodules of sentence-transformers models (the trained model, the teacher) are skipped.
+    """
+    skipped: set[int] = set()
+    terms = []
+    for name, module in loss.named_modules():
+        if isinstance(module, BaseModel):
+            skipped.update(id(sub) for sub in module.modules())
+        if id(module) in skipped:
+            continue
+        if module is loss or hasattr(type(module), "citation") or hasattr(module, "get_config_dict"):
+            terms.append((name or type(loss).__name__, module))
+    return terms
+
+
+class _LossStateSyncCallback(TrainerCallback):
+    """Broadcast loss-owned tensors from rank 0 when training starts (what DDP does for the model)."""
+
+    def __init__(self, trainer: XPRTTrainer) -> None:
+        super().__init__()
+        self.trainer = trainer
+
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs) -> None:
+        self.trainer._owned_parameters = self.trainer.loss_owned_parameters()
+        broadcast_tensors(list(self.trainer.loss_owned_state().values()))
+
+
+class XPRTTrainer(SentenceTransformerTrainer):
+    """``SentenceTransformerTrainer`` that saves, restores and synchronises loss-owned modules.
+
+    Takes every argument of :class:`~sentence_transformers.SentenceTransformerTrainer`, plus:
+
+    Args:
+        starting_model: name or path of the model training started from. It is recorded in every
+            checkpoint so a resumed run rebuilds the retention teacher from the ORIGINAL model, not from
+            the checkpoint. Defaults to the model's ``_name_or_path``.
+        training_metadata: JSON-serialisable facts written to ``training_state/config.json`` and the
+            model card, e.g. ``{"recipe": {...}, "data": "mined/", "mining_stats": {...}}``.
+
+    Loss-owned tensors are those registered on the loss that do not belong to a sentence-transformers
+    model inside it (see :func:`xprt_st.training.distributed.loss_owned_state`).
+
+    Example::
+
+        trainer = XPRTTrainer(model=model, args=args, train_dataset=groups, loss=loss, starting_model="e5")
+        trainer.train()                                  # or train(resume_from_checkpoint="out/checkpoint-500")
+        trainer.save_model("out")                        # out/ loads with SentenceTransformer("out")
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        starting_model: str | None = None,
+        training_metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        model = kwargs.get("model", args[0] if args else None)
+        if isinstance(model, SentenceTransformer) and model.tokenizer is None:
+            raise ValueError("the model has no tokenizer; xPRT training needs a text model that ships one")
+        training_args = kwargs.get("args", args[1] if len(args) > 1 else None)
+        if training_args is not None and training_args.per_device_train_batch_size < 2:
+            raise ValueError(
+                f"per_device_train_batch_size is {training_args.per_device_train_batch_size}; in-batch "
+                "negatives need at least 2 groups per batch (use --batch-size 2 or more)"
+            )
+        super().__init__(*args, **kwargs)
+        self.starting_model = starting_model or _name_or_path(self.model)
+        self.training_metadata = dict(training_metadata or {})
+        self._owned_parameters: list[nn.Parameter] = self.loss_owned_parameters()
+        self._last_terms: dict[str, float] = {}
+        self.add_callback(_LossStateSyncCallback(self))
+        self.model.model_card_data.set_losses([module for _, module in loss_terms(self._loss_root())])
+
+    # ---- loss-owned state ------------------------------------------------------------------------
+
+    def _loss_root(self) -> nn.Module:
+        return nn.ModuleDict(self.loss) if isinstance(self.loss, dict) else self.loss
+
+    def loss_owned_state(self) -> dict[str, Tensor]:
+        """Loss-owned tensors by name (``decoder.layer.0...``; prefixed by dataset name for dict losses)."""
+        return loss_owned_state(self._loss_root())
+
+    def loss_owned_parameters(self) -> list[nn.Parameter]:
+        """Trainable loss-owned parameters, in the same order on every process."""
+        return loss_owned_parameters(self._loss_root())
+
+    def save_training_state(self, output_dir: str | Path) -> Path:
+        """Write ``training_state/`` (loss-owned tensors + config) into ``output_dir``; return that folder."""
+        folder = Path(output_dir) / TRAINING_STATE_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        state = {name: tensor.detach().cpu().clone().contiguous() for name, tensor in self.loss_owned_state().items()}
+        tmp = folder / f".{LOSS_STATE_FILE}.tmp"
+        save_file(state, str(tmp), metadata={"format": "pt"})
+        os.replace(tmp, folder / LOSS_STATE_FILE)
+        root = self._loss_root()
+        config = {
+            "format": TRAINING_STATE_FORMAT,
+            "xprt_st_version": __version__,
+            "starting_model": self.starting_model,
+            "global_step": self.state.global_step,
+            "loss": f"{type(root).__module__}.{type(root).__qualname__}",
+            "loss_config": _json_safe(_config_dict(root)),
+            "tensors": {name: list(tensor.shape) for name, tensor in state.items()},
+            **_json_safe(self.training_metadata),
+        }
+        tmp = folder / f".{TRAINING_CONFIG_FILE}.tmp"
+        tmp.write_text(json.dumps(config, indent=2), encoding="utf-8")
+        os.replace(tmp, folder / TRAINING_CONFIG_FILE)
+        return folder
+
+    def load_training_state(self, checkpoint_dir: str | Path) -> None:
+        """Copy the loss-owned tensors saved in ``checkpoint_dir/training_state`` into the loss.
+
+        Raises:
+            TrainingStateError: when the file is missing or its tensors do not match the loss (names or
+                shapes), which means the checkpoint was made with another recipe or loss.
+        """
+        path = Path(checkpoint_dir) / TRAINING_STATE_DIR / LOSS_STATE_FILE
+        current = self.loss_owned_state()
+        if not path.is_file():
+            if not current:
+                return
+            raise TrainingStateError(
+                f"{checkpoint_dir} has no {TRAINING_STATE_DIR}/{LOSS_STATE_FILE}, so the loss modules "
+                f"({', '.join(sorted(current)[:5])}...) cannot be restored; resume from a checkpoint written by "
+                "XPRTTrainer"
+            )
+        saved = load_file(str(path))
+        missing = sorted(set(current) - set(saved))
+        unexpected = sorted(set(saved) - set(current))
+        mismatched = [
+            f"{name} {tuple(saved[name].shape)} vs {tuple(current[name].shape)}"
+            for name in sorted(set(current) & set(saved))
+            if saved[name].shape != current[name].shape
+        ]
+        if missing or unexpected or mismatched:
+            raise TrainingStateError(
+                f"the loss state in {path} does not match {type(self._loss_root()).__name__}: "
+                f"missing {missing or 'none'}; unexpected {unexpected or 'none'}; "
+                f"shape mismatch {mismatched or 'none'}. "
+                "Resume with the recipe and objective arguments the checkpoint was made with."
+            )
+        with torch.no_grad():
+            for name, tensor in current.items():
+                tensor.copy_(saved[name].to(device=tensor.device, dtype=tensor.dtype))
+        logger.info("restored %d loss-owned tensors from %s", len(current), path)
+
+    def _non_finite_tensor(self) -> str | None:
+        """Name of the first model or loss-owned tensor with a NaN or infinite value, else None."""
+        named = [(f"model.{name}", tensor) for name, tensor in self.model.state_dict().items()]
+        named += [(f"loss.{name}", tensor) for name, tensor in self.loss_owned_state().items()]
+        for name, tensor in named:
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                return name
+        return None
+
+    # ---- Trainer hooks ---------------------------------------------------------------------------
+
+    def _save(self, output_dir: str | None = None, state_dict: dict[str, Tensor] | None = None) -> None:
+        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        broken = self._non_finite_tensor()
+        if broken is not None:
+            raise NonFiniteWeightsError(
+                f"{broken} holds NaN or infinite values at step {self.state.global_step}; nothing was written to "
+                f"{output_dir}. Resume from the last good checkpoint with a lower learning rate."
+            )
+        super()._save(output_dir, state_dict)
+        self.save_training_state(output_dir)
+        self._add_card_section(Path(output_dir) / "README.md")
+
+    def _save_checkpoint(self, model: nn.Module, trial: Any) -> None:
+        broken = self._non_finite_tensor()
+        if any_process(broken is not None, device=self.args.device):
+            last = last_complete_checkpoint(self.args.output_dir)
+            raise NonFiniteWeightsError(
+                f"weights are NaN or infinite at step {self.state.global_step} ({broken or 'on another process'}); "
+                f"the checkpoint was not written. Last good checkpoint: {last or 'none'}. "
+                "Resume from it with a lower learning rate."
+            )
+        super()._save_checkpoint(model, trial)
+
+    def _load_from_checkpoint(self, checkpoint_path: str, model: nn.Module | None = None) -> None:
+        super()._load_from_checkpoint(checkpoint_path)
+        self.load_training_state(checkpoint_path)
+
+    def training_step(
+        self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: Tensor | int | None = None
+    ) -> Tensor:
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        # DDP has just averaged the model's gradients; do the same for the loss's own, once per optimizer step.
+        if self.accelerator.sync_gradients:
+            all_reduce_gradients(self._owned_parameters)
+        return loss
+
+    def _clip_grad_norm(self, model: nn.Module) -> Tensor:
+        # The base Trainer clips only the model's parameters; the decoder's must share the same norm.
+        parameters = [*model.parameters(), *self._owned_parameters]
+        return self.accelerator.clip_grad_norm_(parameters, self.args.max_grad_norm)
+
+    def track_loss_components(self, loss: dict[str, Tensor]) -> None:
+        self._last_terms = {key: float(value.detach().float()) for key, value in loss.items()}
+        super().track_loss_components(loss)
+
+    def compute_loss(
+        self,
+        model: nn.Module,
+        inputs: dict[str, Any],
+        return_outputs: bool = False,
+        num_items_in_batch: Any = None,
+    ) -> Tensor | tuple[Tensor, dict[str, Any]]:
+        self._last_terms = {}
+        result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        loss = result[0] if isinstance(result, tuple) else result
+        if self.model.training and any_process(not bool(torch.isfinite(loss.detach()).all()), device=loss.device):
+            terms = ", ".join(f"{key}={value:.4g}" for key, value in self._last_terms.items())
+            terms = terms or f"loss={float(loss):.4g}"
+            last = last_complete_checkpoint(self.args.output_dir)
+            raise NonFiniteLossError(
+                f"the training loss is not finite at step {self.state.global_step + 1} on this or another process "
+                f"({terms}); training stopped before the update and no checkpoint was written. "
+                f"Last good checkpoint: {last or 'none'}. Lower the learning rate, use fp32/bf16 instead of fp16, "
+                "or check the data of this step."
+            )
+        return result
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs:
+            for callback in self.callback_handler.callbacks:
+                if isinstance(callback, TermScheduleCallback):
+                    logs = {**logs, **{key: round(value, 6) for key, value in callback.current.items()}}
+        super().log(logs, start_time)
+
+    # ---- model card ------------------------------------------------------------------------------
+
+    def card_section(self) -> str:
+        """Markdown stating the recipe, the mining statistics and every loss term with its citation."""
+        lines = [CARD_SECTION_TITLE, ""]
+        lines.append(f"- **Starting model:** `{self.starting_model}`")
+        lines.append(
+            f"- **Loss-owned modules** (not part of this model; in `{TRAINING_STATE_DIR}/`): "
+            f"{len(self.loss_owned_state())} tensors, kept so pre-training can continue."
+        )
+        recipe = self.training_metadata.get("recipe")
+        if recipe:
+            import yaml
+
+            lines += ["", "### Recipe", "", "```yaml", yaml.safe_dump(recipe, sort_keys=False).rstrip(), "```"]
+        stats = self.training_metadata.get("mining_stats")
+        if stats:
+            lines += ["", "### Mining statistics of the training data", ""]
+            if self.training_metadata.get("data"):
+                lines.append(f"Data folder: `{self.training_metadata['data']}`")
+                lines.append("")
+            lines += ["| statistic | value |", "|---|---|"]
+            for key, value in _flatten(stats):
+                lines.append(f"| {key} | {value} |")
+        lines += ["", "### Loss terms", ""]
+        for name, module in loss_terms(self._loss_root()):
+            config = _config_dict(module)
+            shown = ", ".join(f"{key}={value!r}" for key, value in config.items() if not isinstance(value, nn.Module))
+            lines.append(f"- `{name}`: `{type(module).__name__}`" + (f" ({shown})" if shown else ""))
+            citation = _citation(module)
+            if citation:
+                lines += ["", "  ```bibtex", *("  " + line for line in citation.strip().splitlines()), "  ```", ""]
+        return "\n".join(lines).rstrip() + "\n"
+
+    def _add_card_section(self, readme: Path) -> None:
+        section = self.card_section()
+        text = readme.read_text(encoding="utf-8") if readme.is_file() else ""
+        if CARD_SECTION_TITLE in text:
+            text = text.split(CARD_SECTION_TITLE)[0].rstrip() + "\n\n"
+        marker = "## Training Details"
+        if marker in text:
+            before, after = text.split(marker, 1)
+            text = before + section + "\n" + marker + after
+        else:
+            text = text + ("\n" if text else "") + section
+        readme.write_text(text, encoding="utf-8")
+
+
+def _name_or_path(model: nn.Module) -> str:
+    first = model[0] if isinstance(model, SentenceTransformer) else None
+    auto_model = getattr(first, "auto_model", None)
+    return str(getattr(getattr(auto_model, "config", None), "_name_or_path", "") or "unknown")
+
+
+def _config_dict(module: nn.Module) -> dict[str, Any]:
+    getter = getattr(module, "get_config_dict", None)
+    if getter is None:
+        return {}
+    try:
+        return dict(getter())
+    except Exception as error:  # a term's config is informative only; the card must still be written
+        logger.warning("could not read %s.get_config_dict(): %s", type(module).__name__, error)
+        return {}
+
+
+def _citation(module: nn.Module) -> str | None:
+    try:
+        citation = getattr(module, "citation", None)
+    except Exception as error:
+        logger.warning("could not read %s.citation: %s", type(module).__name__, error)
+        return None
+    return citation if isinstance(citation, str) and citation.strip() else None
+
+
+def _flatten(stats: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    rows: list[tuple[str, Any]] = []
+    for key, value in stats.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            rows += _flatten(value, prefix=f"{name}.")
+        elif isinstance(value, float):
+            rows.append((name, f"{value:.4g}" if math.isfinite(value) else str(value)))
+        elif isinstance(value, list):
+            rows.append((name, ", ".join(map(str, value[:10])) + (" ..." if len(value) > 10 else "")))
+        else:
+            rows.append((name, value))
+    return rows
