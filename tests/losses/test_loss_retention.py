@@ -1,0 +1,73 @@
+"""L_ret on hand-computable inputs, the WithRetention wrapper, and the loss-owned state contract."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+
+from xprt_st.losses import CrossPassageLoss, RetentionLoss, WithRetention
+from xprt_st.losses.retention import retention_loss
+
+
+def test_two_by_two_by_hand() -> None:
+    # student: a_0 . s_0 = 1, a_0 . s_1 = 0 ... identity cosines; teacher: every cosine equal
+    student_a = torch.eye(2, dtype=torch.float64)
+    student_s = torch.eye(2, dtype=torch.float64)
+    teacher = torch.ones(2, 2, dtype=torch.float64)
+    value = retention_loss(student_a, student_s, teacher, teacher, temperature=0.05)
+    # teacher rows are uniform (0.5, 0.5); student rows are softmax(20, 0) = (p, 1-p)
+    p = math.exp(20) / (math.exp(20) + 1)
+    kl = 0.5 * math.log(0.5 / p) + 0.5 * math.log(0.5 / (1 - p))
+    assert value.item() == pytest.approx(kl, rel=1e-9)  # rows and columns agree here
+
+
+def test_zero_when_the_student_equals_the_teacher_and_positive_after_a_change(tiny_model, group_batch) -> None:
+    features, _ = group_batch(tiny_model)
+    loss = RetentionLoss(tiny_model)
+    loss.model.eval()
+    assert loss(features, None).item() == pytest.approx(0.0, abs=1e-6)
+    with torch.no_grad():
+        for parameter in tiny_model.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    value = loss(features, None)
+    assert value.item() > 0
+    value.backward()
+    assert all(parameter.grad is None for parameter in loss.teacher.parameters())
+    assert any(parameter.grad is not None and parameter.grad.abs().sum() > 0 for parameter in tiny_model.parameters())
+
+
+def test_retention_weight_is_a_plain_float_the_callback_can_set(tiny_model, group_batch) -> None:
+    features, _ = group_batch(tiny_model)
+    loss = RetentionLoss(tiny_model)
+    assert isinstance(loss.retention_weight, float) and loss.retention_weight == 40.0
+    with torch.no_grad():
+        tiny_model[0].auto_model.embeddings.word_embeddings.weight.mul_(1.5)
+    full = loss(features, None).item()
+    loss.retention_weight = 10.0
+    assert loss(features, None).item() == pytest.approx(full / 4, rel=1e-4)
+
+
+def test_with_retention_wraps_mnrl_and_keeps_its_value(tiny_model, group_batch) -> None:
+    tiny_model.eval()
+    features, _ = group_batch(tiny_model)
+    base = MultipleNegativesRankingLoss(tiny_model)
+    plain = base([dict(column) for column in features[:2]], None).item()
+    wrapped = WithRetention(base, retention_weight=40.0)
+    terms = wrapped([dict(column) for column in features[:2]], None)
+    assert set(terms) == {"base", "retention"}
+    assert terms["base"].item() == pytest.approx(plain, rel=1e-5)
+    assert terms["retention"].item() == pytest.approx(0.0, abs=1e-5)
+    wrapped.retention_weight = 0.0
+    assert wrapped([dict(column) for column in features[:2]], None)["retention"].item() == 0.0
+
+
+def test_with_retention_state_holds_the_encoder_once(tiny_model) -> None:
+    wrapped = WithRetention(CrossPassageLoss(tiny_model))
+    keys = list(wrapped.state_dict())
+    owned = [key for key in keys if not key.startswith(("model.", "teacher."))]
+    assert owned == []  # nothing loss-owned, and no second copy of the encoder under "loss.model."
+    assert wrapped.loss.model is wrapped.model
+    assert [name for name, _ in wrapped.named_children()] == ["model", "teacher", "loss"]

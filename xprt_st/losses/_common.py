@@ -1,0 +1,143 @@
+"""Helpers shared by the loss terms: token masking, the batched encoder pass, and module sharing.
+
+Nothing here is a loss; each function is pure tensor code or a thin wrapper around one model call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from sentence_transformers import SentenceTransformer
+from sentence_transformers.base.losses.merged_forward import merge_feature_batches
+from torch import Tensor, nn
+
+
+def borrow(owner: nn.Module, name: str, module: Any) -> None:
+    """Make ``owner.<name>`` point at ``module`` without registering it as a submodule.
+
+    A composite loss owns the encoder, the teacher, the decoder and the MLM head once; the term
+    objects it holds reach them through plain references, so ``state_dict()`` lists every tensor
+    exactly once and the training engineer's "loss-owned = keys not under model./teacher." rule holds.
+    """
+    owner._modules.pop(name, None)
+    object.__setattr__(owner, name, module)
+
+
+def special_token_ids(model: SentenceTransformer) -> Tensor:
+    """Ids that are never masked or predicted ([CLS], [SEP], [PAD], [UNK], [MASK], ...)."""
+    tokenizer = model.tokenizer
+    if tokenizer is None or tokenizer.mask_token_id is None:
+        raise ValueError(
+            "this loss masks tokens and needs a tokenizer with a mask token; "
+            f"the model's tokenizer is {type(tokenizer).__name__}"
+        )
+    return torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
+
+
+def sample_token_mask(
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    special_ids: Tensor,
+    ratio: float,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Choose ``round(ratio * n)`` of the ``n`` maskable tokens of each row, uniformly without replacement.
+
+    Maskable means: inside the attention mask and not a special token. Rows with at least one maskable
+    token get at least one masked token when ``ratio > 0``. An exact count per row (rather than a
+    Bernoulli draw per token) keeps the prediction count, and so the loss scale, steady across batches.
+
+    Returns:
+        bool tensor shaped like ``input_ids``.
+    """
+    eligible = attention_mask.bool() & ~torch.isin(input_ids, special_ids.to(input_ids.device))  # (batch, seq)
+    if ratio <= 0:
+        return torch.zeros_like(eligible)
+    count = eligible.sum(dim=1)  # (batch,)
+    target = torch.clamp((count.float() * ratio).round().long(), min=1)
+    target = torch.minimum(target, count)  # (batch,)
+    scores = torch.rand(input_ids.shape, generator=generator, device=input_ids.device)  # (batch, seq)
+    scores = scores.masked_fill(~eligible, 2.0)
+    rank = scores.argsort(dim=1).argsort(dim=1)  # (batch, seq): 0 for the smallest score
+    return rank < target[:, None]
+
+
+def apply_mask(input_ids: Tensor, mask: Tensor, mask_token_id: int) -> Tensor:
+    """Replace the masked positions by ``mask_token_id`` (always [MASK]; no 80/10/10 split)."""
+    return input_ids.masked_fill(mask, mask_token_id)
+
+
+def pad_cat(tensors: list[Tensor], value: int | float = 0) -> Tensor:
+    """Concatenate ``(rows_i, seq_i, ...)`` tensors along rows, right-padding the sequence axis to the widest."""
+    width = max(tensor.size(1) for tensor in tensors)
+    padded = [F.pad(t, [0, 0] * (t.dim() - 2) + [0, width - t.size(1)], value=value) for t in tensors]
+    return torch.cat(padded, dim=0)
+
+
+@dataclass
+class EncodedColumns:
+    """The encoder's outputs for several text columns, split back per column (each at its own width)."""
+
+    embeddings: list[Tensor]
+    """``(batch, dim)`` sentence embeddings per column."""
+    token_states: list[Tensor]
+    """``(batch, seq_c, hidden)`` last-layer token states per column."""
+    input_ids: list[Tensor]
+    """``(batch, seq_c)`` original (unmasked) token ids per column."""
+    attention_mask: list[Tensor]
+    """``(batch, seq_c)`` attention masks per column."""
+    masks: list[Tensor]
+    """``(batch, seq_c)`` bool: the positions the encoder saw as [MASK] (all False when unmasked)."""
+
+
+def encode_columns(
+    model: nn.Module,
+    features: list[dict[str, Any]],
+    *,
+    mask_ratio: float = 0.0,
+    special_ids: Tensor | None = None,
+    mask_token_id: int | None = None,
+    batched: bool = True,
+) -> EncodedColumns:
+    """Mask each column's tokens (independently), then run ONE encoder forward over all columns.
+
+    Masks are drawn per column before merging so that the batched and per-column paths see the same
+    random numbers and are comparable exactly (the equivalence test relies on it). With
+    ``batched=False`` every column gets its own forward; results agree up to floating point.
+    """
+    masked_features = []
+    masks = []
+    for column in features:
+        input_ids = column["input_ids"]
+        if mask_ratio > 0:
+            if special_ids is None or mask_token_id is None:
+                raise ValueError("masking needs special_ids and mask_token_id")
+            mask = sample_token_mask(input_ids, column["attention_mask"], special_ids, mask_ratio)
+            column = {**column, "input_ids": apply_mask(input_ids, mask, mask_token_id)}
+        else:
+            mask = torch.zeros_like(input_ids, dtype=torch.bool)
+            column = dict(column)  # the model writes its outputs into the dict it is given
+        masked_features.append(column)
+        masks.append(mask)
+
+    merged = merge_feature_batches(masked_features) if batched and len(masked_features) > 1 else None
+    if merged is None:
+        outputs = [model(column) for column in masked_features]
+        embeddings = [output["sentence_embedding"] for output in outputs]
+        token_states = [output["token_embeddings"] for output in outputs]
+    else:
+        output = model(merged)
+        rows = features[0]["input_ids"].size(0)
+        embeddings = list(output["sentence_embedding"].split(rows, dim=0))  # each (batch, dim)
+        states = output["token_embeddings"].split(rows, dim=0)  # each (batch, seq_max, hidden)
+        token_states = [state[:, : column["input_ids"].size(1)] for state, column in zip(states, features, strict=True)]
+    return EncodedColumns(
+        embeddings=embeddings,
+        token_states=token_states,
+        input_ids=[column["input_ids"] for column in features],
+        attention_mask=[column["attention_mask"] for column in features],
+        masks=masks,
+    )

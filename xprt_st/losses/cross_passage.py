@@ -1,0 +1,171 @@
+"""L_xp: symmetric InfoNCE between each anchor and its top related passage, with same-document masking."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from sentence_transformers import SentenceTransformer
+from sentence_transformers.base.losses.merged_forward import embed_columns
+from torch import Tensor, nn
+
+from xprt_st.losses._distributed import gather_across_devices, local_rows
+
+XPRT_CITATION = """
+@misc{xprt,
+    title = {{xPRT}: Cross-Passage Retrieval Pretraining},
+    note = {Cross-passage positives mined inside each document, plus a one-layer fill-in decoder},
+}
+"""
+
+
+def cross_passage_loss(
+    anchors: Tensor,
+    positives: Tensor,
+    labels: Tensor | None = None,
+    temperature: float = 0.05,
+    gather_across_devices_: bool = False,
+) -> Tensor:
+    """Symmetric InfoNCE with cosine similarity, masking every other group of the same document.
+
+    Row ``i`` scores anchor ``a_i`` against every positive ``s_j`` of the (possibly gathered) batch;
+    the target is ``s_i``. Entries with ``label_j == label_i`` and ``j != i`` are set to ``-inf``,
+    so a same-document group is never a negative. The positive itself always stays, so a row with
+    no negative left scores ``log(1) = 0``: finite, with zero gradient. The reverse direction
+    (``s_i`` picks ``a_i`` among the anchors) is computed the same way and the two are averaged.
+
+    Args:
+        anchors: ``(batch, dim)`` anchor embeddings of this device.
+        positives: ``(batch, dim)`` top-related-passage embeddings of this device.
+        labels: ``(batch,)`` int64 document ids, or None to mask nothing.
+        temperature: divides the cosines.
+        gather_across_devices_: use the anchors, positives and ids of every device as candidates.
+    """
+    batch_size = anchors.size(0)
+    if gather_across_devices_:
+        (all_anchors, all_positives), all_labels, offset = gather_across_devices([anchors, positives], labels)
+    else:
+        all_anchors, all_positives, all_labels, offset = anchors, positives, labels, 0
+    own = local_rows(batch_size, offset, anchors.device)  # (batch,)
+    rows = torch.arange(batch_size, device=anchors.device)
+
+    anchors_n = F.normalize(anchors, dim=-1)
+    positives_n = F.normalize(positives, dim=-1)
+    forward = anchors_n @ F.normalize(all_positives, dim=-1).T / temperature  # (batch, world * batch)
+    backward = positives_n @ F.normalize(all_anchors, dim=-1).T / temperature  # (batch, world * batch)
+
+    if all_labels is not None:
+        same_document = labels[:, None] == all_labels[None, :]  # (batch, world * batch)
+        same_document[rows, own] = False  # keep the positive itself
+        forward = forward.masked_fill(same_document, float("-inf"))
+        backward = backward.masked_fill(same_document, float("-inf"))
+
+    loss_forward = F.cross_entropy(forward, own)
+    loss_backward = F.cross_entropy(backward, own)
+    return (loss_forward + loss_backward) / 2
+
+
+class CrossPassageLoss(nn.Module):
+    def __init__(self, model: SentenceTransformer, temperature: float = 0.05, gather_across_devices: bool = False):
+        r"""
+        xPRT's main term ``L_xp``: each anchor must pick out its top related passage (``positive``) among
+        the positives of the other groups in the batch, and each positive must pick out its anchor
+        among the other anchors; the two directions are averaged.
+
+        .. math::
+
+            \mathcal{L}_{xp} = \tfrac12\Big(
+            -\log\frac{e^{\cos(a_i, s_i)/\tau}}{\sum_{j \notin D(i)} e^{\cos(a_i, s_j)/\tau}}
+            -\log\frac{e^{\cos(s_i, a_i)/\tau}}{\sum_{j \notin D(i)} e^{\cos(s_i, a_j)/\tau}}\Big)
+
+        where :math:`D(i)` is the set of *other* groups from the same document as group :math:`i`
+        (removed from the denominator, not down-weighted). Hand check (the paper's example): 3 groups,
+        cosine 0.8 to the own positive and 0.5 to the other two give the positive probability
+        :math:`e^{16}/(e^{16}+2e^{10}) \approx 99.5\%`.
+
+        Args:
+            model: the SentenceTransformer being trained (its pooling, mean for the paper, gives the vectors).
+            temperature: :math:`\tau`; 0.05 as in the paper (``scale = 20`` in MultipleNegativesRankingLoss terms).
+            gather_across_devices: with several devices, use every device's positives, anchors and document ids
+                as candidates (gradients flow to the local rows). Off by default, as in sentence-transformers.
+
+        References:
+            - xPRT: Cross-Passage Retrieval Pretraining (this package's reference paper).
+            - van den Oord et al. 2018, Representation Learning with Contrastive Predictive Coding.
+
+        Requirements:
+            1. Groups mined by ``xprt_st.mining``: an anchor and its most related passage of the same document.
+            2. Document ids as labels so that same-document groups are not negatives (labels may be None).
+
+        Inputs:
+            +-----------------------------------------------+-------------------------+
+            | Texts                                         | Labels                  |
+            +===============================================+=========================+
+            | (anchor, positive[, related_2, ...]) columns  | int64 document id       |
+            +-----------------------------------------------+-------------------------+
+
+            Columns after ``positive`` are accepted and ignored: they only feed the fill-in terms.
+
+        Relations:
+            - Equals ``MultipleNegativesRankingLoss(model, scale=1/temperature, directions=("query_to_doc",
+              "doc_to_query"), partition_mode="per_direction")`` when every group comes from a different document.
+            - :class:`~xprt_st.losses.XPRTLoss` adds the fill-in, MLM, uniformity and retention terms.
+            - :class:`~xprt_st.losses.WithRetention` adds the paper's retention term to this loss.
+
+        Example:
+            ::
+
+                from datasets import Dataset
+                from sentence_transformers import SentenceTransformerTrainer
+                from xprt_st.losses import CrossPassageLoss
+                from xprt_st.models import load_model
+
+                model = load_model(None)
+                train_dataset = Dataset.from_dict({
+                    "anchor": ["A perfect game is a game with no batter reaching base.", "Ford builds the F-Series."],
+                    "positive": ["Only 24 perfect games were thrown in MLB.", "The F-150 is its best seller."],
+                    "label": [0, 1],
+                })
+                loss = CrossPassageLoss(model)
+                trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=loss)
+                trainer.train()
+        """
+        super().__init__()
+        if not temperature > 0:
+            raise ValueError(f"temperature must be positive, got {temperature}")
+        self.model = model
+        self.temperature = temperature
+        self.gather_across_devices = gather_across_devices
+
+    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None) -> Tensor:
+        features = list(sentence_features)
+        if len(features) < 2:
+            raise ValueError(f"CrossPassageLoss needs (anchor, positive) columns, got {len(features)} column(s)")
+        # One merged forward over anchor and positive: both are passages of the same kind and width.
+        anchors, positives = embed_columns(self.model, features[:2], separate_first=False)
+        return self.compute_loss_from_embeddings([anchors, positives], labels)
+
+    def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
+        return cross_passage_loss(
+            embeddings[0], embeddings[1], _document_ids(labels), self.temperature, self.gather_across_devices
+        )
+
+    def get_config_dict(self) -> dict[str, Any]:
+        return {"temperature": self.temperature, "gather_across_devices": self.gather_across_devices}
+
+    @property
+    def citation(self) -> str:
+        return XPRT_CITATION
+
+
+def _document_ids(labels: Tensor | None) -> Tensor | None:
+    """The label column as document ids, or None when the dataset has none (then nothing is masked)."""
+    if labels is None:
+        return None
+    if labels.dtype.is_floating_point:
+        raise TypeError(
+            f"the label column must hold int64 document ids (see xprt_st.columns.LABEL), got dtype {labels.dtype}"
+        )
+    return labels.view(-1)
