@@ -1,3 +1,149 @@
-"""`xprt-st mine`: placeholder until its issue lands."""
+"""`xprt-st mine` and `xprt-st inspect`: thin wrappers over :mod:`xprt_st.mining`."""
 
 from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from xprt_st.cli import app
+from xprt_st.mining.builder import (
+    GroupBuilder,
+    MiningConfig,
+    MiningError,
+    NoGroupsError,
+    ShardResult,
+    merge,
+    summary_table,
+)
+from xprt_st.mining.groups import DEFAULT_THRESHOLD, DEFAULT_TOP_K
+from xprt_st.mining.passages import DEFAULT_MAX_PASSAGES, DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
+from xprt_st.mining.reader import CorpusError
+from xprt_st.mining.report import write_report
+
+console = Console(stderr=True)
+
+
+@app.command()
+def mine(
+    corpus: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="JSONL/JSONL.gz/Parquet files, folders of them, .txt files or zips of .txt, or a dataset name."
+        ),
+    ] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Output folder (reused to resume).")] = None,
+    merge_dir: Annotated[
+        Path | None,
+        typer.Option("--merge", help="Only merge the complete shards of this folder (re-thresholds, no encoding)."),
+    ] = None,
+    text_field: Annotated[
+        str | None, typer.Option(help="Field with the text; default 'text' ('html' with --html).")
+    ] = None,
+    id_field: Annotated[str | None, typer.Option(help="Field with the document id (side files only).")] = None,
+    html: Annotated[bool, typer.Option("--html", help="Extract the main text of raw HTML with trafilatura.")] = False,
+    split: Annotated[str, typer.Option(help="Split of a Hugging Face dataset.")] = "train",
+    model: Annotated[
+        str | None, typer.Option(help="Mining model name or path; default the packaged all-MiniLM-L6-v2.")
+    ] = None,
+    prompt: Annotated[str | None, typer.Option(help='Prompt text before each passage, e.g. "passage: " (E5).')] = None,
+    prompt_name: Annotated[str | None, typer.Option(help="Name of a prompt stored in the model.")] = None,
+    device: Annotated[str | None, typer.Option(help="Torch device; default: all GPUs when present.")] = None,
+    batch_size: Annotated[int, typer.Option(help="Encoding batch size.")] = 64,
+    max_tokens: Annotated[int, typer.Option(help="Most tokens per passage.")] = DEFAULT_MAX_TOKENS,
+    min_tokens: Annotated[
+        int, typer.Option(help="A passage closes at a block end after this many.")
+    ] = DEFAULT_MIN_TOKENS,
+    overlap_tokens: Annotated[int, typer.Option(help="Tokens repeated after a cut inside a block.")] = 0,
+    max_passages: Annotated[int, typer.Option(help="Most passages per document.")] = DEFAULT_MAX_PASSAGES,
+    threshold: Annotated[
+        float, typer.Option(help="Minimum centrality of an anchor (paper: 0.825).")
+    ] = DEFAULT_THRESHOLD,
+    threshold_quantile: Annotated[
+        float | None, typer.Option(help="Use this quantile of the corpus's centralities as the threshold.")
+    ] = None,
+    top_k: Annotated[int, typer.Option(help="Related passages per anchor (paper: 4).")] = DEFAULT_TOP_K,
+    rank_by: Annotated[str, typer.Option(help="fused (paper) | embedding | tfidf.")] = "fused",
+    positive: Annotated[str, typer.Option(help="mined (paper) | random (ablation).")] = "mined",
+    pairs: Annotated[str, typer.Option(help="mined | random-span (Contriever-style baseline).")] = "mined",
+    seed: Annotated[int, typer.Option(help="Seed of the random ablations.")] = 0,
+    num_shards: Annotated[int, typer.Option(help="Number of shards (one job each).")] = 1,
+    shard_index: Annotated[int | None, typer.Option(help="Run only this shard; default all.")] = None,
+    chunk_size: Annotated[int, typer.Option(help="Documents per checkpoint inside a shard.")] = 1000,
+    skip_unreadable: Annotated[bool, typer.Option(help="Count unreadable files instead of failing.")] = False,
+    report: Annotated[bool, typer.Option("--report", help="Also write DIR/report.html (like inspect).")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+) -> None:
+    """Turn a document corpus into xPRT training groups (anchor + related passages of the same page)."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        config = MiningConfig(
+            text_field=text_field,
+            id_field=id_field,
+            html=html,
+            split=split,
+            model=model,
+            prompt=prompt,
+            prompt_name=prompt_name,
+            device=device,
+            batch_size=batch_size,
+            max_tokens=max_tokens,
+            min_tokens=min_tokens,
+            overlap_tokens=overlap_tokens,
+            max_passages=max_passages,
+            top_k=top_k,
+            rank_by=rank_by,
+            num_shards=num_shards,
+            chunk_size=chunk_size,
+            skip_unreadable=skip_unreadable,
+            threshold=threshold,
+            threshold_quantile=threshold_quantile,
+            positive=positive,
+            pairs=pairs,
+            seed=seed,
+        )
+        if merge_dir is not None:
+            folder = merge_dir
+            stats = merge(merge_dir, config, progress=not quiet)
+        else:
+            if not corpus or output is None:
+                raise typer.BadParameter("give CORPUS... and --output DIR (or --merge DIR)")
+            folder = output
+            result = GroupBuilder(corpus, output, config, progress=not quiet).run(shard_index=shard_index)
+            if isinstance(result, ShardResult):
+                console.print(
+                    f"shard {result.shard_index} complete (chunks computed {result.chunks_computed}, reused "
+                    f"{result.chunks_reused}); the merge runs when every shard is complete, or: "
+                    f"xprt-st mine --merge {output}"
+                )
+                return
+            stats = result
+    except NoGroupsError as error:
+        console.print(f"[bold red]no groups:[/] {error}")
+        raise typer.Exit(1) from error
+    except (MiningError, CorpusError, ValueError) as error:
+        console.print(f"[bold red]error:[/] {error}")
+        raise typer.Exit(2) from error
+    Console().print(summary_table(stats))
+    if report:
+        console.print(f"report: {write_report(folder)}")
+
+
+@app.command()
+def inspect(
+    folder: Annotated[Path, typer.Argument(help="A folder written by xprt-st mine.")],
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="HTML file; default DIR/report.html.")] = None,
+    sample: Annotated[int, typer.Option(help="Documents shown passage by passage.")] = 30,
+    seed: Annotated[int, typer.Option(help="Seed of the document sample.")] = 0,
+    threshold: Annotated[float | None, typer.Option(help="Threshold to draw; default the mined one.")] = None,
+) -> None:
+    """Write an HTML report to check the anchor filter on your corpus (paper adoption step 2)."""
+    try:
+        path = write_report(folder, output, sample=sample, seed=seed, threshold=threshold)
+    except MiningError as error:
+        console.print(f"[bold red]error:[/] {error}")
+        raise typer.Exit(2) from error
+    console.print(f"report: {path}")

@@ -1,0 +1,75 @@
+"""Mining: turn a document corpus into xPRT training groups (anchor + related passages of the same page).
+
+Public API::
+
+    from xprt_st.mining import GroupBuilder, MiningConfig, mine, merge, write_report
+"""
+
+from __future__ import annotations
+
+from xprt_st.mining.ablations import random_related, random_spans
+from xprt_st.mining.builder import (
+    GroupBuilder,
+    MiningConfig,
+    MiningConfigError,
+    MiningError,
+    NoGroupsError,
+    load_passages,
+    merge,
+    mine,
+    related_columns,
+    summary_table,
+)
+from xprt_st.mining.groups import (
+    DEFAULT_THRESHOLD,
+    DEFAULT_TOP_K,
+    DocumentGroups,
+    RelatedRanking,
+    document_groups,
+    rank_related,
+    select_anchors,
+)
+from xprt_st.mining.passages import PassageSplitter
+from xprt_st.mining.reader import CorpusColumnError, CorpusError, CorpusReadError, extract_main_text, iter_corpus
+from xprt_st.mining.scoring import (
+    TfidfScorer,
+    centrality,
+    cosine_matrix,
+    descending_ranks,
+    reciprocal_rank_fusion,
+    tfidf_cosine,
+)
+
+__all__ = [
+    "DEFAULT_THRESHOLD",
+    "DEFAULT_TOP_K",
+    "CorpusColumnError",
+    "CorpusError",
+    "CorpusReadError",
+    "DocumentGroups",
+    "GroupBuilder",
+    "MiningConfig",
+    "MiningConfigError",
+    "MiningError",
+    "NoGroupsError",
+    "PassageSplitter",
+    "RelatedRanking",
+    "TfidfScorer",
+    "centrality",
+    "cosine_matrix",
+    "descending_ranks",
+    "document_groups",
+    "extract_main_text",
+    "iter_corpus",
+    "load_passages",
+    "merge",
+    "mine",
+    "random_related",
+    "random_spans",
+    "rank_related",
+    "reciprocal_rank_fusion",
+    "related_columns",
+    "select_anchors",
+    "summary_table",
+    "tfidf_cosine",
+]

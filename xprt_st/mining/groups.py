@@ -1,0 +1,152 @@
+"""Anchors and their related passages for one document: pure functions of the scores.
+
+A *group* is one anchor passage (centrality >= threshold) with the ``top_k`` other passages of the
+same document ranked highest by reciprocal-rank fusion of the embedding cosine rank (weight 2) and
+the TF-IDF cosine rank (weight 1), ``k = 10``; the first related passage is the positive.
+
+Short documents: a document needs at least :data:`MIN_PASSAGES` (2) passages, so that a group has
+at least one related passage. When it has fewer than ``top_k`` other passages, the missing
+``related_k`` columns repeat the last (lowest-ranked) related passage, so no column is ever empty;
+``num_related`` in the side file tells the real count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from xprt_st.mining.scoring import (
+    RRF_K,
+    RRF_WEIGHTS,
+    centrality,
+    cosine_matrix,
+    descending_ranks,
+    reciprocal_rank_fusion,
+)
+
+RankBy = Literal["fused", "embedding", "tfidf"]
+RANK_BY: tuple[str, ...] = ("fused", "embedding", "tfidf")
+DEFAULT_THRESHOLD = 0.825
+"""The paper's centrality threshold (set with E5 on FineWeb; retune it for other models/corpora)."""
+DEFAULT_TOP_K = 4
+"""Related passages per anchor in the paper; the first one is the positive."""
+MIN_PASSAGES = 2
+"""A document needs an anchor and at least one other passage to yield a group."""
+
+
+@dataclass(slots=True)
+class RelatedRanking:
+    """The ``top_k`` related passages of one anchor, best first, with both similarities and the fused score."""
+
+    anchor: int
+    related: list[int]
+    embedding_scores: list[float]
+    tfidf_scores: list[float]
+    fused_scores: list[float]
+
+    def padded(self, top_k: int) -> list[int]:
+        """``related`` repeated at its last entry up to ``top_k`` entries (columns are never empty)."""
+        if not self.related:
+            raise ValueError(f"anchor {self.anchor} has no related passage; a document needs >= {MIN_PASSAGES}")
+        return self.related + [self.related[-1]] * (top_k - len(self.related))
+
+
+@dataclass(slots=True)
+class DocumentGroups:
+    """Centralities of all passages of a document, and one :class:`RelatedRanking` per anchor."""
+
+    centrality: np.ndarray
+    groups: list[RelatedRanking] = field(default_factory=list)
+
+    @property
+    def anchors(self) -> list[int]:
+        return [group.anchor for group in self.groups]
+
+    def covered(self) -> set[int]:
+        """Passage indices that appear in at least one group, as anchor or related."""
+        seen: set[int] = set()
+        for group in self.groups:
+            seen.add(group.anchor)
+            seen.update(group.related)
+        return seen
+
+
+def select_anchors(centralities: np.ndarray, threshold: float = DEFAULT_THRESHOLD) -> np.ndarray:
+    """Indices of passages whose centrality is >= ``threshold`` (the anchors), in passage order."""
+    return np.flatnonzero(np.asarray(centralities) >= threshold)
+
+
+def rank_related(
+    anchor: int,
+    embedding_cosine: np.ndarray,
+    tfidf_cosine: np.ndarray,
+    top_k: int = DEFAULT_TOP_K,
+    rank_by: RankBy = "fused",
+    rrf_k: int = RRF_K,
+    weights: tuple[float, float] = RRF_WEIGHTS,
+) -> RelatedRanking:
+    """Rank the other passages of the document for ``anchor`` and keep the best ``top_k``.
+
+    Ranks are 1-based among the candidates (every passage but the anchor), highest similarity first.
+    ``rank_by="fused"`` orders by ``2/(k + r_emb) + 1/(k + r_tfidf)`` (the paper); ``"embedding"`` and
+    ``"tfidf"`` are the paper's single-signal ablations. Ties fall back to the embedding cosine, then
+    to passage order, so the result is deterministic.
+    """
+    if rank_by not in RANK_BY:
+        raise ValueError(f"rank_by must be one of {RANK_BY}, got {rank_by!r}")
+    n = embedding_cosine.shape[0]
+    candidates = np.array([j for j in range(n) if j != anchor], dtype=np.int64)
+    emb = np.asarray(embedding_cosine[anchor, candidates], dtype=np.float64)
+    tfidf = np.asarray(tfidf_cosine[anchor, candidates], dtype=np.float64)
+    fused = reciprocal_rank_fusion([descending_ranks(emb), descending_ranks(tfidf)], weights, rrf_k)
+    primary = {"fused": fused, "embedding": emb, "tfidf": tfidf}[rank_by]
+    # np.lexsort sorts by the last key first; negate for descending order, then index for stability.
+    order = np.lexsort((candidates, -emb, -primary))[:top_k]
+    return RelatedRanking(
+        anchor=anchor,
+        related=[int(j) for j in candidates[order]],
+        embedding_scores=[float(x) for x in emb[order]],
+        tfidf_scores=[float(x) for x in tfidf[order]],
+        fused_scores=[float(x) for x in fused[order]],
+    )
+
+
+def rank_all_passages(
+    embeddings: np.ndarray,
+    tfidf_cosine: np.ndarray,
+    top_k: int = DEFAULT_TOP_K,
+    rank_by: RankBy = "fused",
+) -> tuple[np.ndarray, list[RelatedRanking]]:
+    """Centrality of every passage and its related ranking as if it were an anchor.
+
+    The builder stores this for every passage, so the threshold (or a quantile of the corpus's
+    centralities) can be applied, swept and changed later without encoding again.
+    """
+    scores = centrality(embeddings)
+    if len(scores) < MIN_PASSAGES:
+        return scores, []
+    emb_cos = cosine_matrix(embeddings)
+    return scores, [rank_related(i, emb_cos, tfidf_cosine, top_k, rank_by) for i in range(len(scores))]
+
+
+def document_groups(
+    embeddings: np.ndarray,
+    tfidf_cosine: np.ndarray,
+    threshold: float = DEFAULT_THRESHOLD,
+    top_k: int = DEFAULT_TOP_K,
+    rank_by: RankBy = "fused",
+) -> DocumentGroups:
+    """The groups of one document: every anchor (centrality >= threshold) with its ``top_k`` related passages.
+
+    Args:
+        embeddings: ``(n, dim)`` passage vectors of the document.
+        tfidf_cosine: ``(n, n)`` TF-IDF cosines computed with corpus-level IDF.
+        threshold: minimum centrality of an anchor (paper: 0.825).
+        top_k: related passages per anchor (paper: 4); fewer when the document is short.
+        rank_by: ``"fused"`` (paper), ``"embedding"`` or ``"tfidf"`` (ablations).
+    """
+    scores, rankings = rank_all_passages(embeddings, tfidf_cosine, top_k, rank_by)
+    anchors = set(select_anchors(scores, threshold).tolist())
+    return DocumentGroups(centrality=scores, groups=[r for r in rankings if r.anchor in anchors])

@@ -1,0 +1,247 @@
+"""Document -> passages: token windows of the mining model's tokenizer that follow the page's blocks.
+
+The paper's passages are short paragraphs. A passage here is built from whole sentences of the
+document's blocks (paragraphs, headings, list items: one per line, or per blank-line-separated
+paragraph when the text has blank lines):
+
+- a passage holds at most ``max_tokens`` tokens (default :data:`DEFAULT_MAX_TOKENS` = 128, and never
+  more than the model's ``max_seq_length`` minus special and prompt tokens);
+- it closes at the end of a block once it has ``min_tokens`` tokens (default 32), so a paragraph of
+  32-128 tokens is one passage and a heading or one-line block joins the text after it;
+- a block longer than ``max_tokens`` is cut at sentence ends, and a sentence longer than
+  ``max_tokens`` at word boundaries: a word is never cut;
+- ``overlap_tokens`` (default 0) carries the last whole sentences of a passage cut inside a block into
+  the next one. The default is 0 because overlapping neighbours share words and would be trivially
+  "related" to each other by TF-IDF;
+- a trailing remainder shorter than ``min_tokens`` joins the previous passage when it fits;
+- passages are de-duplicated within the document (case- and whitespace-insensitive), and at most
+  ``max_passages`` (default 256) are kept per document: giant documents are cut, and counted.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+DEFAULT_MAX_TOKENS = 128
+DEFAULT_MIN_TOKENS = 32
+DEFAULT_OVERLAP_TOKENS = 0
+DEFAULT_MAX_PASSAGES = 256
+
+_BLANK_LINE = re.compile(r"\n[ \t\r\f\v]*\n")
+_SENTENCE_END = re.compile(r"[.!?…]+[\"'”’)\]]*\s+")
+_WORD = re.compile(r"\S+")
+
+
+@dataclass(slots=True)
+class SplitResult:
+    """The passages of one document and what was dropped on the way."""
+
+    passages: list[str]
+    token_counts: list[int]
+    duplicates_removed: int = 0
+    truncated: bool = False
+    passages_over_cap: int = 0
+
+
+@dataclass(slots=True)
+class _Unit:
+    start: int
+    end: int
+    tokens: int
+    block: int
+    block_end: bool
+
+
+@dataclass
+class PassageSplitter:
+    """Cut documents into passages with the mining model's tokenizer (see the module docstring for the rules).
+
+    Args:
+        tokenizer: a Hugging Face tokenizer; a fast one is used with character offsets (one call per document).
+        max_tokens: most tokens in a passage (default 128).
+        min_tokens: a passage closes at a block end once it has this many tokens (default 32).
+        overlap_tokens: tokens of whole trailing sentences repeated after a cut inside a block (default 0).
+        max_passages: most passages kept per document (default 256); the rest are dropped and counted.
+    """
+
+    tokenizer: Any
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    min_tokens: int = DEFAULT_MIN_TOKENS
+    overlap_tokens: int = DEFAULT_OVERLAP_TOKENS
+    max_passages: int = DEFAULT_MAX_PASSAGES
+    _fast: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if not 0 <= self.min_tokens <= self.max_tokens:
+            raise ValueError(f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens}")
+        if not 0 <= self.overlap_tokens < self.max_tokens:
+            raise ValueError(f"overlap_tokens must be in [0, max_tokens), got {self.overlap_tokens}")
+        if self.max_passages < 1:
+            raise ValueError(f"max_passages must be >= 1, got {self.max_passages}")
+        self._fast = bool(getattr(self.tokenizer, "is_fast", False))
+
+    def split(self, text: str) -> SplitResult:
+        """The de-duplicated passages of ``text``, in document order."""
+        # Tokenising a giant document in full is wasted work: keep a generous prefix (10 chars per token).
+        char_cap = self.max_passages * self.max_tokens * 10
+        cut_chars = len(text) > char_cap
+        if cut_chars:
+            text = text[:char_cap].rsplit(None, 1)[0]
+        units = self._units(text)
+        spans = self._pack(units)
+        passages: list[str] = []
+        counts: list[int] = []
+        seen: set[str] = set()
+        duplicates = 0
+        for group in spans:
+            passage = _join(text, group)
+            key = " ".join(passage.lower().split())
+            if not key:
+                continue
+            if key in seen:
+                duplicates += 1
+                continue
+            seen.add(key)
+            passages.append(passage)
+            counts.append(sum(u.tokens for u in group))
+        over = max(0, len(passages) - self.max_passages)
+        return SplitResult(
+            passages=passages[: self.max_passages],
+            token_counts=counts[: self.max_passages],
+            duplicates_removed=duplicates,
+            truncated=cut_chars or over > 0,
+            passages_over_cap=over,
+        )
+
+    def _token_counter(self, text: str):
+        if self._fast:
+            offsets = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)[
+                "offset_mapping"
+            ]
+            starts = np.array([start for start, end in offsets if end > start], dtype=np.int64)
+
+            def count(start: int, end: int) -> int:
+                return int(np.searchsorted(starts, end) - np.searchsorted(starts, start))
+
+            return count
+
+        def count_slow(start: int, end: int) -> int:
+            return len(self.tokenizer.tokenize(text[start:end]))
+
+        return count_slow
+
+    def _units(self, text: str) -> list[_Unit]:
+        count = self._token_counter(text)
+        units: list[_Unit] = []
+        for block_index, (b_start, b_end) in enumerate(_blocks(text)):
+            pieces: list[_Unit] = []
+            for s_start, s_end in _sentences(text, b_start, b_end):
+                tokens = count(s_start, s_end)
+                if tokens <= self.max_tokens:
+                    pieces.append(_Unit(s_start, s_end, tokens, block_index, False))
+                    continue
+                pieces.extend(self._split_words(text, s_start, s_end, block_index, count))
+            if pieces:
+                pieces[-1].block_end = True
+                units.extend(pieces)
+        return units
+
+    def _split_words(self, text: str, start: int, end: int, block: int, count) -> list[_Unit]:
+        """Cut an over-long sentence at word boundaries into pieces of at most ``max_tokens``."""
+        pieces: list[_Unit] = []
+        piece_start, piece_end, piece_tokens = None, None, 0
+        for match in _WORD.finditer(text, start, end):
+            tokens = count(match.start(), match.end())
+            if piece_start is not None and piece_tokens + tokens > self.max_tokens:
+                pieces.append(_Unit(piece_start, piece_end, piece_tokens, block, False))
+                piece_start, piece_tokens = None, 0
+            if piece_start is None:
+                piece_start = match.start()
+            piece_end = match.end()
+            piece_tokens += tokens
+        if piece_start is not None:
+            pieces.append(_Unit(piece_start, piece_end, piece_tokens, block, False))
+        return pieces
+
+    def _pack(self, units: list[_Unit]) -> list[list[_Unit]]:
+        passages: list[list[_Unit]] = []
+        current: list[_Unit] = []
+        tokens = 0
+        for unit in units:
+            if current and tokens + unit.tokens > self.max_tokens:
+                passages.append(current)
+                current = self._overlap(current) if not current[-1].block_end else []
+                tokens = sum(u.tokens for u in current)
+                if current and tokens + unit.tokens > self.max_tokens:
+                    current, tokens = [], 0
+            current.append(unit)
+            tokens += unit.tokens
+            if unit.block_end and tokens >= self.min_tokens:
+                passages.append(current)
+                current, tokens = [], 0
+            if len(passages) > self.max_passages:
+                break
+        if current:
+            if (
+                passages
+                and tokens < self.min_tokens
+                and sum(u.tokens for u in passages[-1]) + tokens <= self.max_tokens
+            ):
+                passages[-1] = passages[-1] + current
+            else:
+                passages.append(current)
+        return passages
+
+    def _overlap(self, emitted: list[_Unit]) -> list[_Unit]:
+        if self.overlap_tokens == 0:
+            return []
+        carried: list[_Unit] = []
+        total = 0
+        for unit in reversed(emitted):
+            if unit.block != emitted[-1].block or total + unit.tokens > self.overlap_tokens:
+                break
+            carried.insert(0, unit)
+            total += unit.tokens
+        return carried
+
+
+def _blocks(text: str) -> list[tuple[int, int]]:
+    """Character spans of the blocks: blank-line paragraphs when the text has blank lines, else lines."""
+    separator = _BLANK_LINE if _BLANK_LINE.search(text) else re.compile(r"\n")
+    spans: list[tuple[int, int]] = []
+    start = 0
+    for match in separator.finditer(text):
+        spans.append((start, match.start()))
+        start = match.end()
+    spans.append((start, len(text)))
+    return [(s, e) for s, e in spans if text[s:e].strip()]
+
+
+def _sentences(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    spans: list[tuple[int, int]] = []
+    position = start
+    for match in _SENTENCE_END.finditer(text, start, end):
+        spans.append((position, match.end()))
+        position = match.end()
+    if position < end:
+        spans.append((position, end))
+    return [(s, e) for s, e in spans if text[s:e].strip()]
+
+
+def _join(text: str, units: list[_Unit]) -> str:
+    """Sentences of one block joined by a space, blocks by a newline (so passages keep the page's layout)."""
+    parts: list[str] = []
+    previous_block = None
+    for unit in units:
+        piece = " ".join(text[unit.start : unit.end].split())
+        if previous_block is not None:
+            parts.append("\n" if unit.block != previous_block else " ")
+        parts.append(piece)
+        previous_block = unit.block
+    return "".join(parts).strip()

@@ -1,0 +1,274 @@
+"""`xprt-st inspect`: the paper's adoption step 2, "check the filter on your own corpus".
+
+One self-contained HTML page (plots embedded as base64 PNG) built from a mined folder, with no
+re-encoding: it reads the per-passage centralities and rankings the builder stored.
+
+- a centrality histogram with the threshold marked;
+- a threshold sweep: passage coverage and groups per document as the threshold moves, next to the
+  paper's 68% and 7.0;
+- a sample of documents: every passage with its centrality, anchors and excluded passages (in no
+  group) marked, and each anchor's related passages with the embedding cosine, TF-IDF cosine and
+  fused score.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from xprt_st.mining.builder import META_FILE, PASSAGES_FILE, STATS_FILE, MiningError, load_passages
+
+logger = logging.getLogger(__name__)
+
+PAPER_PASSAGE_COVERAGE = 0.68
+PAPER_GROUPS_PER_DOCUMENT = 7.0
+
+
+def threshold_sweep(
+    labels: np.ndarray,
+    centralities: np.ndarray,
+    related: list[list[int]],
+    passage_index: np.ndarray,
+    thresholds: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """Coverage, groups per document with groups, and document coverage for each threshold.
+
+    ``related[r]`` are the passage indices (within its document) ranked for row ``r`` as an anchor.
+    The definitions are those of ``stats.json``: passage coverage counts passages that are an anchor
+    or a related passage of an anchor, over all passages.
+    """
+    labels = np.asarray(labels, dtype=np.int64)
+    centralities = np.asarray(centralities, dtype=np.float64)
+    row_of = {(int(lab), int(idx)): r for r, (lab, idx) in enumerate(zip(labels, passage_index, strict=True))}
+    pair_anchor, pair_related = [], []
+    for r, rel in enumerate(related):
+        for j in rel:
+            pair_anchor.append(r)
+            pair_related.append(row_of[(int(labels[r]), int(j))])
+    pair_anchor_arr = np.asarray(pair_anchor, dtype=np.int64)
+    pair_related_arr = np.asarray(pair_related, dtype=np.int64)
+    has_related = np.array([len(rel) > 0 for rel in related], dtype=bool)
+    documents = len(np.unique(labels)) if len(labels) else 0
+    coverage, per_doc, doc_coverage = [], [], []
+    for t in thresholds:
+        anchors = (centralities >= t) & has_related
+        covered = anchors.copy()
+        if len(pair_anchor_arr):
+            covered[pair_related_arr[anchors[pair_anchor_arr]]] = True
+        groups = int(anchors.sum())
+        docs_with = len(np.unique(labels[anchors])) if groups else 0
+        coverage.append(covered.sum() / len(labels) if len(labels) else 0.0)
+        per_doc.append(groups / docs_with if docs_with else 0.0)
+        doc_coverage.append(docs_with / documents if documents else 0.0)
+    return {
+        "threshold": np.asarray(thresholds, dtype=np.float64),
+        "passage_coverage": np.asarray(coverage),
+        "groups_per_document": np.asarray(per_doc),
+        "document_coverage": np.asarray(doc_coverage),
+    }
+
+
+def _png(figure: Any) -> str:
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=96, bbox_inches="tight")
+    plt.close(figure)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _plots(centralities: np.ndarray, threshold: float | None, sweep: dict[str, np.ndarray]) -> tuple[str, str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    finite = centralities[np.isfinite(centralities)]
+    fig, ax = plt.subplots(figsize=(6.5, 3.2))
+    ax.hist(finite, bins=50, color="#4c72b0")
+    if threshold is not None:
+        ax.axvline(threshold, color="#c44e52", linestyle="--", label=f"threshold {threshold:.3f}")
+        ax.legend()
+    ax.set_xlabel("centrality (cosine to the document's mean vector)")
+    ax.set_ylabel("passages")
+    histogram = _png(fig)
+
+    fig, left = plt.subplots(figsize=(6.5, 3.2))
+    left.plot(sweep["threshold"], sweep["passage_coverage"], color="#4c72b0", label="passage coverage")
+    left.plot(sweep["threshold"], sweep["document_coverage"], color="#55a868", label="document coverage")
+    left.axhline(PAPER_PASSAGE_COVERAGE, color="#4c72b0", linestyle=":", label="paper: 68% of passages")
+    left.set_ylim(0, 1.02)
+    left.set_xlabel("threshold")
+    left.set_ylabel("share")
+    right = left.twinx()
+    right.plot(sweep["threshold"], sweep["groups_per_document"], color="#dd8452", label="groups per document")
+    right.axhline(PAPER_GROUPS_PER_DOCUMENT, color="#dd8452", linestyle=":", label="paper: 7.0 groups/doc")
+    right.set_ylabel("groups per document with groups")
+    if threshold is not None:
+        left.axvline(threshold, color="#c44e52", linestyle="--")
+    lines = left.get_legend_handles_labels()
+    lines2 = right.get_legend_handles_labels()
+    left.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=7, loc="lower left")
+    return histogram, _png(fig)
+
+
+_CSS = """
+body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}
+table{border-collapse:collapse;width:100%;margin:.5em 0}td,th{border:1px solid #ddd;padding:4px 6px;
+vertical-align:top;font-size:13px}th{background:#f4f4f4}.anchor{background:#e7f5e7}.related{background:#eef3fb}
+.excluded{background:#fbeaea;color:#777}.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+.doc{border:1px solid #ccc;border-radius:6px;padding:.5em 1em;margin:1.5em 0}pre{white-space:pre-wrap;margin:0}
+.small{font-size:12px;color:#555}
+"""
+
+
+def write_report(
+    output_dir: str | Path,
+    path: str | Path | None = None,
+    sample: int = 30,
+    seed: int = 0,
+    threshold: float | None = None,
+) -> Path:
+    """Write the HTML report of a mined folder; returns its path (default ``DIR/report.html``).
+
+    Args:
+        output_dir: a folder written by ``xprt-st mine``.
+        path: where to write the page.
+        sample: number of documents shown passage by passage (random, seeded).
+        threshold: threshold drawn on the plots and used for the marks; default the effective one of
+            ``stats.json``.
+    """
+    output_dir = Path(output_dir)
+    stats_path = output_dir / STATS_FILE
+    if not stats_path.is_file() or not (output_dir / PASSAGES_FILE).is_file():
+        raise MiningError(f"{output_dir} has no {STATS_FILE} / {PASSAGES_FILE}: run xprt-st mine (and its merge) first")
+    stats = json.loads(stats_path.read_text())
+    table = load_passages(output_dir).to_pydict()
+    labels = np.asarray(table["label"], dtype=np.int64)
+    centralities = np.asarray(table["centrality"], dtype=np.float64)
+    if threshold is None:
+        threshold = stats.get("threshold")
+    finite = centralities[np.isfinite(centralities)]
+    low, high = (float(np.quantile(finite, 0.01)), float(np.quantile(finite, 0.99))) if len(finite) else (0.0, 1.0)
+    grid = np.linspace(low, high, 41)
+    sweep = threshold_sweep(labels, centralities, table["related"], np.asarray(table["passage_index"]), grid)
+    histogram, sweep_png = _plots(centralities, threshold, sweep)
+
+    meta: dict[tuple[int, int], dict[str, Any]] = {}
+    meta_path = output_dir / META_FILE
+    if meta_path.is_file():
+        for line in meta_path.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            if "anchor_index" in record:
+                meta[(record["label"], record["anchor_index"])] = record
+
+    documents: dict[int, list[int]] = {}
+    for row, label in enumerate(labels.tolist()):
+        documents.setdefault(label, []).append(row)
+    candidates = [label for label, rows in documents.items() if len(rows) >= 2]
+    rng = np.random.default_rng(seed)
+    chosen = sorted(rng.choice(candidates, size=min(sample, len(candidates)), replace=False).tolist())
+
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>xPRT mining report</title>",
+        f"<style>{_CSS}</style></head><body>",
+        f"<h1>xPRT mining report: {html.escape(str(output_dir))}</h1>",
+        "<p>The paper's adoption step 2: check that anchors are body text and that navigation, footers and "
+        "widgets are excluded. Retune with <code>xprt-st mine --merge DIR --threshold X</code> or "
+        "<code>--threshold-quantile Q</code> (no re-encoding).</p>",
+        _stats_table(stats),
+        "<h2>Centrality histogram</h2>",
+        f"<img alt='centrality histogram' src='data:image/png;base64,{histogram}'>",
+        "<h2>Threshold sweep</h2>",
+        f"<img alt='threshold sweep' src='data:image/png;base64,{sweep_png}'>",
+        _sweep_table(sweep),
+        f"<h2>{len(chosen)} sampled documents</h2>",
+        "<p class='small'>green: anchor (centrality &ge; threshold); blue: related passage of an anchor only; "
+        "red: excluded (in no group).</p>",
+    ]
+    for label in chosen:
+        parts.append(_document_html(label, documents[label], table, meta, threshold))
+    parts.append("</body></html>")
+    path = Path(path) if path is not None else output_dir / "report.html"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(parts), encoding="utf-8")
+    logger.info("wrote the mining report to %s", path)
+    return path
+
+
+def _stats_table(stats: dict[str, Any]) -> str:
+    keys = (
+        "documents",
+        "documents_with_groups",
+        "document_coverage",
+        "groups",
+        "groups_per_document",
+        "passages",
+        "anchors",
+        "passage_coverage",
+        "threshold",
+        "threshold_source",
+        "centrality_quantiles",
+        "skipped",
+    )
+    rows = "".join(f"<tr><th>{k}</th><td>{html.escape(json.dumps(stats.get(k)))}</td></tr>" for k in keys)
+    return f"<h2>stats.json</h2><table>{rows}</table>"
+
+
+def _sweep_table(sweep: dict[str, np.ndarray]) -> str:
+    rows = []
+    for i in range(0, len(sweep["threshold"]), 4):
+        rows.append(
+            f"<tr><td class='num'>{sweep['threshold'][i]:.3f}</td><td class='num'>{sweep['passage_coverage'][i]:.1%}"
+            f"</td><td class='num'>{sweep['groups_per_document'][i]:.2f}</td>"
+            f"<td class='num'>{sweep['document_coverage'][i]:.1%}</td></tr>"
+        )
+    head = "<tr><th>threshold</th><th>passage coverage</th><th>groups / document</th><th>document coverage</th></tr>"
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+def _document_html(
+    label: int, rows: list[int], table: dict[str, list[Any]], meta: dict[tuple[int, int], Any], threshold: Any
+) -> str:
+    anchors = {table["passage_index"][r] for r in rows if (label, table["passage_index"][r]) in meta}
+    related_of_any = {j for a in anchors for j in meta[(label, a)]["related_indices"]}
+    out = [f"<div class='doc'><h3>{html.escape(str(table['doc_id'][rows[0]]))} <span class='small'>label {label}"]
+    out.append(f", {len(rows)} passages, {len(anchors)} anchors</span></h3><table>")
+    out.append("<tr><th>#</th><th>centrality</th><th>status</th><th>passage / its related passages</th></tr>")
+    for r in rows:
+        index = table["passage_index"][r]
+        if index in anchors:
+            status, css = "anchor", "anchor"
+        elif index in related_of_any:
+            status, css = "related", "related"
+        else:
+            status, css = "excluded", "excluded"
+        cell = f"<pre>{html.escape(table['text'][r])}</pre>"
+        if index in anchors:
+            info = meta[(label, index)]
+            related_rows = []
+            for rank, j in enumerate(info["related_indices"]):
+                scores = ""
+                if "fused_scores" in info:
+                    scores = (
+                        f"cos {info['embedding_scores'][rank]:.3f} &middot; tfidf {info['tfidf_scores'][rank]:.3f} "
+                        f"&middot; fused {info['fused_scores'][rank]:.4f}"
+                    )
+                name = "positive" if rank == 0 else f"related_{rank + 1}"
+                related_rows.append(f"<li>{name}: passage #{j} <span class='small'>{scores}</span></li>")
+            cell += f"<ul class='small'>{''.join(related_rows)}</ul>"
+        value = table["centrality"][r]
+        shown = "-" if value is None or not np.isfinite(value) else f"{value:.3f}"
+        out.append(
+            f"<tr class='{css}'><td class='num'>{index}</td><td class='num'>{shown}</td><td>{status}</td>"
+            f"<td>{cell}</td></tr>"
+        )
+    out.append("</table></div>")
+    return "".join(out)
