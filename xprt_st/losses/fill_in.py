@@ -1,0 +1,257 @@
+"""L_cross and L_self: a one-layer decoder fills in masked passages from a sentence vector."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from sentence_transformers import SentenceTransformer
+from torch import Tensor, nn
+
+from xprt_st.losses._common import apply_mask, encode_columns, pad_cat, sample_token_mask, special_token_ids
+from xprt_st.losses.cross_passage import XPRT_CITATION
+from xprt_st.losses.decoder import FillInDecoder
+from xprt_st.models import MLMHead, attach_mlm_head
+
+__all__ = ["CrossFillInLoss", "FillInDecoder", "SelfFillInLoss"]
+
+
+def _check_ratio(name: str, value: float) -> None:
+    if not 0 <= value < 1:
+        raise ValueError(f"{name} must be in [0, 1), got {value}")
+
+
+class _FillInBase(nn.Module):
+    """Shared set-up: the encoder, the decoder and the MLM head (created here unless shared by a composite)."""
+
+    def __init__(
+        self,
+        model: SentenceTransformer,
+        decoder: FillInDecoder | None,
+        mlm_head: MLMHead | None,
+        decoder_mask_ratio: float,
+        encoder_mask_ratio: float,
+        num_condition_vectors: int,
+    ) -> None:
+        super().__init__()
+        _check_ratio("decoder_mask_ratio", decoder_mask_ratio)
+        _check_ratio("encoder_mask_ratio", encoder_mask_ratio)
+        self.model = model
+        self.decoder = decoder if decoder is not None else FillInDecoder(model, num_condition_vectors)
+        self.mlm_head = mlm_head if mlm_head is not None else attach_mlm_head(model)
+        self.decoder_mask_ratio = decoder_mask_ratio
+        self.encoder_mask_ratio = encoder_mask_ratio
+        self.num_condition_vectors = self.decoder.num_condition_vectors
+        self.special_ids = special_token_ids(model)
+        self.mask_token_id = int(model.tokenizer.mask_token_id)
+
+    def _encode(self, features: list[dict[str, Tensor]]):
+        return encode_columns(
+            self.model,
+            features,
+            mask_ratio=self.encoder_mask_ratio,
+            special_ids=self.special_ids,
+            mask_token_id=self.mask_token_id,
+        )
+
+    def _decode_masked(self, vectors: Tensor, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, Tensor]:
+        """Mask ``decoder_mask_ratio`` of the tokens, decode from ``vectors``; (states at masked, mask)."""
+        mask = sample_token_mask(input_ids, attention_mask, self.special_ids, self.decoder_mask_ratio)  # (rows, seq)
+        states = self.decoder.fill_in(apply_mask(input_ids, mask, self.mask_token_id), attention_mask, vectors)
+        return states[mask], mask  # (masked, hidden), (rows, seq)
+
+    def get_config_dict(self) -> dict[str, Any]:
+        return {
+            "decoder_mask_ratio": self.decoder_mask_ratio,
+            "encoder_mask_ratio": self.encoder_mask_ratio,
+            "num_condition_vectors": self.num_condition_vectors,
+        }
+
+    @property
+    def citation(self) -> str:
+        return XPRT_CITATION
+
+
+class CrossFillInLoss(_FillInBase):
+    def __init__(
+        self,
+        model: SentenceTransformer,
+        decoder_mask_ratio: float = 0.6,
+        encoder_mask_ratio: float = 0.15,
+        num_condition_vectors: int = 4,
+        decoder: FillInDecoder | None = None,
+        mlm_head: MLMHead | None = None,
+    ) -> None:
+        r"""
+        xPRT's fill-in term ``L_cross``: the anchor's vector must let a one-layer decoder rebuild a related
+        passage whose tokens are mostly masked, and each related passage's vector must rebuild the anchor.
+
+        The sentence vector :math:`e` is mapped linearly to 4 conditioning vectors inserted right after
+        [CLS] of the other passage, whose tokens are 60% masked (never [CLS], [SEP] or padding) and embedded
+        with the encoder's own token and position tables; the decoder's states at the masked positions go
+        through the encoder's MLM head:
+
+        .. math::
+
+            \mathcal{L}_{cross} = \frac{1}{|M|}\sum_{k=1}^{4}\Big(
+            \sum_{i \in M(s_k)} -\log p_{dec}(x^{s_k}_i \mid e_a, \tilde s_k)
+            + \sum_{i \in M(a \mid k)} -\log p_{dec}(x^{a}_i \mid e_{s_k}, \tilde a)\Big)
+
+        a mean over all masked tokens of the 8 decoder passes per group (run as one batched pass).
+        One layer cannot recover 60% of a passage from the remaining 40%, so the vector has to carry what
+        the two passages share.
+
+        Args:
+            model: the SentenceTransformer being trained.
+            decoder_mask_ratio: share of the decoded passage's tokens masked; 0.6 as in the paper.
+            encoder_mask_ratio: masking of the encoder pass that makes the vectors when the loss is used alone;
+                0.15 as in the paper (XPRTLoss passes its own 15%-masked embeddings instead).
+            num_condition_vectors: conditioning vectors per sentence vector; 4 as in the paper.
+            decoder: a :class:`FillInDecoder` to share; by default a new one (one layer, the encoder's head count),
+                registered as ``self.decoder``.
+            mlm_head: an MLM head to share; by default ``attach_mlm_head(model)``, registered as ``self.mlm_head``.
+
+        References:
+            - xPRT: Cross-Passage Retrieval Pretraining (``L_cross``, weight 0.1 in the full objective).
+
+        Requirements:
+            1. A BERT-like encoder with a mask token; its token (and, if it has them, position) embeddings are shared.
+
+        Inputs:
+            +----------------------------------------------------------+------------+
+            | Texts                                                    | Labels     |
+            +==========================================================+============+
+            | (anchor, positive, related_2, related_3, related_4)      | ignored    |
+            +----------------------------------------------------------+------------+
+
+            Fewer related columns work too: every column after the anchor is a related passage.
+
+        Relations:
+            - :class:`SelfFillInLoss` uses the same decoder to rebuild a passage from its own vector.
+            - Part of :class:`~xprt_st.losses.XPRTLoss` (``cross``).
+
+        Example:
+            ::
+
+                from xprt_st.losses import CrossFillInLoss
+                from xprt_st.models import load_model
+
+                model = load_model(None)
+                loss = CrossFillInLoss(model)
+                columns = ["A perfect game allows no runner.", "Only a few perfect games were thrown."]
+                value = loss([model.preprocess([text]) for text in columns], None)
+        """
+        super().__init__(model, decoder, mlm_head, decoder_mask_ratio, encoder_mask_ratio, num_condition_vectors)
+
+    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
+        features = list(sentence_features)
+        if len(features) < 2:
+            raise ValueError("CrossFillInLoss needs an anchor and at least one related column")
+        encoded = self._encode(features)
+        return self.compute_loss_from_embeddings(encoded.embeddings, encoded.input_ids, encoded.attention_mask)
+
+    def compute_loss_from_embeddings(
+        self, embeddings: list[Tensor], input_ids: list[Tensor], attention_mask: list[Tensor]
+    ) -> Tensor:
+        """``embeddings[0]`` is the anchor's (batch, dim), the rest the related passages'; ids/masks (batch, seq_c)."""
+        related = len(embeddings) - 1
+        # rows: anchor -> related_k for every k, then related_k -> anchor for every k
+        vectors = torch.cat([embeddings[0]] * related + embeddings[1:])  # (2 * related * batch, dim)
+        ids = pad_cat(input_ids[1:] + [input_ids[0]] * related)  # (2 * related * batch, seq)
+        mask = pad_cat(attention_mask[1:] + [attention_mask[0]] * related)  # (2 * related * batch, seq)
+        states, masked = self._decode_masked(vectors, ids, mask)  # (masked, hidden)
+        return F.cross_entropy(self.mlm_head(states), ids[masked])  # head: (masked, vocab)
+
+
+class SelfFillInLoss(_FillInBase):
+    def __init__(
+        self,
+        model: SentenceTransformer,
+        decoder_mask_ratio: float = 0.6,
+        encoder_mask_ratio: float = 0.15,
+        num_condition_vectors: int = 4,
+        decoder: FillInDecoder | None = None,
+        mlm_head: MLMHead | None = None,
+    ) -> None:
+        r"""
+        xPRT's auxiliary ``L_self``: the fill-in decoder rebuilds the anchor's and the top related passage's own
+        masked words from their own vectors, with the encoder's word distribution as a soft target.
+
+        The teacher is the MLM head's softmax over the encoder's token states of the 15%-masked pass
+        (detached), read at the positions the decoder masked:
+
+        .. math::
+
+            \mathcal{L}_{self} = \frac{1}{|M|}\sum_{p \in \{a, s_1\}}\sum_{i \in M(p)}
+            \mathrm{KL}\big(\mathrm{softmax}(\mathrm{head}(h^{enc}_{p,i}))\,\|\,p_{dec}(\cdot \mid e_p, \tilde p)_i\big)
+
+        KL rather than soft cross-entropy: same gradient, but the value reads 0 when the decoder matches the
+        teacher.
+
+        Args:
+            model: the SentenceTransformer being trained.
+            decoder_mask_ratio: share of tokens the decoder must fill in; 0.6, the cross fill-in's (our choice: the
+                paper says "the same decoder" and gives no separate ratio).
+            encoder_mask_ratio: the teacher pass's masking; 0.15 as in the paper.
+            num_condition_vectors: 4, as for the cross fill-in (the decoder is shared).
+            decoder: a :class:`FillInDecoder` to share; by default a new one, registered as ``self.decoder``.
+            mlm_head: an MLM head to share; by default ``attach_mlm_head(model)``, registered as ``self.mlm_head``.
+
+        References:
+            - xPRT: Cross-Passage Retrieval Pretraining (``L_self``).
+
+        Requirements:
+            1. A BERT-like encoder with a mask token. Pair it with :class:`~xprt_st.losses.MLMLoss` so the teacher
+               distribution stays a language model.
+
+        Inputs:
+            +------------------------------------+-----------+
+            | Texts                              | Labels    |
+            +====================================+===========+
+            | (anchor, positive, ...) columns    | ignored   |
+            +------------------------------------+-----------+
+
+            Only the first two columns are used.
+
+        Relations:
+            - :class:`CrossFillInLoss` is the cross-passage version; :class:`~xprt_st.losses.MLMLoss` anchors the
+              teacher. All three are part of :class:`~xprt_st.losses.XPRTLoss`.
+
+        Example:
+            ::
+
+                from xprt_st.losses import SelfFillInLoss
+                from xprt_st.models import load_model
+
+                model = load_model(None)
+                loss = SelfFillInLoss(model)
+                columns = ["A perfect game allows no runner.", "Only a few perfect games were thrown."]
+                value = loss([model.preprocess([text]) for text in columns], None)
+        """
+        super().__init__(model, decoder, mlm_head, decoder_mask_ratio, encoder_mask_ratio, num_condition_vectors)
+
+    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
+        features = list(sentence_features)[:2]
+        encoded = self._encode(features)
+        return self.compute_loss_from_token_states(
+            encoded.embeddings, encoded.token_states, encoded.input_ids, encoded.attention_mask
+        )
+
+    def compute_loss_from_token_states(
+        self,
+        embeddings: list[Tensor],
+        token_states: list[Tensor],
+        input_ids: list[Tensor],
+        attention_mask: list[Tensor],
+    ) -> Tensor:
+        """Per passage: (batch, dim) vector, (batch, seq_c, hidden) encoder states, (batch, seq_c) ids and mask."""
+        vectors = torch.cat(embeddings)  # (passages * batch, dim)
+        ids = pad_cat(input_ids)  # (passages * batch, seq)
+        mask = pad_cat(attention_mask)  # (passages * batch, seq)
+        states, masked = self._decode_masked(vectors, ids, mask)  # (masked, hidden)
+        with torch.no_grad():
+            teacher = F.log_softmax(self.mlm_head(pad_cat(token_states)[masked]), dim=-1)  # (masked, vocab)
+        student = F.log_softmax(self.mlm_head(states), dim=-1)  # (masked, vocab)
+        return F.kl_div(student, teacher, reduction="batchmean", log_target=True)

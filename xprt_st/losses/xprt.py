@@ -1,0 +1,289 @@
+"""XPRTLoss: the paper's weighted sum of terms, from one batched encoder pass, as a dict of named terms."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sentence_transformers import SentenceTransformer
+from torch import Tensor, nn
+
+from xprt_st.losses._common import borrow, encode_columns, special_token_ids
+from xprt_st.losses.cross_passage import XPRT_CITATION, CrossPassageLoss, _document_ids
+from xprt_st.losses.decoder import FillInDecoder
+from xprt_st.losses.fill_in import CrossFillInLoss, SelfFillInLoss
+from xprt_st.losses.mlm import BERT_CITATION, MLMLoss
+from xprt_st.losses.retention import RetentionLoss, teacher_embeddings
+from xprt_st.losses.uniformity import UNIFORMITY_CITATION, UniformityLoss
+from xprt_st.models import attach_mlm_head, frozen_copy
+
+
+class XPRTLoss(nn.Module):
+    def __init__(
+        self,
+        model: SentenceTransformer,
+        teacher: SentenceTransformer | None = None,
+        xp_weight: float = 1.0,
+        cross_weight: float = 0.1,
+        self_weight: float = 0.1,
+        mlm_weight: float = 0.1,
+        unif_weight: float = 0.1,
+        retention_weight: float | None = 40.0,
+        temperature: float = 0.05,
+        encoder_mask_ratio: float = 0.15,
+        decoder_mask_ratio: float = 0.6,
+        num_condition_vectors: int = 4,
+        retention_temperature: float = 0.05,
+        uniformity_t: float = 2.0,
+        gather_across_devices: bool = False,
+        merge_columns: bool = True,
+    ) -> None:
+        r"""
+        The full xPRT objective: change the positive (``L_xp``), make the vector carry what the passages share
+        (``L_cross``), plus the auxiliary self fill-in, MLM and uniformity terms and the retention term of
+        continued pre-training:
+
+        .. math::
+
+            \mathcal{L} = \mathcal{L}_{xp} + 0.1\,\mathcal{L}_{cross} + w_{self}\mathcal{L}_{self}
+            + w_{MLM}\mathcal{L}_{MLM} + w_{unif}\mathcal{L}_{unif} + w_{ret}(t)\,\mathcal{L}_{ret}
+
+        ``forward`` returns a dict of the weighted terms, ``{"xp", "cross", "self", "mlm", "unif", "retention"}``
+        (only the enabled ones); SentenceTransformerTrainer sums them and logs each one.
+
+        Cost. With any of the cross/self/MLM terms on, the anchor and its 4 related passages go through the
+        encoder ONCE, as one batched forward with 15% masking: the paper's "5 encoder passes per group", from
+        which the L_xp vectors, the fill-in vectors and the self fill-in teacher all come. The 8 cross and 2 self
+        decoder passes per group run as two batched one-layer passes. With only ``L_xp`` (and optionally
+        ``L_ret``/``L_unif``) on, the loss reads only the anchor and positive columns, unmasked, in one forward:
+        the paper's "change only the positive" configuration, costing what a MultipleNegativesRankingLoss
+        step costs (plus the teacher pass when retention is on).
+
+        Args:
+            model: the SentenceTransformer being trained (mean pooling in the paper).
+            teacher: the frozen starting model for retention; by default ``frozen_copy(model)`` taken now.
+            xp_weight: weight of ``L_xp``; 1, the paper's main term.
+            cross_weight: weight of ``L_cross``; 0.1 as in the paper.
+            self_weight: weight of ``L_self``; 0.1 is OUR choice (the paper gives none): the same scale as the other
+                decoder term.
+            mlm_weight: weight of ``L_MLM``; 0.1 is OUR choice (the paper gives none): enough to keep the teacher a
+                language model without letting token prediction dominate the contrastive term.
+            unif_weight: weight of ``L_unif``; 0.1 is OUR choice (the paper gives none): ``L_unif`` is about -2..-4,
+                so 0.1 keeps it a regularizer next to ``L_xp``.
+            retention_weight: starting weight of ``L_ret``; 40 as in the paper, whose schedule lowers it to 0 (the
+                schedule callback sets the float attribute ``retention_weight`` each step). ``None`` disables
+                retention (no teacher is built), e.g. when pre-training from BERT rather than continuing from E5.
+            temperature: :math:`\tau` of ``L_xp``; 0.05 as in the paper.
+            encoder_mask_ratio: masking of the single encoder pass when a decoder or MLM term is on; 0.15.
+            decoder_mask_ratio: masking of the fill-in decoder's input; 0.6 as in the paper.
+            num_condition_vectors: vectors the sentence vector is mapped to; 4 as in the paper.
+            retention_temperature: :math:`\tau` of the retention softmaxes; 0.05 (see :class:`RetentionLoss`).
+            uniformity_t: the uniformity kernel's ``t``; 2 as in Wang and Isola.
+            gather_across_devices: gather ``L_xp``'s negatives and document ids across devices.
+            merge_columns: one batched encoder forward for all columns (default). False embeds each column on its
+                own: same losses and gradients, slower; kept for the equivalence test and for debugging.
+
+        References:
+            - xPRT: Cross-Passage Retrieval Pretraining.
+            - Wang and Isola 2020 (uniformity); Devlin et al. 2019 (MLM).
+
+        Requirements:
+            1. Groups mined by ``xprt_st.mining``; with the decoder terms on, a BERT-like encoder with a mask token.
+
+        Inputs:
+            +---------------------------------------------------------+---------------------+
+            | Texts                                                   | Labels              |
+            +=========================================================+=====================+
+            | (anchor, positive, related_2, related_3, related_4)     | int64 document id   |
+            +---------------------------------------------------------+---------------------+
+
+        Relations:
+            - Each term is one class, usable alone and exposed here as an attribute (``None`` when its weight is 0):
+              ``cross_passage`` (:class:`CrossPassageLoss`), ``cross_fill_in`` (:class:`CrossFillInLoss`),
+              ``self_fill_in`` (:class:`SelfFillInLoss`), ``mlm`` (:class:`MLMLoss`), ``uniformity``
+              (:class:`UniformityLoss`), ``retention`` (:class:`RetentionLoss`); ``terms`` maps the dict keys to them.
+            - ``XPRTLoss(model, cross_weight=0, self_weight=0, mlm_weight=0, unif_weight=0)`` is "change only the
+              positive"; add ``retention_weight=None`` to drop retention too.
+            - :class:`RetroMAELoss` is the within-passage auto-encoding baseline on the same data.
+
+        Example:
+            ::
+
+                from datasets import Dataset
+                from sentence_transformers import SentenceTransformerTrainer
+                from xprt_st.losses import XPRTLoss
+                from xprt_st.models import load_model
+
+                model = load_model(None)
+                train_dataset = Dataset.from_dict({
+                    "anchor": ["A perfect game allows no base runner.", "Ford builds the F-Series pickups."],
+                    "positive": ["Only 24 perfect games were thrown.", "The F-150 is the best seller."],
+                    "related_2": ["The pitcher retired every batter.", "The trucks sell across America."],
+                    "related_3": ["No walks, no hits, no errors.", "The first model came out in 1948."],
+                    "related_4": ["The crowd stood for the last out.", "Gas and diesel engines are offered."],
+                    "label": [0, 1],
+                })
+                loss = XPRTLoss(model)
+                trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=loss)
+                trainer.train()
+        """
+        super().__init__()
+        for name, value in (
+            ("xp_weight", xp_weight),
+            ("cross_weight", cross_weight),
+            ("self_weight", self_weight),
+            ("mlm_weight", mlm_weight),
+            ("unif_weight", unif_weight),
+        ):
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
+        self.model = model
+        self.xp_weight = float(xp_weight)
+        self.cross_weight = float(cross_weight)
+        self.self_weight = float(self_weight)
+        self.mlm_weight = float(mlm_weight)
+        self.unif_weight = float(unif_weight)
+        self.temperature = temperature
+        self.encoder_mask_ratio = encoder_mask_ratio
+        self.decoder_mask_ratio = decoder_mask_ratio
+        self.num_condition_vectors = num_condition_vectors
+        self.retention_temperature = retention_temperature
+        self.uniformity_t = uniformity_t
+        self.gather_across_devices = gather_across_devices
+        self.merge_columns = merge_columns
+
+        # Owned once here; the term objects below reach them through unregistered references.
+        self.teacher = None if retention_weight is None else (teacher if teacher is not None else frozen_copy(model))
+        uses_decoder = self.cross_weight > 0 or self.self_weight > 0
+        self.decoder = FillInDecoder(model, num_condition_vectors) if uses_decoder else None
+        self.mlm_head = attach_mlm_head(model) if uses_decoder or self.mlm_weight > 0 else None
+        self.special_ids = special_token_ids(model) if self.mlm_head is not None else None
+        self.mask_token_id = int(model.tokenizer.mask_token_id) if self.mlm_head is not None else None
+
+        shared = {"decoder": self.decoder, "mlm_head": self.mlm_head}
+        self.cross_passage = CrossPassageLoss(model, temperature, gather_across_devices) if xp_weight > 0 else None
+        fill_in_args = {"decoder_mask_ratio": decoder_mask_ratio, "encoder_mask_ratio": encoder_mask_ratio}
+        self.cross_fill_in = CrossFillInLoss(model, **fill_in_args, **shared) if cross_weight > 0 else None
+        self.self_fill_in = SelfFillInLoss(model, **fill_in_args, **shared) if self_weight > 0 else None
+        self.mlm = MLMLoss(model, encoder_mask_ratio, self.mlm_head) if mlm_weight > 0 else None
+        self.uniformity = UniformityLoss(model, uniformity_t) if unif_weight > 0 else None
+        self.retention = (
+            None
+            if self.teacher is None
+            else RetentionLoss(model, self.teacher, float(retention_weight), retention_temperature)
+        )
+        for term in self.terms.values():
+            for name in ("model", "teacher", "decoder", "mlm_head"):
+                if name in term._modules:
+                    borrow(term, name, getattr(self, name))
+
+    @property
+    def terms(self) -> dict[str, nn.Module]:
+        """The enabled terms by the key they have in ``forward``'s dict."""
+        named = {
+            "xp": self.cross_passage,
+            "cross": self.cross_fill_in,
+            "self": self.self_fill_in,
+            "mlm": self.mlm,
+            "unif": self.uniformity,
+            "retention": self.retention,
+        }
+        return {key: term for key, term in named.items() if term is not None}
+
+    @property
+    def retention_weight(self) -> float | None:
+        """The retention term's current weight (None when retention is off); the schedule callback sets it."""
+        return None if self.retention is None else self.retention.retention_weight
+
+    @retention_weight.setter
+    def retention_weight(self, value: float) -> None:
+        if self.retention is None:
+            raise ValueError("this XPRTLoss was built with retention_weight=None; it has no retention term")
+        self.retention.retention_weight = float(value)
+
+    @property
+    def needs_masked_pass(self) -> bool:
+        return self.cross_fill_in is not None or self.self_fill_in is not None or self.mlm is not None
+
+    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None) -> dict[str, Tensor]:
+        features = list(sentence_features)
+        needed = 2 if self.cross_fill_in is None else 5
+        if len(features) < needed:
+            raise ValueError(
+                f"XPRTLoss with these terms needs the columns anchor, positive"
+                f"{', related_2, related_3, related_4' if needed == 5 else ''}; got {len(features)} text column(s)"
+            )
+        if self.needs_masked_pass:
+            # anchor + 4 related: one 15%-masked forward feeds every term (the paper's 5 passes per group)
+            columns = features[:5]
+            encoded = encode_columns(
+                self.model,
+                columns,
+                mask_ratio=self.encoder_mask_ratio,
+                special_ids=self.special_ids,
+                mask_token_id=self.mask_token_id,
+                batched=self.merge_columns,
+            )
+        else:
+            # change only the positive: anchor and positive, unmasked, like MultipleNegativesRankingLoss
+            encoded = encode_columns(self.model, features[:2], batched=self.merge_columns)
+        return self.compute_loss_from_encoded(encoded, labels, features[:2])
+
+    def compute_loss_from_encoded(
+        self, encoded: Any, labels: Tensor | None, unmasked_pair: list[dict[str, Tensor]]
+    ) -> dict[str, Tensor]:
+        """All enabled terms from one :class:`~xprt_st.losses._common.EncodedColumns`; the teacher reads
+        ``unmasked_pair`` (the anchor and positive features before masking)."""
+        embeddings = encoded.embeddings  # each (batch, dim)
+        terms: dict[str, Tensor] = {}
+        if self.cross_passage is not None:
+            loss = self.cross_passage.compute_loss_from_embeddings(embeddings[:2], _document_ids(labels))
+            terms["xp"] = self.xp_weight * loss
+        if self.cross_fill_in is not None:
+            loss = self.cross_fill_in.compute_loss_from_embeddings(
+                embeddings, encoded.input_ids, encoded.attention_mask
+            )
+            terms["cross"] = self.cross_weight * loss
+        if self.self_fill_in is not None:
+            loss = self.self_fill_in.compute_loss_from_token_states(
+                embeddings[:2], encoded.token_states[:2], encoded.input_ids[:2], encoded.attention_mask[:2]
+            )
+            terms["self"] = self.self_weight * loss
+        if self.mlm is not None:
+            loss = self.mlm.compute_loss_from_token_states(encoded.token_states, encoded.input_ids, encoded.masks)
+            terms["mlm"] = self.mlm_weight * loss
+        if self.uniformity is not None:
+            terms["unif"] = self.unif_weight * self.uniformity.compute_loss_from_embeddings(embeddings[:1])
+        if self.retention is not None:
+            if self.retention.retention_weight == 0:
+                terms["retention"] = embeddings[0].new_zeros(())  # the schedule reached 0: skip the teacher pass
+            else:
+                teacher = teacher_embeddings(self.teacher, unmasked_pair)
+                terms["retention"] = self.retention.compute_loss_from_embeddings(embeddings[:2], teacher)
+        return terms
+
+    def get_config_dict(self) -> dict[str, Any]:
+        return {
+            "xp_weight": self.xp_weight,
+            "cross_weight": self.cross_weight,
+            "self_weight": self.self_weight,
+            "mlm_weight": self.mlm_weight,
+            "unif_weight": self.unif_weight,
+            "retention_weight": self.retention_weight,
+            "temperature": self.temperature,
+            "encoder_mask_ratio": self.encoder_mask_ratio,
+            "decoder_mask_ratio": self.decoder_mask_ratio,
+            "num_condition_vectors": self.num_condition_vectors,
+            "retention_temperature": self.retention_temperature,
+            "uniformity_t": self.uniformity_t,
+            "gather_across_devices": self.gather_across_devices,
+        }
+
+    @property
+    def citation(self) -> str:
+        citations = [XPRT_CITATION]
+        if self.uniformity is not None:
+            citations.append(UNIFORMITY_CITATION)
+        if self.mlm is not None:
+            citations.append(BERT_CITATION)
+        return "".join(citations)
