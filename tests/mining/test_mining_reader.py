@@ -1,0 +1,173 @@
+"""Corpus input formats, HTML extraction and bad input: each a clear error or a counted skip."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import zipfile
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conftest import shared_data
+from xprt_st.mining.reader import (
+    CorpusColumnError,
+    CorpusReadError,
+    expand_sources,
+    extract_main_text,
+    iter_corpus,
+)
+
+
+def _jsonl(path: Path, rows: list[object]) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_jsonl_gz_parquet_and_ordinals_across_files(tmp_path):
+    _jsonl(tmp_path / "a.jsonl", [{"text": "first", "id": "x1"}, {"text": "second", "id": "x2"}])
+    with gzip.open(tmp_path / "b.jsonl.gz", "wt", encoding="utf-8") as handle:
+        handle.write(json.dumps({"text": "third", "id": "x3"}) + "\n")
+    pq.write_table(pa.table({"text": ["fourth"], "id": ["x4"]}), tmp_path / "c.parquet")
+    records = list(iter_corpus([tmp_path], id_field="id"))
+    assert [r.text for r in records] == ["first", "second", "third", "fourth"]
+    assert [r.ordinal for r in records] == [0, 1, 2, 3]
+    assert [r.doc_id for r in records] == ["x1", "x2", "x3", "x4"]
+    assert records[1].origin.endswith("a.jsonl:2")
+
+
+def test_zip_of_txt_with_a_latin1_file(tmp_path):
+    path = tmp_path / "news.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("bbc/tech/001.txt", b"Headline\n\nBody.")
+        archive.writestr("bbc/tech/002.txt", "Caf\xe9 prices\n\nUp 5\xa3.".encode("latin-1"))
+        archive.writestr("bbc/README.md", "not a document")
+    records = list(iter_corpus([path]))
+    assert [r.doc_id for r in records] == ["bbc/tech/001.txt", "bbc/tech/002.txt"]
+    assert records[1].text == "Café prices\n\nUp 5£."
+    assert [r.repair for r in records] == [None, "decoded_latin1"]
+
+
+def test_bad_lines_are_counted_skips_not_crashes(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    with path.open("wb") as handle:
+        handle.write(b'{"text": "good one"}\n')
+        handle.write(b"{not json\n")
+        handle.write(b'{"title": "no text field"}\n')
+        handle.write(b'{"text": 42}\n')
+        handle.write(b"[1, 2]\n")
+        handle.write('{"text": "caf\xe9"}\n'.encode("latin-1"))  # non-UTF-8 bytes
+    records = list(iter_corpus([path]))
+    assert [r.skip for r in records] == [
+        None,
+        "invalid_json",
+        "missing_text_field",
+        "text_not_a_string",
+        "invalid_json",
+        None,
+    ]
+    assert records[5].text == "café" and records[5].repair == "decoded_latin1"
+    assert records[2].origin.endswith("bad.jsonl:3")
+
+
+def test_wrong_columns_name_the_file_and_the_fields(tmp_path):
+    _jsonl(tmp_path / "a.jsonl", [{"body": "x"}])
+    with pytest.raises(CorpusColumnError, match=r"a\.jsonl:1: no text field 'text'.*\['body'\].*--text-field"):
+        list(iter_corpus([tmp_path / "a.jsonl"]))
+    pq.write_table(pa.table({"body": ["x"]}), tmp_path / "b.parquet")
+    with pytest.raises(CorpusColumnError, match=r"b\.parquet: no text field 'text'"):
+        list(iter_corpus([tmp_path / "b.parquet"]))
+    with pytest.raises(CorpusColumnError, match="no id field 'doc'"):
+        list(iter_corpus([tmp_path / "b.parquet"], text_field="body", id_field="doc"))
+
+
+def test_unreadable_and_missing_sources(tmp_path):
+    with pytest.raises(CorpusReadError, match="no such file or folder"):
+        expand_sources([tmp_path / "missing.jsonl"])
+    (tmp_path / "notes.csv").write_text("a,b")
+    with pytest.raises(CorpusReadError, match="unsupported file type"):
+        expand_sources([tmp_path / "notes.csv"])
+    broken = tmp_path / "broken.jsonl.gz"
+    good = gzip.compress(("\n".join(json.dumps({"text": f"t{i}"}) for i in range(200)) + "\n").encode())
+    broken.write_bytes(good[: len(good) // 2])  # truncated gzip stream
+    with pytest.raises(CorpusReadError, match=r"broken\.jsonl\.gz: cannot read.*--skip-unreadable"):
+        list(iter_corpus([broken]))
+    skipped: Counter[str] = Counter()
+    _jsonl(tmp_path / "z.jsonl", [{"text": "after"}])
+    records = list(iter_corpus([broken, tmp_path / "z.jsonl"], skip_unreadable=True, skipped=skipped))
+    assert skipped["unreadable_source"] == 1
+    assert records[-1].text == "after"
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 not really")
+    with pytest.raises(CorpusReadError, match=r"bad\.parquet"):
+        list(iter_corpus([tmp_path / "bad.parquet"]))
+
+
+def test_saved_dataset_folder_is_a_source(tmp_path):
+    import datasets
+
+    datasets.Dataset.from_dict({"text": ["one", "two"]}).save_to_disk(str(tmp_path / "ds"))
+    assert [r.text for r in iter_corpus([tmp_path / "ds"])] == ["one", "two"]
+
+
+_PAGE = """<html><head><title>Rivers</title></head><body>
+<nav><ul><li><a href="/">Home</a></li><li><a href="/a">About us</a></li><li><a href="/c">Contact</a></li></ul></nav>
+<form class="search"><input type="text" name="q"><button>Quick search</button></form>
+<main><article><h1>How rivers shape valleys</h1>
+<p>Rivers carve valleys over thousands of years by eroding rock and carrying sediment downstream to the sea.</p>
+<h2>Erosion</h2>
+<p>The speed of the water decides how much sediment a river can carry; floods move boulders that calm water leaves.</p>
+<ul><li>Hydraulic action breaks rock apart.</li><li>Abrasion grinds the riverbed with carried stones.</li></ul>
+<p>Over time meanders form where the outer bank erodes faster than the inner bank, widening the valley floor.</p>
+</article></main>
+<footer><p>Copyright 2024 Example Corp. All rights reserved. Privacy policy | Terms of use</p></footer>
+</body></html>"""
+
+
+def test_html_extraction_keeps_blocks_and_drops_navigation_and_footer():
+    text = extract_main_text(_PAGE)
+    assert text is not None
+    blocks = text.split("\n\n")
+    assert "How rivers shape valleys" in blocks
+    assert "Erosion" in blocks
+    assert "Hydraulic action breaks rock apart." in blocks
+    for boilerplate in ("Quick search", "About us", "Copyright", "Privacy policy"):
+        assert boilerplate not in text
+    assert extract_main_text("<html><body></body></html>") is None
+
+
+_NAV_FOOTER = re.compile(
+    r"previous topic|next topic|report a bug|show source|quick search|©|copyright \d{4}|last updated on|"
+    r"created using sphinx|found a bug\?|index modules|prev\s+up|up\s+home|home\s+next",
+    re.IGNORECASE,
+)
+"""Navigation, search box and footer strings of the Sphinx (Python) and DocBook (PostgreSQL) pages."""
+
+
+def test_real_debian_pages_lose_their_navigation_and_footers():
+    path = shared_data("debian-docs-html", "pages.jsonl.gz")
+    wanted = {"python3.11/html/library/": 10, "postgresql-doc-15/html/app-": 5}
+    raw_hits = kept_hits = 0
+    for record in iter_corpus([path], text_field="html", id_field="id"):
+        prefix = next((p for p in wanted if record.doc_id.startswith(p)), None)
+        if prefix is None or wanted[prefix] == 0:
+            continue
+        wanted[prefix] -= 1
+        plain = re.sub(r"<[^>]+>", " ", record.text)
+        raw_hits += bool(_NAV_FOOTER.search(" ".join(plain.split())))
+        kept_hits += len(_NAV_FOOTER.findall(extract_main_text(record.text, record.origin) or ""))
+        if not any(wanted.values()):
+            break
+    assert raw_hits == 15  # every raw page carries the boilerplate
+    assert kept_hits == 0
+
+
+def test_bbc_zip_reads_every_article_with_one_latin1_repair():
+    path = shared_data("bbc-news", "bbc-fulltext.zip")
+    records = list(iter_corpus([path]))
+    assert len(records) == 2225
+    assert Counter(r.repair for r in records)["decoded_latin1"] == 1
+    assert all(r.text and r.doc_id.endswith(".txt") for r in records)
