@@ -1,3 +1,218 @@
-"""`xprt-st evaluate`: placeholder until its issue lands."""
+"""`xprt-st evaluate` and `xprt-st finetune-compare`: thin wiring over :mod:`xprt_st.evaluation` and
+:mod:`xprt_st.finetune`."""
 
 from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from xprt_st.cli import app
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _setup(verbose: bool) -> None:
+    from rich.logging import RichHandler
+
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(message)s",
+        handlers=[RichHandler(console=err_console, show_path=False)],
+    )
+    logging.getLogger("xprt_st").setLevel(logging.INFO if verbose else logging.WARNING)
+    if not verbose:
+        import datasets
+        import transformers
+
+        datasets.disable_progress_bars()
+        transformers.utils.logging.disable_progress_bar()
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        for name in ("mteb", "sentence_transformers", "transformers"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def _fail(error: Exception) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/bold red] {error}", highlight=False)
+    return typer.Exit(code=2)
+
+
+@app.command()
+def evaluate(
+    models: Annotated[
+        list[str] | None,
+        typer.Argument(help="Models to compare (names or folders); 'default' = the offline all-MiniLM-L6-v2."),
+    ] = None,
+    tasks: Annotated[
+        list[str],
+        typer.Option(
+            "--tasks",
+            "-t",
+            help="Comma-separated tasks: arguana, stsb, sickr, sts12-sts15, python-faq, a BEIR folder, an STS "
+            "file, or an MTEB task name (online).",
+        ),
+    ] = ["arguana", "stsb"],  # noqa: B006 (typer reads defaults, never mutates them)
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(help="Folder of the named local tasks (default: $XPRT_DATA_DIR, else ../shared/data)."),
+    ] = None,
+    label: Annotated[list[str] | None, typer.Option(help="Name of each model in the table (once per model).")] = None,
+    max_queries: Annotated[
+        int | None, typer.Option(help="Keep a seeded sample of this many queries (STS: pairs).")
+    ] = None,
+    max_corpus: Annotated[
+        int | None,
+        typer.Option(help="Keep this many documents: all judged documents of kept queries plus a seeded sample."),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the subsampling.")] = 0,
+    overlap_thirds: Annotated[
+        bool,
+        typer.Option(
+            "--overlap-thirds",
+            help="Also report nDCG@10 per third of queries by query/target word overlap (Jaccard), per model.",
+        ),
+    ] = False,
+    output_dir: Annotated[Path, typer.Option(help="Where scores.csv/json/png are written.")] = Path("xprt-eval"),
+    cache_dir: Annotated[
+        Path | None, typer.Option(help="mteb result cache (default: $XPRT_CACHE_DIR, else ~/.cache/xprt-st/mteb).")
+    ] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the result cache.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Re-run even when cached results exist.")] = False,
+    batch_size: Annotated[int, typer.Option(help="Encoding batch size.")] = 32,
+    device: Annotated[str | None, typer.Option(help="Torch device, e.g. cpu or cuda.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress.")] = False,
+) -> None:
+    """Evaluate one or more models side by side through mteb, offline on local data by default."""
+    _setup(verbose)
+    from xprt_st.evaluation.analysis import overlap_thirds_report, thirds_rich_table, write_thirds_csv
+    from xprt_st.evaluation.local import TaskLoadError, resolve_tasks
+    from xprt_st.evaluation.run import default_cache_dir, evaluate_models
+    from xprt_st.models import ModelLoadError
+
+    try:
+        task_objects = resolve_tasks(tasks, data_dir, max_queries=max_queries, max_corpus=max_corpus, seed=seed)
+        report = evaluate_models(
+            list(models or ["default"]),
+            task_objects,
+            labels=label or None,
+            batch_size=batch_size,
+            cache_dir=None if no_cache else cache_dir or default_cache_dir(),
+            overwrite=overwrite,
+            device=device,
+            show_progress=verbose,
+        )
+    except (TaskLoadError, ModelLoadError, ValueError) as error:
+        raise _fail(error) from error
+    console.print(report.rich_table())
+    paths = report.write(output_dir)
+    if overlap_thirds:
+        rows = []
+        for task in report.tasks:
+            if task in report.per_query:
+                rows.extend(overlap_thirds_report(report, task))
+            elif report.task_objects[task].metadata.type == "Retrieval":
+                err_console.print(f"[yellow]--overlap-thirds: skipping {task} (not a local retrieval task)[/yellow]")
+        if rows:
+            console.print(thirds_rich_table(rows))
+            paths["thirds"] = write_thirds_csv(rows, output_dir / "overlap_thirds.csv")
+    console.print("wrote " + ", ".join(str(path) for path in paths.values()), highlight=False)
+
+
+@app.command("finetune-compare")
+def finetune_compare(
+    pretrained: Annotated[str, typer.Option(help="The pre-trained model (name or folder), e.g. an xPRT output.")],
+    base: Annotated[str, typer.Option(help="The model pre-training started from; 'default' = all-MiniLM-L6-v2.")] = (
+        "default"
+    ),
+    task: Annotated[
+        str, typer.Option(help="Retrieval task for the test queries: arguana, python-faq, or a BEIR folder.")
+    ] = "arguana",
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(help="Folder of the named local tasks (default: $XPRT_DATA_DIR, else ../shared/data)."),
+    ] = None,
+    train_pairs: Annotated[
+        Path | None,
+        typer.Option(help="Labelled pairs (JSONL, or TSV with a header); then every task query is a test query."),
+    ] = None,
+    train_split: Annotated[
+        str | None, typer.Option(help="Use qrels/<SPLIT>.tsv of the task folder as training judgements.")
+    ] = None,
+    query_field: Annotated[str, typer.Option(help="Query column of --train-pairs.")] = "query",
+    positive_field: Annotated[str, typer.Option(help="Positive column of --train-pairs.")] = "positive",
+    test_fraction: Annotated[
+        float, typer.Option(help="Without labelled pairs: share of the task's queries held out for testing.")
+    ] = 0.5,
+    domain_field: Annotated[
+        str | None, typer.Option(help="Field of a query record (or its metadata) naming its sub-domain.")
+    ] = None,
+    domain_pattern: Annotated[
+        str | None,
+        typer.Option(help="Regex on the query id whose group 1 names the sub-domain, e.g. '^test-([a-z]+)-'."),
+    ] = None,
+    max_queries: Annotated[int | None, typer.Option(help="Seeded sample of the task's queries (before folds).")] = None,
+    max_corpus: Annotated[int | None, typer.Option(help="Seeded corpus sample (keeps all judged documents).")] = None,
+    epochs: Annotated[int, typer.Option(help="Fine-tuning epochs (both models).")] = 1,
+    batch_size: Annotated[int, typer.Option(help="Fine-tuning batch size (in-batch negatives).")] = 32,
+    learning_rate: Annotated[float, typer.Option(help="Fine-tuning peak learning rate.")] = 2e-5,
+    seed: Annotated[int, typer.Option(help="Seed of folds, subsampling and training.")] = 0,
+    tolerance: Annotated[float, typer.Option(help="Flag a sub-domain whose gain is below -TOLERANCE.")] = 0.0,
+    output_dir: Annotated[Path, typer.Option(help="Where finetune_compare.csv/json go.")] = Path("xprt-finetune"),
+    save_models: Annotated[bool, typer.Option("--save-models", help="Also save the two fine-tuned models.")] = False,
+    device: Annotated[str | None, typer.Option(help="Torch device, e.g. cpu or cuda.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress.")] = False,
+) -> None:
+    """Fine-tune base and pre-trained models identically (MNRL) and compare the gain before and after."""
+    _setup(verbose)
+    from xprt_st.evaluation.local import TaskLoadError, read_beir_folder, resolve_beir, subsample_beir
+    from xprt_st.finetune import (
+        FinetuneSettings,
+        beir_train_pairs,
+        finetune_compare,
+        query_domains,
+        read_pairs,
+    )
+    from xprt_st.models import ModelLoadError
+
+    try:
+        if train_pairs is not None and train_split is not None:
+            raise ValueError("give either --train-pairs or --train-split, not both")
+        data, label, ignore_identical_ids = resolve_beir(task, data_dir)
+        data = subsample_beir(data, max_queries=max_queries, max_corpus=max_corpus, seed=seed)
+        domains = query_domains(data, domain_field=domain_field, domain_pattern=domain_pattern)
+        pairs = None
+        if train_pairs is not None:
+            pairs = read_pairs(train_pairs, query_field=query_field, positive_field=positive_field)
+        elif train_split is not None:
+            folder = Path(task) if Path(task).is_dir() else None
+            if folder is None:
+                raise ValueError("--train-split needs --task to be a BEIR folder that holds qrels/<split>.tsv")
+            pairs = beir_train_pairs(read_beir_folder(folder, train_split))
+        result = finetune_compare(
+            base,
+            pretrained,
+            data,
+            task=label,
+            ignore_identical_ids=ignore_identical_ids,
+            train_pairs=pairs,
+            test_fraction=test_fraction,
+            domains=domains if (domain_field or domain_pattern) else None,
+            settings=FinetuneSettings(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, seed=seed),
+            output_dir=output_dir,
+            save_models=save_models,
+            device=device,
+            tolerance=tolerance,
+        )
+    except (TaskLoadError, ModelLoadError, ValueError) as error:
+        raise _fail(error) from error
+    console.print(result.rich_table())
+    flagged = [row.domain for row in result.rows if row.flag]
+    if flagged:
+        err_console.print(f"[red]pre-training loses on: {', '.join(flagged)}[/red]")
+    paths = [result.to_csv(output_dir / "finetune_compare.csv"), result.to_json(output_dir / "finetune_compare.json")]
+    console.print("wrote " + ", ".join(str(path) for path in paths), highlight=False)

@@ -1,0 +1,305 @@
+"""Evaluate one or more models side by side through mteb, into one table of scores.
+
+Each model gets its own mteb result key: the name ``xprt-st/<label>`` and, as revision, a hash of its
+weights. Cached results are therefore reused only for the very same weights on the very same task data
+(local tasks carry a data fingerprint in their name), and never mix between models.
+
+Example:
+    >>> from xprt_st.evaluation import evaluate_models
+    >>> report = evaluate_models([None], ["python-faq"], max_queries=20, max_corpus=40)  # doctest: +SKIP
+    >>> report.score("all-MiniLM-L6-v2", "python-faq")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import logging
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from sentence_transformers import SentenceTransformer
+
+from xprt_st.evaluation.local import PER_QUERY_KEY, resolve_tasks, task_label
+from xprt_st.models import DEFAULT_MODEL, load_model
+
+logger = logging.getLogger(__name__)
+
+CACHE_DIR_ENV = "XPRT_CACHE_DIR"
+"""Environment variable that overrides the default mteb result cache of xprt-st."""
+
+
+def default_cache_dir() -> Path:
+    """``$XPRT_CACHE_DIR`` when set, else ``~/.cache/xprt-st/mteb``."""
+    return Path(os.environ.get(CACHE_DIR_ENV, Path.home() / ".cache" / "xprt-st" / "mteb"))
+
+
+def model_fingerprint(model: SentenceTransformer) -> str:
+    """A short hash of the model's weights and module layout: the revision of its mteb result key."""
+    digest = hashlib.sha1()
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(str(tuple(tensor.shape)).encode())
+        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
+    digest.update(repr([type(module).__name__ for module in model]).encode())
+    return digest.hexdigest()[:16]
+
+
+def model_label(spec: str | Path | SentenceTransformer | None) -> str:
+    """The short name of a model in tables: the default's name, or a path's last component."""
+    if spec is None or str(spec) in {DEFAULT_MODEL, "default"}:
+        return "all-MiniLM-L6-v2"
+    if isinstance(spec, SentenceTransformer):
+        return spec.model_card_data.model_name or "model"
+    return Path(str(spec).rstrip("/")).name or str(spec)
+
+
+def unique_labels(labels: Sequence[str]) -> list[str]:
+    """Make labels unique by appending ``-2``, ``-3`` ... to repeats, keeping the order."""
+    seen: dict[str, int] = {}
+    result = []
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+        result.append(label if seen[label] == 1 else f"{label}-{seen[label]}")
+    return result
+
+
+@dataclass
+class TaskScore:
+    """One model's main score on one task."""
+
+    model: str
+    task: str
+    metric: str
+    score: float
+    model_key: str
+    mteb_task: str
+
+
+@dataclass
+class EvaluationReport:
+    """Scores of several models on several tasks.
+
+    Attributes:
+        models: model labels in the order given.
+        tasks: task labels in the order given.
+        scores: one :class:`TaskScore` per model and task.
+        per_query: task label -> model label -> query id -> nDCG@10 (local retrieval tasks only).
+        task_objects: task label -> the mteb task (local tasks keep their data for analyses).
+    """
+
+    models: list[str]
+    tasks: list[str]
+    scores: list[TaskScore] = field(default_factory=list)
+    per_query: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
+    task_objects: dict[str, Any] = field(default_factory=dict)
+
+    def score(self, model: str, task: str) -> float:
+        """The main score of ``model`` on ``task``."""
+        for row in self.scores:
+            if row.model == model and row.task == task:
+                return row.score
+        raise KeyError(f"no score for model {model!r} on task {task!r}; models: {self.models}, tasks: {self.tasks}")
+
+    def metric(self, task: str) -> str:
+        """The main metric of ``task`` (e.g. ``ndcg_at_10``, ``cosine_spearman``)."""
+        return next(row.metric for row in self.scores if row.task == task)
+
+    def wide_rows(self) -> list[dict[str, Any]]:
+        """One dict per model: ``model``, one column per task (main score), and ``mean``."""
+        rows = []
+        for model in self.models:
+            values = {task: self.score(model, task) for task in self.tasks}
+            rows.append({"model": model, **values, "mean": sum(values.values()) / len(values)})
+        return rows
+
+    def write_csv(self, path: str | Path) -> Path:
+        """Long format: model, task, metric, score, model_key, mteb_task."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(TaskScore.__dataclass_fields__))
+            writer.writeheader()
+            for row in self.scores:
+                writer.writerow(asdict(row))
+        return path
+
+    def write_json(self, path: str | Path) -> Path:
+        """The scores (long format), the wide table, and the task metrics."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "models": self.models,
+            "tasks": {task: self.metric(task) for task in self.tasks},
+            "scores": [asdict(row) for row in self.scores],
+            "table": self.wide_rows(),
+        }
+        path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+        return path
+
+    def plot(self, path: str | Path) -> Path:
+        """A grouped bar plot: one group per task, one bar per model, the main score on the y axis."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        width = 0.8 / max(1, len(self.models))
+        fig, ax = plt.subplots(figsize=(max(4.0, 1.6 * len(self.tasks) + 1), 3.6))
+        for index, model in enumerate(self.models):
+            xs = [t + (index - (len(self.models) - 1) / 2) * width for t in range(len(self.tasks))]
+            ys = [self.score(model, task) for task in self.tasks]
+            ax.bar(xs, ys, width=width, label=model)
+        ax.set_xticks(range(len(self.tasks)))
+        ax.set_xticklabels([f"{task}\n({self.metric(task)})" for task in self.tasks], fontsize=8)
+        ax.set_ylabel("main score")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        return path
+
+    def rich_table(self, title: str = "xprt-st evaluate"):
+        """A rich table: models as rows, tasks (with their metric) as columns, plus the mean."""
+        from rich.table import Table
+
+        table = Table(title=title)
+        table.add_column("model", style="bold")
+        for task in self.tasks:
+            table.add_column(f"{task}\n{self.metric(task)}", justify="right")
+        table.add_column("mean", justify="right")
+        for row in self.wide_rows():
+            table.add_row(row["model"], *[f"{row[task]:.4f}" for task in self.tasks], f"{row['mean']:.4f}")
+        return table
+
+    def write(self, output_dir: str | Path) -> dict[str, Path]:
+        """Write ``scores.csv``, ``scores.json`` and ``scores.png`` into ``output_dir``."""
+        output_dir = Path(output_dir)
+        return {
+            "csv": self.write_csv(output_dir / "scores.csv"),
+            "json": self.write_json(output_dir / "scores.json"),
+            "png": self.plot(output_dir / "scores.png"),
+        }
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "model"
+
+
+def evaluate_model(
+    model: SentenceTransformer,
+    tasks: Sequence[Any],
+    *,
+    label: str,
+    batch_size: int = 32,
+    cache_dir: str | Path | None = None,
+    overwrite: bool = False,
+    show_progress: bool = False,
+) -> tuple[list[TaskScore], dict[str, dict[str, float]]]:
+    """Run mteb on one loaded model; return its main scores and per-query nDCG@10 per task label."""
+    import mteb
+    from mteb.models import SentenceTransformerEncoderWrapper
+
+    wrapper = SentenceTransformerEncoderWrapper(model)
+    key_name = f"xprt-st/{_slug(label)}"
+    revision = model_fingerprint(model)
+    wrapper.mteb_model_meta = wrapper.mteb_model_meta.model_copy(update={"name": key_name, "revision": revision})
+    cache = mteb.ResultCache(str(cache_dir)) if cache_dir is not None else None
+    result = mteb.evaluate(
+        wrapper,
+        list(tasks),
+        cache=cache,
+        co2_tracker=False,
+        overwrite_strategy="always" if overwrite else "only-missing",
+        encode_kwargs={"batch_size": batch_size, "show_progress_bar": show_progress},
+        show_progress_bar=show_progress,
+    )
+    by_name = {task_result.task_name: task_result for task_result in result.task_results}
+    scores: list[TaskScore] = []
+    per_query: dict[str, dict[str, float]] = {}
+    for task in tasks:
+        name = task.metadata.name
+        if name not in by_name:
+            raise RuntimeError(f"mteb returned no result for task {name} and model {label}: {result.exceptions}")
+        split_scores = by_name[name].scores[task.metadata.eval_splits[0]]
+        main = task.metadata.main_score
+        value = sum(float(s[main]) for s in split_scores) / len(split_scores)
+        scores.append(TaskScore(label, task_label(task), main, value, f"{key_name}@{revision}", name))
+        if PER_QUERY_KEY in split_scores[0]:
+            per_query[task_label(task)] = {qid: float(v) for qid, v in split_scores[0][PER_QUERY_KEY].items()}
+    return scores, per_query
+
+
+def evaluate_models(
+    models: Sequence[str | Path | SentenceTransformer | None],
+    tasks: Sequence[Any],
+    *,
+    labels: Sequence[str] | None = None,
+    data_dir: str | Path | None = None,
+    max_queries: int | None = None,
+    max_corpus: int | None = None,
+    seed: int = 0,
+    batch_size: int = 32,
+    cache_dir: str | Path | None = None,
+    overwrite: bool = False,
+    device: str | None = None,
+    show_progress: bool = False,
+) -> EvaluationReport:
+    """Evaluate several models on the same tasks, one after the other, into one report.
+
+    Args:
+        models: names or paths (None or ``"default"``: the offline default model), or loaded models.
+        tasks: task specs (see :func:`xprt_st.evaluation.local.resolve_tasks`) or mteb task objects.
+        labels: names in the table; by default the model's name or folder name (made unique).
+        data_dir, max_queries, max_corpus, seed: passed to task resolution for task specs.
+        batch_size: encoding batch size.
+        cache_dir: mteb result cache folder; None disables caching.
+        overwrite: re-run even when the cache holds results for these weights and this task data.
+        device: torch device for models loaded here.
+        show_progress: show mteb's and the encoder's progress bars.
+
+    Raises:
+        xprt_st.evaluation.local.TaskLoadError: a task spec could not be resolved.
+        xprt_st.models.ModelLoadError: a model could not be loaded (raised before any evaluation runs
+            for that model; earlier models are already evaluated).
+    """
+    if isinstance(tasks, str):
+        tasks = [tasks]
+    if any(isinstance(task, str) for task in tasks):
+        specs = [task for task in tasks if isinstance(task, str)]
+        resolved = iter(resolve_tasks(specs, data_dir, max_queries=max_queries, max_corpus=max_corpus, seed=seed))
+        tasks = [next(resolved) if isinstance(task, str) else task for task in tasks]
+    models = list(models) or [None]
+    if labels is not None and len(labels) != len(models):
+        raise ValueError(f"got {len(labels)} labels for {len(models)} models; give one label per model or none")
+    names = unique_labels(list(labels) if labels is not None else [model_label(m) for m in models])
+    report = EvaluationReport(models=names, tasks=[task_label(task) for task in tasks])
+    report.task_objects = {task_label(task): task for task in tasks}
+    for spec, label in zip(models, names, strict=True):
+        model = spec if isinstance(spec, SentenceTransformer) else load_model(_model_name(spec), device=device)
+        logger.info("evaluating %s on %s", label, ", ".join(report.tasks))
+        scores, per_query = evaluate_model(
+            model,
+            tasks,
+            label=label,
+            batch_size=batch_size,
+            cache_dir=cache_dir,
+            overwrite=overwrite,
+            show_progress=show_progress,
+        )
+        report.scores.extend(scores)
+        for task, values in per_query.items():
+            report.per_query.setdefault(task, {})[label] = values
+    return report
+
+
+def _model_name(spec: str | Path | None) -> str | Path | None:
+    return None if spec is None or str(spec) == "default" else spec
