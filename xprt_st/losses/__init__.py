@@ -11,6 +11,7 @@ from xprt_st.losses.decoder import FillInDecoder
 from xprt_st.losses.fill_in import CrossFillInLoss, SelfFillInLoss
 from xprt_st.losses.mlm import MLMLoss
 from xprt_st.losses.retention import RetentionLoss, WithRetention
+from xprt_st.losses.retromae import RetroMAELoss, sample_enhanced_decoding_mask
 from xprt_st.losses.uniformity import UniformityLoss
 from xprt_st.losses.xprt import XPRTLoss
 
@@ -20,8 +21,10 @@ __all__ = [
     "FillInDecoder",
     "MLMLoss",
     "RetentionLoss",
+    "RetroMAELoss",
     "SelfFillInLoss",
     "UniformityLoss",
     "WithRetention",
     "XPRTLoss",
+    "sample_enhanced_decoding_mask",
 ]

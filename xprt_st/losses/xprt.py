@@ -8,7 +8,7 @@ from typing import Any
 from sentence_transformers import SentenceTransformer
 from torch import Tensor, nn
 
-from xprt_st.losses._common import borrow, encode_columns, special_token_ids
+from xprt_st.losses._common import EncodedColumns, borrow, encode_columns, special_token_ids
 from xprt_st.losses.cross_passage import XPRT_CITATION, CrossPassageLoss, _document_ids
 from xprt_st.losses.decoder import FillInDecoder
 from xprt_st.losses.fill_in import CrossFillInLoss, SelfFillInLoss
@@ -230,9 +230,9 @@ class XPRTLoss(nn.Module):
         return self.compute_loss_from_encoded(encoded, labels, features[:2])
 
     def compute_loss_from_encoded(
-        self, encoded: Any, labels: Tensor | None, unmasked_pair: list[dict[str, Tensor]]
+        self, encoded: EncodedColumns, labels: Tensor | None, unmasked_pair: list[dict[str, Tensor]]
     ) -> dict[str, Tensor]:
-        """All enabled terms from one :class:`~xprt_st.losses._common.EncodedColumns`; the teacher reads
+        """All enabled terms from one encoder pass (:class:`EncodedColumns`); the teacher reads
         ``unmasked_pair`` (the anchor and positive features before masking)."""
         embeddings = encoded.embeddings  # each (batch, dim)
         terms: dict[str, Tensor] = {}
