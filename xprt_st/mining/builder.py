@@ -791,7 +791,8 @@ def _write_dataset(output_dir: Path, rows: dict[str, list[Any]], top_k: int) -> 
     was_enabled = not datasets.utils.are_progress_bars_disabled()
     datasets.utils.disable_progress_bars()
     try:
-        dataset.save_to_disk(str(tmp))
+        # An empty dataset needs one explicit shard, else datasets writes no arrow file and cannot load it.
+        dataset.save_to_disk(str(tmp), num_shards=1 if len(dataset) == 0 else None)
     finally:
         if was_enabled:
             datasets.utils.enable_progress_bars()

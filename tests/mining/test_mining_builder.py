@@ -1,0 +1,282 @@
+"""The builder end to end on a tiny random model: output contract, stats, shards, resume, ablations, bad input."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import datasets
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from xprt_st.columns import GROUP_COLUMNS, LABEL
+from xprt_st.mining import GroupBuilder, MiningConfig, MiningConfigError, NoGroupsError, load_passages, merge
+from xprt_st.mining.builder import ShardResult
+from xprt_st.mining.scoring import TfidfScorer, tfidf_cosine
+
+TOPICS = ["river", "violin", "glacier", "tax", "comet", "bakery", "chess", "volcano", "orchid", "railway"]
+
+
+def _paragraph(topic: str, i: int, j: int) -> str:
+    return (
+        f"The {topic} story part {j} of document {i} mentions {topic} facts and {topic} history. "
+        f"Experts on the {topic} add detail number {i * 10 + j} about {TOPICS[(i + j) % len(TOPICS)]}."
+    )
+
+
+def _corpus(path: Path, documents: int = 10) -> Path:
+    rows: list[str] = []
+    for i in range(documents):
+        topic = TOPICS[i % len(TOPICS)]
+        paragraphs = [_paragraph(topic, i, j) for j in range(3 + i % 4)]
+        paragraphs.append("Home | About | Contact | Privacy policy | Copyright 2024")
+        rows.append(json.dumps({"text": "\n\n".join(paragraphs), "id": f"doc-{i}"}))
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def _bad_rows() -> list[str]:
+    duplicated = "\n\n".join([_paragraph("ocean", 90, 0), _paragraph("ocean", 90, 1), _paragraph("ocean", 90, 0)])
+    return [
+        json.dumps({"text": "", "id": "empty"}),
+        json.dumps({"text": "One short passage only.", "id": "single"}),
+        "{this is not json",
+        json.dumps({"title": "no text", "id": "notext"}),
+        json.dumps({"text": duplicated, "id": "dup"}),
+    ]
+
+
+def _config(**overrides) -> MiningConfig:
+    settings = {"max_tokens": 32, "min_tokens": 8, "batch_size": 16, "threshold_quantile": 0.5, "id_field": "id"}
+    settings.update(overrides)
+    return MiningConfig(**settings)
+
+
+class _CountingEncoder:
+    """Wraps builder.encode to count the passages sent to the model."""
+
+    def __init__(self, builder: GroupBuilder) -> None:
+        self.passages = 0
+        self._encode = builder.encode
+        builder.encode = self  # type: ignore[method-assign]
+
+    def __call__(self, passages: list[str]) -> np.ndarray:
+        self.passages += len(passages)
+        return self._encode(passages)
+
+
+def _rows(folder: Path) -> list[tuple]:
+    dataset = datasets.load_from_disk(str(folder))
+    return sorted(tuple(row[c] for c in [*GROUP_COLUMNS, LABEL]) for row in dataset)
+
+
+def test_output_contract_stats_and_bad_input(tmp_path, tiny_model):
+    corpus = _corpus(tmp_path / "corpus.jsonl")
+    with corpus.open("a", encoding="utf-8") as handle:
+        handle.write("\n".join(_bad_rows()) + "\n")
+    out = tmp_path / "out"
+    stats = GroupBuilder([corpus], out, _config(), model=tiny_model, progress=False).run()
+
+    dataset = datasets.load_from_disk(str(out))
+    assert dataset.column_names == [*GROUP_COLUMNS, LABEL]
+    assert dataset.features[LABEL].dtype == "int64"
+    assert all(dataset.features[c].dtype == "string" for c in GROUP_COLUMNS)
+    assert len(dataset) == stats["groups"] > 0
+    for row in dataset:
+        assert all(row[c].strip() for c in GROUP_COLUMNS)
+        assert row["anchor"] != row["positive"]
+
+    assert stats["documents"] == 15
+    assert stats["skipped"] == {"empty": 1, "single_passage": 1, "invalid_json": 1, "missing_text_field": 1}
+    assert stats["duplicate_passages_removed"] == 1
+    for key in ("documents_with_groups", "groups_per_document", "passages", "passage_coverage", "settings"):
+        assert key in stats
+    assert stats["settings"]["top_k"] == 4 and stats["settings"]["threshold_quantile"] == 0.5
+
+    passages = pq.read_table(out / "passages.parquet").to_pandas()
+    assert len(passages) == stats["passages"]
+    assert stats["passage_coverage"] == pytest.approx(passages["in_group"].mean(), abs=1e-4)
+    assert stats["anchors"] == int(passages["is_anchor"].sum()) == stats["groups"]
+    finite = passages["centrality"].dropna()
+    assert stats["threshold"] == pytest.approx(np.quantile(finite, 0.5), abs=1e-6)
+    assert (passages.loc[passages["is_anchor"], "centrality"] >= stats["threshold"]).all()
+
+    meta = [json.loads(line) for line in (out / "groups_meta.jsonl").read_text().splitlines()]
+    assert len(meta) == len(dataset)
+    assert {m["doc_id"] for m in meta} <= {f"doc-{i}" for i in range(10)} | {"dup"}
+    by_label = {m["label"]: m["doc_id"] for m in meta}
+    assert all(by_label[label] for label in dataset[LABEL])
+    assert (out / "stats.json").is_file()
+
+
+def test_tfidf_scores_use_the_corpus_idf(tmp_path, tiny_model):
+    corpus = _corpus(tmp_path / "corpus.jsonl")
+    out = tmp_path / "out"
+    GroupBuilder([corpus], out, _config(), model=tiny_model, progress=False).run()
+    table = load_passages(out).to_pandas()
+    scorer = TfidfScorer().fit(table["text"].tolist())
+    doc = table[table["label"] == 3].reset_index(drop=True)
+    cos = tfidf_cosine(scorer.transform(doc["text"].tolist()))
+    own = tfidf_cosine(TfidfScorer().fit(doc["text"].tolist()).transform(doc["text"].tolist()))
+    first = doc.iloc[0]
+    expected = [cos[0, j] for j in first["related"]]
+    assert list(first["tfidf_scores"]) == pytest.approx(expected)
+    assert not np.allclose([own[0, j] for j in first["related"]], expected)
+
+
+def test_resume_after_a_kill_recomputes_nothing_finished(tmp_path, tiny_model, monkeypatch):
+    corpus = _corpus(tmp_path / "corpus.jsonl", documents=10)
+    reference = tmp_path / "reference"
+    GroupBuilder([corpus], reference, _config(chunk_size=3), model=tiny_model, progress=False).run()
+
+    out = tmp_path / "out"
+    original = GroupBuilder._write_chunk
+    calls = {"n": 0}
+
+    def dying_write(self, directory, chunk_index, table, encode_seconds):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt("simulated kill while writing chunk 2")
+        original(self, directory, chunk_index, table, encode_seconds)
+
+    monkeypatch.setattr(GroupBuilder, "_write_chunk", dying_write)
+    with pytest.raises(KeyboardInterrupt):
+        GroupBuilder([corpus], out, _config(chunk_size=3), model=tiny_model, progress=False).run()
+    shard = out / "shards" / "shard-00000-of-00001"
+    assert sorted(p.name for p in shard.glob("chunk-*")) == ["chunk-00000", "chunk-00001"]
+    assert not (shard / "COMPLETE").exists() and not (out / "stats.json").exists()
+    monkeypatch.setattr(GroupBuilder, "_write_chunk", original)
+
+    builder = GroupBuilder([corpus], out, _config(chunk_size=3), model=tiny_model, progress=False)
+    counter = _CountingEncoder(builder)
+    stats = builder.run()
+    done = load_passages(out).to_pandas()
+    first_six = done[done["label"] < 6]
+    assert counter.passages == len(done) - len(first_six)  # chunks 0 and 1 (documents 0-5) not re-encoded
+    assert _rows(out) == _rows(reference)
+    anchors = [(m["label"], m["anchor_index"]) for m in map(json.loads, (out / "groups_meta.jsonl").open())]
+    assert len(anchors) == len(set(anchors)) == stats["groups"]
+
+    again = GroupBuilder([corpus], out, _config(chunk_size=3), model=tiny_model, progress=False)
+    counter = _CountingEncoder(again)
+    again.run()
+    assert counter.passages == 0
+
+
+def test_shards_run_as_separate_jobs_then_merge(tmp_path, tiny_model):
+    corpus = _corpus(tmp_path / "corpus.jsonl", documents=9)
+    single = tmp_path / "single"
+    GroupBuilder(
+        [corpus], single, _config(threshold_quantile=None, threshold=0.0), model=tiny_model, progress=False
+    ).run()
+    out = tmp_path / "sharded"
+    config = _config(threshold_quantile=None, threshold=0.0, num_shards=3)
+    results = [GroupBuilder([corpus], out, config, model=tiny_model, progress=False).run(shard_index=i) for i in (2, 0)]
+    assert all(isinstance(r, ShardResult) for r in results)
+    assert not (out / "stats.json").exists()
+    stats = GroupBuilder([corpus], out, config, model=tiny_model, progress=False).run(shard_index=1)
+    assert isinstance(stats, dict) and stats["documents"] == 9
+    labels = [json.loads(line)["label"] % 3 for line in (out / "groups_meta.jsonl").open()]
+    assert set(labels) == {0, 1, 2}
+    sharded_anchors = sorted(datasets.load_from_disk(str(out))["anchor"])
+    assert sharded_anchors == sorted(datasets.load_from_disk(str(single))["anchor"])  # same anchors; IDF per shard
+
+
+def test_changed_settings_on_resume_are_refused(tmp_path, tiny_model):
+    corpus = _corpus(tmp_path / "corpus.jsonl", documents=3)
+    GroupBuilder([corpus], tmp_path / "out", _config(), model=tiny_model, progress=False).run()
+    with pytest.raises(MiningConfigError, match="top_k: stored 4, now 2"):
+        GroupBuilder([corpus], tmp_path / "out", _config(top_k=2), model=tiny_model, progress=False).run()
+    with pytest.raises(MiningConfigError, match="rank_by='best'"):
+        _config(rank_by="best")
+
+
+def test_nothing_passes_the_threshold_then_remerge_with_a_quantile(tmp_path, tiny_model):
+    corpus = _corpus(tmp_path / "corpus.jsonl", documents=4)
+    out = tmp_path / "out"
+    builder = GroupBuilder([corpus], out, _config(threshold_quantile=None, threshold=1.0), model=tiny_model)
+    builder.progress = False
+    with pytest.raises(NoGroupsError, match="--threshold-quantile"):
+        builder.run()
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["groups"] == 0 and stats["passages"] > 0 and stats["threshold"] == 1.0
+    assert len(datasets.load_from_disk(str(out))) == 0
+    stats = merge(out, _config(threshold_quantile=0.25))  # no model needed: stored centralities
+    assert stats["groups"] > 0 and stats["threshold_source"] == "quantile 0.25"
+
+
+def test_random_positive_ablation_keeps_anchors_and_columns(tmp_path, tiny_model):
+    corpus = _corpus(tmp_path / "corpus.jsonl", documents=6)
+    out = tmp_path / "out"
+    mined = GroupBuilder([corpus], out, _config(), model=tiny_model, progress=False).run()
+    mined_rows = _rows(out)
+    table = load_passages(out).to_pandas()
+    texts_of = table.groupby("label")["text"].apply(set).to_dict()
+
+    stats = merge(out, _config(positive="random", seed=1))
+    random_rows = _rows(out)
+    assert stats["groups"] == mined["groups"]
+    assert [r[0] for r in random_rows] == [r[0] for r in mined_rows]  # same anchors
+    assert random_rows != mined_rows
+    for row in random_rows:
+        assert all(text in texts_of[row[-1]] for text in row[1:-1])
+        assert row[0] not in row[1:-1]
+    assert merge(out, _config(positive="random", seed=1)) and _rows(out) == random_rows  # seeded
+
+
+def test_rank_by_embedding_orders_by_cosine(tmp_path, tiny_model):
+    corpus = _corpus(tmp_path / "corpus.jsonl", documents=4)
+    out = tmp_path / "out"
+    GroupBuilder([corpus], out, _config(rank_by="embedding"), model=tiny_model, progress=False).run()
+    for line in (out / "groups_meta.jsonl").open():
+        scores = json.loads(line)["embedding_scores"]
+        assert scores == sorted(scores, reverse=True)
+    out2 = tmp_path / "out2"
+    GroupBuilder([corpus], out2, _config(rank_by="tfidf"), model=tiny_model, progress=False).run()
+    for line in (out2 / "groups_meta.jsonl").open():
+        scores = json.loads(line)["tfidf_scores"]
+        assert scores == sorted(scores, reverse=True)
+
+
+def test_random_span_pairs_need_no_encoder_and_share_columns(tmp_path, tiny_model):
+    corpus = _corpus(tmp_path / "corpus.jsonl", documents=5)
+    out = tmp_path / "out"
+    builder = GroupBuilder([corpus], out, _config(pairs="random-span"), model=tiny_model, progress=False)
+    counter = _CountingEncoder(builder)
+    stats = builder.run()
+    assert counter.passages == 0
+    dataset = datasets.load_from_disk(str(out))
+    assert dataset.column_names == [*GROUP_COLUMNS, LABEL]
+    table = load_passages(out).to_pandas()
+    words_of = {label: " ".join(" ".join(g).split()) for label, g in table.groupby("label")["text"]}
+    assert stats["groups"] == len(table) == len(dataset)  # one group per passage of each document
+    for row in dataset:
+        assert all(row[c] and row[c] in words_of[row[LABEL]] for c in GROUP_COLUMNS)
+    assert stats["passage_coverage"] is None and stats["threshold"] is None
+
+
+def test_giant_documents_are_capped_and_counted(tmp_path, tiny_model):
+    path = tmp_path / "giant.jsonl"
+    giant = "\n\n".join(_paragraph(TOPICS[k % 10], 1, k) for k in range(40))
+    path.write_text(json.dumps({"text": giant, "id": "giant"}) + "\n")
+    stats = GroupBuilder([path], tmp_path / "out", _config(max_passages=6), model=tiny_model, progress=False).run()
+    assert stats["passages"] == 6
+    assert stats["documents_truncated"] == 1 and stats["passages_over_cap"] > 0
+
+
+def test_prompt_is_passed_to_the_encoder_and_prompt_names_are_checked(tmp_path, tiny_model, monkeypatch):
+    corpus = _corpus(tmp_path / "corpus.jsonl", documents=2)
+    seen: Counter[str] = Counter()
+    original = tiny_model.encode
+
+    def encode(passages, **kwargs):
+        seen[kwargs.get("prompt")] += len(passages)
+        return original(passages, **kwargs)
+
+    monkeypatch.setattr(tiny_model, "encode", encode)
+    GroupBuilder([corpus], tmp_path / "a", _config(prompt="passage: "), model=tiny_model, progress=False).run()
+    assert set(seen) == {"passage: "}
+    with pytest.raises(MiningConfigError, match="prompt_name='passage' is not a prompt of the model"):
+        GroupBuilder([corpus], tmp_path / "b", _config(prompt_name="passage"), model=tiny_model, progress=False).run()
