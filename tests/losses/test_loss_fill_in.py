@@ -1,0 +1,117 @@
+"""The fill-in decoder, L_cross, L_self and L_MLM: shapes, masking rules, gradient flow, downhill steps."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from xprt_st.losses import CrossFillInLoss, FillInDecoder, MLMLoss, SelfFillInLoss
+from xprt_st.losses._common import sample_token_mask, special_token_ids
+from xprt_st.models import word_embeddings
+
+
+def test_token_mask_never_touches_special_or_padding(tiny_model, group_batch) -> None:
+    features, _ = group_batch(tiny_model)
+    ids, attention = features[0]["input_ids"], features[0]["attention_mask"]
+    special = special_token_ids(tiny_model)
+    mask = sample_token_mask(ids, attention, special, 0.6)
+    assert not mask[torch.isin(ids, special)].any()
+    assert not mask[attention == 0].any()
+    maskable = (attention.bool() & ~torch.isin(ids, special)).sum(1)
+    assert torch.equal(mask.sum(1), (maskable.float() * 0.6).round().long().clamp(min=1))
+
+
+def test_decoder_shares_the_encoder_embeddings_without_registering_them(tiny_model) -> None:
+    decoder = FillInDecoder(tiny_model)
+    assert decoder._word_embeddings is word_embeddings(tiny_model)
+    assert not any("word_embeddings" in key or "position_embeddings" in key for key in decoder.state_dict())
+    assert decoder.layer.num_heads == tiny_model[0].auto_model.config.num_attention_heads
+    states = decoder.fill_in(torch.tensor([[101, 2023, 102, 0]]), torch.tensor([[1, 1, 1, 0]]), torch.randn(1, 32))
+    assert states.shape == (1, 4, 32)
+
+
+def test_conditioning_vector_changes_the_prediction(tiny_model) -> None:
+    decoder = FillInDecoder(tiny_model).eval()
+    ids, mask = torch.tensor([[101, 103, 103, 102]]), torch.ones(1, 4, dtype=torch.long)
+    first = decoder.fill_in(ids, mask, torch.zeros(1, 32))
+    second = decoder.fill_in(ids, mask, torch.ones(1, 32))
+    assert not torch.allclose(first, second)
+
+
+def _train(loss, features, steps: int = 6, lr: float = 3e-3) -> tuple[float, float]:
+    """Loss on a fixed seed before and after ``steps`` AdamW steps (eval mode for the measurements)."""
+
+    def measure() -> float:
+        loss.eval()
+        torch.manual_seed(123)
+        with torch.no_grad():
+            value = loss([dict(column) for column in features], None)
+        loss.train()
+        return float(sum(value.values()) if isinstance(value, dict) else value)
+
+    before = measure()
+    optimizer = torch.optim.AdamW([p for p in loss.parameters() if p.requires_grad], lr=lr)
+    torch.manual_seed(0)
+    for _ in range(steps):
+        value = loss([dict(column) for column in features], None)
+        value = sum(value.values()) if isinstance(value, dict) else value
+        optimizer.zero_grad()
+        value.backward()
+        optimizer.step()
+    return before, measure()
+
+
+@pytest.mark.parametrize("loss_class", [CrossFillInLoss, SelfFillInLoss, MLMLoss])
+def test_each_decoder_term_goes_downhill_and_reaches_encoder_and_decoder(loss_class, tiny_model, group_batch) -> None:
+    features, _ = group_batch(tiny_model)
+    loss = loss_class(tiny_model)
+    torch.manual_seed(0)
+    value = loss([dict(column) for column in features], None)
+    assert torch.isfinite(value)
+    value.backward()
+    encoder_layer = tiny_model[0].auto_model.encoder.layer[0].attention.self.query.weight
+    assert encoder_layer.grad is not None and encoder_layer.grad.abs().sum() > 0
+    assert loss.mlm_head.dense.weight.grad.abs().sum() > 0
+    if hasattr(loss, "decoder"):
+        assert loss.decoder.layer.query.weight.grad.abs().sum() > 0
+        assert loss.decoder.condition.weight.grad.abs().sum() > 0
+    tiny_model.zero_grad()
+    before, after = _train(loss, features)
+    assert after < before
+
+
+def test_self_fill_in_is_zero_when_the_decoder_reproduces_the_teacher(tiny_model) -> None:
+    loss = SelfFillInLoss(tiny_model)
+    states = torch.randn(2, 5, 32)
+    ids = torch.tensor([[101, 2023, 2003, 2019, 102], [101, 2178, 2028, 1012, 102]])
+    attention = torch.ones_like(ids)
+    # swap the decoder for one that returns the encoder's own states: student == teacher
+    loss.decoder.fill_in = lambda input_ids, attention_mask, vectors: torch.cat([states[:1], states[1:]])
+    value = loss.compute_loss_from_token_states(
+        [torch.zeros(1, 32)] * 2, [states[:1], states[1:]], [ids[:1], ids[1:]], [attention[:1], attention[1:]]
+    )
+    assert value.item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_cross_fill_in_decodes_eight_passages_per_group(tiny_model, group_batch) -> None:
+    features, _ = group_batch(tiny_model, groups=2)
+    loss = CrossFillInLoss(tiny_model)
+    seen = {}
+    original = loss.decoder.fill_in
+
+    def spy(input_ids, attention_mask, vectors):
+        seen["rows"] = input_ids.size(0)
+        return original(input_ids, attention_mask, vectors)
+
+    loss.decoder.fill_in = spy
+    loss(features, None)
+    assert seen["rows"] == 8 * 2  # one batched pass: anchor -> 4 related and 4 related -> anchor
+
+
+def test_config_dicts_report_the_paper_defaults(tiny_model) -> None:
+    assert CrossFillInLoss(tiny_model).get_config_dict() == {
+        "decoder_mask_ratio": 0.6,
+        "encoder_mask_ratio": 0.15,
+        "num_condition_vectors": 4,
+    }
+    assert MLMLoss(tiny_model).get_config_dict() == {"mask_ratio": 0.15}
