@@ -1,0 +1,148 @@
+"""finetune-compare bookkeeping without training: folds, sub-domains, means, gains and flags."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from xprt_st.evaluation.local import BEIRData, TaskLoadError, read_beir_folder
+from xprt_st.finetune import (
+    NO_DOMAIN,
+    OVERALL,
+    ROLES,
+    CompareResult,
+    FinetuneSettings,
+    FoldPlan,
+    LabelledPair,
+    beir_train_pairs,
+    compare_gains,
+    domain_counts,
+    domain_means,
+    plan_folds,
+    query_domains,
+    read_pairs,
+    restrict_queries,
+    split_queries,
+)
+
+
+def test_split_queries_is_deterministic_disjoint_and_sized() -> None:
+    ids = [f"q{i:02d}" for i in range(20)]
+    train, test = split_queries(ids, test_fraction=0.25, seed=3)
+    assert (train, test) == split_queries(list(reversed(ids)), test_fraction=0.25, seed=3)
+    assert len(test) == 5 and len(train) == 15
+    assert set(train) | set(test) == set(ids) and not set(train) & set(test)
+    assert split_queries(ids, test_fraction=0.25, seed=4) != (train, test)
+    small_train, small_test = split_queries(["a", "b"], test_fraction=0.01)
+    assert len(small_train) == 1 and len(small_test) == 1  # never an empty fold
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        split_queries(ids, test_fraction=1.0)
+    with pytest.raises(ValueError, match="at least 2 queries"):
+        split_queries(["only"])
+
+
+def test_query_domains_from_field_metadata_or_id_pattern() -> None:
+    data = BEIRData(
+        corpus={},
+        queries={"test-environment-x-pro01a": "q", "test-health-y-con02a": "q", "other": "q"},
+        qrels={},
+        query_records={
+            "test-environment-x-pro01a": {"domain": "green"},
+            "test-health-y-con02a": {"metadata": {"domain": "med"}},
+            "other": {},
+        },
+    )
+    assert query_domains(data, domain_field="domain") == {
+        "test-environment-x-pro01a": "green",
+        "test-health-y-con02a": "med",
+        "other": NO_DOMAIN,
+    }
+    assert query_domains(data, domain_pattern=r"^test-([a-z]+)-") == {
+        "test-environment-x-pro01a": "environment",
+        "test-health-y-con02a": "health",
+        "other": NO_DOMAIN,
+    }
+    assert set(query_domains(data).values()) == {NO_DOMAIN}
+
+
+def test_train_pairs_and_folds_from_a_beir_folder(beir_folder: Path) -> None:
+    data = read_beir_folder(beir_folder)
+    pairs = beir_train_pairs(data, ["q-tea", "q-weather"], {"q-tea": "drinks"})
+    # only positive judgements become pairs; d-snow (score 0) does not
+    assert pairs == [
+        LabelledPair("What temperature for green tea?", "Tea Green tea is brewed with water below boiling.", "drinks"),
+        LabelledPair(
+            "Why does rain fall from clouds?", "Rain Rain falls when droplets in clouds grow too heavy.", None
+        ),
+    ]
+    plan, fold_pairs = plan_folds(data, test_fraction=0.5, seed=0)
+    assert plan.source == "split of the task's queries"
+    assert len(plan.test_query_ids) == 2 and len(plan.train_query_ids) == 2
+    assert {p.query for p in fold_pairs} == {data.queries[q] for q in plan.train_query_ids}
+    assert plan.n_train_pairs == len(fold_pairs)
+    given = [LabelledPair("When do cats hunt?", "x")]
+    plan, fold_pairs = plan_folds(data, train_pairs=given)
+    assert plan.test_query_ids == sorted(data.qrels) and fold_pairs == given
+    test_only = restrict_queries(data, ["q-tea"])
+    assert list(test_only.qrels) == ["q-tea"] and test_only.corpus is data.corpus
+
+
+def test_domain_means_and_counts_by_hand() -> None:
+    per_query = {"a": 1.0, "b": 0.5, "c": 0.0, "d": 0.25}
+    domains = {"a": "x", "b": "x", "c": "y"}
+    assert domain_means(per_query, domains) == {OVERALL: 1.75 / 4, "x": 0.75, "y": 0.0, NO_DOMAIN: 0.25}
+    assert domain_counts(["a", "b", "c", "d"], domains) == {OVERALL: 4, "x": 2, "y": 1, NO_DOMAIN: 1}
+
+
+def test_compare_gains_flags_losing_sub_domains() -> None:
+    scores = {
+        "base": {OVERALL: 0.40, "web": 0.50, "finance": 0.30},
+        "pretrained": {OVERALL: 0.45, "web": 0.60, "finance": 0.28},
+        "base+ft": {OVERALL: 0.55, "web": 0.60, "finance": 0.50},
+        "pretrained+ft": {OVERALL: 0.57, "web": 0.66, "finance": 0.49},
+    }
+    rows = compare_gains(scores, {OVERALL: 10, "web": 6, "finance": 4})
+    assert [r.domain for r in rows] == [OVERALL, "finance", "web"]
+    overall, finance, web = rows
+    assert overall.gain_before == pytest.approx(0.05) and overall.gain_after == pytest.approx(0.02)
+    assert overall.flag == "" and overall.n_queries == 10
+    assert finance.gain_before == pytest.approx(-0.02) and finance.gain_after == pytest.approx(-0.01)
+    assert finance.flag == "loses before and after fine-tuning"
+    assert web.flag == ""
+    assert compare_gains(scores, tolerance=0.015)[1].flag == "loses before fine-tuning"
+    with pytest.raises(KeyError, match=r"pretrained\+ft"):
+        compare_gains({k: v for k, v in scores.items() if k != "pretrained+ft"})
+
+
+def test_compare_result_writes_csv_and_json(tmp_path: Path) -> None:
+    values = (0.1, 0.2, 0.3, 0.25)
+    scores = {role: {OVERALL: value} for role, value in zip(ROLES, values, strict=True)}
+    result = CompareResult(
+        task="toy",
+        plan=FoldPlan("given pairs", [], ["q"], 3, 0),
+        settings=FinetuneSettings(),
+        models={"base": "b"},
+        rows=compare_gains(scores, {OVERALL: 1}),
+    )
+    payload = json.loads(result.to_json(tmp_path / "r.json").read_text())
+    assert payload["rows"][0]["gain_after"] == pytest.approx(-0.05)
+    assert payload["rows"][0]["flag"] == "loses after fine-tuning"
+    assert "loses after fine-tuning" in result.to_csv(tmp_path / "r.csv").read_text()
+
+
+def test_read_pairs_jsonl_tsv_and_bad_lines(tmp_path: Path) -> None:
+    jsonl = tmp_path / "pairs.jsonl"
+    jsonl.write_text(
+        '{"query": "q1", "positive": "p1", "topic": "t"}\n\n{"query": "q2", "positive": "p2", "topic": "u"}\n'
+    )
+    assert read_pairs(jsonl, domain_field="topic") == [LabelledPair("q1", "p1", "t"), LabelledPair("q2", "p2", "u")]
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text('question\tanswer\nq "1"\tp1\n')
+    assert read_pairs(tsv, query_field="question", positive_field="answer") == [LabelledPair('q "1"', "p1")]
+    jsonl.write_text('{"query": "q1", "positive": "p1"}\n{"query": "q2"}\n')
+    with pytest.raises(TaskLoadError, match=r"pairs\.jsonl, line 2: missing field\(s\) positive"):
+        read_pairs(jsonl)
+    with pytest.raises(TaskLoadError, match="does not exist"):
+        read_pairs(tmp_path / "nope.jsonl")
