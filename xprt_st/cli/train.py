@@ -1,3 +1,98 @@
-"""`xprt-st train`: placeholder until its issue lands."""
+"""``xprt-st train``: run a recipe on a mined folder, with resumable checkpoints and a rich display."""
 
 from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+from rich.console import Console
+
+from xprt_st.cli import app
+
+logger = logging.getLogger(__name__)
+
+
+@app.command()
+def train(
+    recipe: Annotated[
+        str, typer.Option("--recipe", help="Recipe name in xprt_st/recipes (xprt, tsdae, ...) or a YAML file.")
+    ],
+    data: Annotated[Path | None, typer.Option("--data", help="Folder written by `xprt-st mine`.")] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", help="Run folder: checkpoint-N/ while training, then the final model.")
+    ] = None,
+    setting: Annotated[
+        str | None, typer.Option("--setting", help="continued (paper: E5, lr 1e-6, retention) or from-bert.")
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="Starting model (name or folder); overrides the setting's.")
+    ] = None,
+    resume: Annotated[
+        str | None, typer.Option("--resume", help="'last' (newest complete checkpoint in --output) or a checkpoint.")
+    ] = None,
+    max_steps: Annotated[int | None, typer.Option("--max-steps", help="Optimizer steps (-1: use epochs).")] = None,
+    epochs: Annotated[
+        float | None, typer.Option("--epochs", help="Passes over the groups when max-steps is -1.")
+    ] = None,
+    batch_size: Annotated[int | None, typer.Option("--batch-size", help="Groups per device and step (>= 2).")] = None,
+    learning_rate: Annotated[float | None, typer.Option("--learning-rate", help="Peak learning rate.")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Seed for initialisation, data order, masking.")] = None,
+    save_steps: Annotated[int | None, typer.Option("--save-steps", help="Checkpoint every N steps.")] = None,
+    logging_steps: Annotated[int | None, typer.Option("--logging-steps", help="Log loss terms every N steps.")] = None,
+    precision: Annotated[str | None, typer.Option("--precision", help="fp32, bf16 or fp16.")] = None,
+    max_seq_length: Annotated[int | None, typer.Option("--max-seq-length", help="Token limit per passage.")] = None,
+    print_recipe: Annotated[
+        bool, typer.Option("--print-recipe", help="Print the resolved recipe as YAML and exit.")
+    ] = False,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Draw the rich progress display.")] = True,
+) -> None:
+    """Pre-train a sentence-transformers model with a recipe; the result loads with SentenceTransformer(OUTPUT).
+
+    Single process:  xprt-st train --recipe xprt --data mined/ --output runs/xprt
+
+    Several GPUs:    torchrun --nproc_per_node 8 -m xprt_st.cli train --recipe xprt --data mined/ --output runs/xprt
+    """
+    from xprt_st.models import ModelLoadError
+    from xprt_st.recipe import RecipeError, load_recipe
+    from xprt_st.training.data import MinedDataError
+    from xprt_st.training.run import OutputFolderError, train_recipe
+    from xprt_st.training.trainer import NonFiniteLossError, NonFiniteWeightsError, TrainingStateError
+
+    console = Console(stderr=True)
+    overrides = {
+        "training.model": model,
+        "training.max_steps": max_steps,
+        "training.epochs": epochs,
+        "training.batch_size": batch_size,
+        "training.learning_rate": learning_rate,
+        "training.seed": seed,
+        "training.save_steps": save_steps,
+        "training.logging_steps": logging_steps,
+        "training.precision": precision,
+        "training.max_seq_length": max_seq_length,
+    }
+    try:
+        resolved = load_recipe(recipe, overrides=overrides, setting=setting)
+    except RecipeError as error:
+        console.print(f"[red]error:[/red] {error}", markup=True, highlight=False)
+        raise typer.Exit(2) from error
+    if print_recipe:
+        typer.echo(yaml.safe_dump(resolved.to_dict(), sort_keys=False), nl=False)
+        return
+    if data is None or output is None:
+        console.print("[red]error:[/red] --data and --output are required to train (or pass --print-recipe)")
+        raise typer.Exit(2)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("xprt_st").setLevel(logging.INFO)
+    try:
+        folder = train_recipe(resolved, data=data, output=output, resume=resume, model=model, progress=progress)
+    except (MinedDataError, ModelLoadError, TrainingStateError, OutputFolderError) as error:
+        console.print(f"[red]error:[/red] {error}", highlight=False)
+        raise typer.Exit(2) from error
+    except (NonFiniteLossError, NonFiniteWeightsError) as error:
+        console.print(f"[red]training stopped:[/red] {error}", highlight=False)
+        raise typer.Exit(1) from error
+    console.print(f"[green]done:[/green] {folder} loads with SentenceTransformer({str(folder)!r})")

@@ -59,8 +59,8 @@ def read_stats(path: str | Path) -> dict[str, Any]:
 
 
 def stats_value(stats: Mapping[str, Any], key: str) -> Any:
-    """Look up a mining option in ``stats``: at the top level or under ``config`` / ``options``."""
-    for scope in (stats, stats.get("config"), stats.get("options")):
+    """Look up a mining option in ``stats``: under ``settings`` (what ``xprt-st mine`` writes) or at the top."""
+    for scope in (stats.get("settings"), stats):
         if isinstance(scope, Mapping) and key in scope:
             return scope[key]
     return None
@@ -79,7 +79,7 @@ def load_mined(
         columns: the text columns the objective reads; all must be present as strings. The int64
             ``label`` (document id) column is always required.
         requires: mining options the recipe depends on, e.g. ``{"positive": "random"}``; each is compared
-            with the same key in ``stats.json`` (top level, ``config`` or ``options``). A key the stats
+            with the same key in ``stats.json`` (under ``settings``, or at the top level). A key the stats
             do not record is logged and accepted.
         min_rows: fewest groups the dataset must hold (one batch when ``dataloader_drop_last`` is on).
 

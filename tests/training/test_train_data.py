@@ -1,0 +1,51 @@
+"""Mined-folder validation: each bad input fails with what, where and how to fix it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from datasets import Dataset
+from training_helpers import write_mined
+
+from xprt_st.training.data import MinedDataError, load_mined
+
+
+def test_a_valid_folder_loads_with_its_stats(mined_dir):
+    mined = load_mined(mined_dir)
+    assert len(mined.dataset) == 16 and mined.stats["groups"] == 16
+    assert mined.dataset.column_names == ["anchor", "positive", "related_2", "related_3", "related_4", "label"]
+
+
+def test_missing_folder_and_missing_stats(tmp_path):
+    with pytest.raises(MinedDataError, match=r"does not exist.*xprt-st mine"):
+        load_mined(tmp_path / "nowhere")
+    Dataset.from_dict({"anchor": ["a"], "label": [0]}).save_to_disk(str(tmp_path / "plain"))
+    with pytest.raises(MinedDataError, match=r"is not a mined dataset: it has no stats\.json"):
+        load_mined(tmp_path / "plain")
+
+
+def test_stats_without_dataset(tmp_path):
+    (tmp_path / "stats.json").write_text("{}")
+    with pytest.raises(MinedDataError, match=r"no dataset saved with datasets\.save_to_disk"):
+        load_mined(tmp_path)
+
+
+def test_wrong_columns_and_wrong_mining_mode_are_all_reported(tmp_path):
+    folder = tmp_path / "spans"
+    Dataset.from_dict({"anchor": ["a", "b"], "label": ["x", "y"]}).save_to_disk(str(folder))
+    (folder / "stats.json").write_text(json.dumps({"settings": {"pairs": "random-span"}}))
+    with pytest.raises(MinedDataError) as caught:
+        load_mined(folder, requires={"pairs": "mined"}, min_rows=4)
+    message = str(caught.value)
+    assert "missing text column 'positive'" in message
+    assert "'label' must be int64 document ids" in message
+    assert "fewer than the 4 one batch needs" in message
+    assert "needs data mined with pairs='mined' but stats.json says pairs='random-span'" in message
+
+
+def test_random_positive_data_is_refused_by_a_recipe_for_mined_positives(tmp_path):
+    folder = write_mined(tmp_path / "random", stats={"settings": {"positive": "random", "pairs": "mined"}})
+    assert load_mined(folder, requires={"positive": "random"}).stats["settings"]["positive"] == "random"
+    with pytest.raises(MinedDataError, match="positive='mined'"):
+        load_mined(folder, requires={"positive": "mined"})

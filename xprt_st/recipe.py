@@ -1,0 +1,383 @@
+"""Recipes: YAML files that name an objective and the data it needs, read into validated dataclasses.
+
+A recipe states only what makes it different: its objective (the loss and its arguments) and the
+mining options its data needs. The training values (starting model, learning rate, epochs, retention)
+come from one of two *settings* defined once, here, with the paper's values:
+
+- ``continued``: continued pre-training of an already contrastive model (the paper starts from
+  E5-base-unsupervised at learning rate 1e-6, with the retention term, weight 40 -> 0, for every method);
+- ``from-bert``: pre-training from BERT (the paper trains 6 epochs; no retention, since there is nothing
+  to retain).
+
+Everything else (batch, steps, schedule, sequence length) is a :class:`TrainingSpec` default, so every
+baseline uses the same groups, steps, batch and schedule as xPRT and a comparison changes only the
+objective. Precedence, lowest first: ``TrainingSpec``/``RetentionSpec`` defaults, the setting, the
+recipe's own ``training:``/``retention:`` keys, command-line overrides.
+
+Validation binds every value without building anything and reports ALL problems at once, each naming
+the key, the file, and the valid keys or values.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import types
+import typing
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
+"""Packaged recipes; the repository's ``recipes/`` is a symlink to this folder."""
+
+Precision = Literal["fp32", "bf16", "fp16"]
+ScheduleShape = Literal["linear", "cosine", "constant"]
+LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_restarts", "polynomial")
+
+
+class RecipeError(ValueError):
+    """One or more problems in a recipe; ``problems`` lists each one."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(f"{len(problems)} problem(s) in recipe {source}:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+@dataclass
+class ObjectiveSpec:
+    """The training objective: a registered loss and its keyword arguments."""
+
+    name: str = field(
+        metadata={"help": "Registered objective: xprt, cross-passage, self-only, retromae, tsdae (see objectives.py)."}
+    )
+    args: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={"help": "Keyword arguments of the objective's loss, e.g. {temperature: 0.05}; checked against it."},
+    )
+
+
+@dataclass
+class DataSpec:
+    """What the mined data must be."""
+
+    requires: dict[str, str] = field(
+        default_factory=dict,
+        metadata={
+            "help": "Mining options the data must have been mined with, compared with DIR/stats.json, "
+            "e.g. {positive: random} or {pairs: random-span}."
+        },
+    )
+
+
+@dataclass
+class ScheduleSpec:
+    """A loss weight that moves from ``start`` to ``end`` over training."""
+
+    start: float = field(metadata={"help": "Value at the first step."})
+    end: float = field(metadata={"help": "Value at the last step."})
+    shape: ScheduleShape = field(default="linear", metadata={"help": "linear, cosine or constant."})
+
+
+@dataclass
+class RetentionSpec:
+    """The retention term toward the frozen starting model (continued pre-training only)."""
+
+    enabled: bool = field(metadata={"help": "Add the retention term (the teacher is the starting model)."})
+    start: float = field(default=40.0, metadata={"help": "Retention weight at the first step (paper: 40)."})
+    end: float = field(default=0.0, metadata={"help": "Retention weight at the last step (paper: 0)."})
+    shape: ScheduleShape = field(default="linear", metadata={"help": "How the weight falls: linear (paper), cosine."})
+
+
+@dataclass
+class TrainingSpec:
+    """Optimisation values shared by every recipe of a setting."""
+
+    model: str = field(metadata={"help": "Starting model: a sentence-transformers name or a local folder."})
+    learning_rate: float = field(metadata={"help": "Peak learning rate (paper: 1e-6 continued)."})
+    epochs: float = field(metadata={"help": "Passes over the mined groups when max_steps is -1 (paper from BERT: 6)."})
+    warmup_ratio: float = field(metadata={"help": "Fraction of the steps spent warming the learning rate up."})
+    batch_size: int = field(default=64, metadata={"help": "Groups per device and step (at least 2)."})
+    max_steps: int = field(default=-1, metadata={"help": "Optimizer steps; -1 derives them from epochs."})
+    lr_scheduler: str = field(
+        default="linear", metadata={"help": f"Learning-rate schedule: {', '.join(LR_SCHEDULERS)}."}
+    )
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay."})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm (model and loss modules)."})
+    gradient_accumulation_steps: int = field(default=1, metadata={"help": "Micro-batches per optimizer step."})
+    max_seq_length: int | None = field(
+        default=256, metadata={"help": "Token limit per passage; null keeps the model's."}
+    )
+    precision: Precision = field(default="fp32", metadata={"help": "fp32, bf16 or fp16 mixed precision."})
+    seed: int = field(default=42, metadata={"help": "Seed for initialisation, data order and masking."})
+    save_steps: int = field(default=500, metadata={"help": "Write a resumable checkpoint every N steps."})
+    save_total_limit: int | None = field(default=3, metadata={"help": "Checkpoints kept; null keeps all."})
+    logging_steps: int = field(default=10, metadata={"help": "Log (and show) the loss terms every N steps."})
+    dataloader_num_workers: int = field(default=0, metadata={"help": "Data-loading worker processes."})
+
+
+@dataclass
+class Recipe:
+    """A validated recipe. Build with :func:`load_recipe`."""
+
+    name: str = field(metadata={"help": "Short name, used in run folders and the model card."})
+    objective: ObjectiveSpec = field(metadata={"help": "The loss to train."})
+    training: TrainingSpec = field(metadata={"help": "Optimisation values (from the setting unless overridden)."})
+    retention: RetentionSpec = field(metadata={"help": "Retention toward the starting model."})
+    description: str = field(default="", metadata={"help": "One paragraph: what this recipe trains and why."})
+    setting: str = field(default="continued", metadata={"help": "continued or from-bert; see SETTINGS."})
+    data: DataSpec = field(default_factory=DataSpec, metadata={"help": "What the mined data must be."})
+    schedules: dict[str, ScheduleSpec] = field(
+        default_factory=dict,
+        metadata={"help": "Other scheduled loss attributes, e.g. {cross_weight: {start: 0.1, end: 0.0}}."},
+    )
+    source: str = field(default="", metadata={"help": "File the recipe was read from (set by load_recipe)."})
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for YAML dumps, checkpoints and model cards."""
+        return asdict(self)
+
+
+SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
+    "continued": {
+        "training": {
+            "model": "intfloat/e5-base-unsupervised",
+            "learning_rate": 1e-6,
+            "epochs": 1.0,
+            "warmup_ratio": 0.0,
+        },
+        "retention": {"enabled": True, "start": 40.0, "end": 0.0, "shape": "linear"},
+    },
+    "from-bert": {
+        "training": {
+            "model": "bert-base-uncased",
+            "learning_rate": 1e-4,
+            "epochs": 6.0,
+            "warmup_ratio": 0.1,
+        },
+        "retention": {"enabled": False},
+    },
+}
+"""The two settings of the paper. ``continued``: E5-base-unsupervised at lr 1e-6 with retention 40 -> 0 for
+every method. ``from-bert``: BERT-base, 6 epochs over the mined groups, no retention; the paper does not
+state the learning rate or warm-up here, so 1e-4 with 10% warm-up (usual for BERT pre-training) is assumed."""
+
+
+def recipe_path(name_or_path: str | Path) -> Path:
+    """A recipe file: an existing path, or a bare name (``xprt``) looked up in :data:`RECIPES_DIR`."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    for candidate in (RECIPES_DIR / f"{name_or_path}.yaml", RECIPES_DIR / str(name_or_path)):
+        if candidate.is_file():
+            return candidate
+    available = ", ".join(available_recipes())
+    raise RecipeError(str(name_or_path), [f"no recipe file {str(name_or_path)!r}; packaged recipes: {available}"])
+
+
+def available_recipes() -> list[str]:
+    """Names of the packaged recipes."""
+    return sorted(path.stem for path in RECIPES_DIR.glob("*.yaml"))
+
+
+def load_recipe(
+    name_or_path: str | Path,
+    overrides: dict[str, Any] | None = None,
+    setting: str | None = None,
+) -> Recipe:
+    """Read, merge and validate a recipe.
+
+    Args:
+        name_or_path: a YAML path or the name of a packaged recipe (``xprt``, ``tsdae``, ...).
+        overrides: dotted keys from the command line, e.g. ``{"training.max_steps": 100}``.
+        setting: replaces the recipe's ``setting`` (``continued`` or ``from-bert``).
+
+    Raises:
+        RecipeError: listing every problem, each with its key and the valid keys or values.
+    """
+    path = recipe_path(name_or_path)
+    source = str(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise RecipeError(source, [f"not valid YAML{where}: {getattr(error, 'problem', error)}"]) from error
+    if not isinstance(raw, dict):
+        raise RecipeError(source, [f"the file must hold a mapping of keys, found {type(raw).__name__}"])
+    return build_recipe(raw, source=source, overrides=overrides, setting=setting)
+
+
+def build_recipe(
+    raw: dict[str, Any],
+    source: str = "<dict>",
+    overrides: dict[str, Any] | None = None,
+    setting: str | None = None,
+) -> Recipe:
+    """Validate an already parsed recipe mapping (see :func:`load_recipe`)."""
+    problems: list[str] = []
+    raw = copy.deepcopy(raw)
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        target = raw
+        *parents, leaf = dotted.split(".")
+        for parent in parents:
+            target = target.setdefault(parent, {})
+        target[leaf] = value
+    if setting is not None:
+        raw["setting"] = setting
+    chosen = raw.get("setting", "continued")
+    if chosen not in SETTINGS:
+        problems.append(f"setting: {chosen!r} is not a setting; valid: {', '.join(SETTINGS)}")
+        chosen = "continued"
+    merged = copy.deepcopy(SETTINGS[chosen])
+    for section in ("training", "retention"):
+        if isinstance(raw.get(section), dict):
+            merged[section].update(raw[section])
+            raw[section] = merged[section]
+        elif section in raw:
+            problems.append(f"{section}: must be a mapping of keys, found {type(raw[section]).__name__}")
+            raw[section] = merged[section]
+        else:
+            raw[section] = merged[section]
+    recipe = _bind(Recipe, raw, "", problems)
+    if recipe is not None:
+        recipe.source = source
+        problems += _check_values(recipe)
+    if problems:
+        raise RecipeError(source, problems)
+    assert recipe is not None
+    return recipe
+
+
+def _check_values(recipe: Recipe) -> list[str]:
+    problems = []
+    training = recipe.training
+    if training.batch_size < 2:
+        problems.append(
+            f"training.batch_size: {training.batch_size} groups; in-batch negatives need at least 2 per device"
+        )
+    if not training.learning_rate > 0:
+        problems.append(f"training.learning_rate: must be positive, got {training.learning_rate}")
+    if training.max_steps == 0 or training.max_steps < -1:
+        problems.append(f"training.max_steps: must be -1 (use epochs) or positive, got {training.max_steps}")
+    if training.max_steps == -1 and not training.epochs > 0:
+        problems.append(f"training.epochs: must be positive when max_steps is -1, got {training.epochs}")
+    if not 0 <= training.warmup_ratio < 1:
+        problems.append(f"training.warmup_ratio: must be in [0, 1), got {training.warmup_ratio}")
+    if training.lr_scheduler not in LR_SCHEDULERS:
+        problems.append(f"training.lr_scheduler: {training.lr_scheduler!r} is not one of {', '.join(LR_SCHEDULERS)}")
+    for key in ("save_steps", "logging_steps", "gradient_accumulation_steps"):
+        if getattr(training, key) < 1:
+            problems.append(f"training.{key}: must be at least 1, got {getattr(training, key)}")
+    if recipe.retention.start < 0 or recipe.retention.end < 0:
+        problems.append("retention.start/end: weights must be non-negative")
+    if recipe.retention.enabled and recipe.setting == "from-bert":
+        problems.append("retention.enabled: the from-bert setting has no starting model worth retaining; set false")
+    from xprt_st.training.objectives import check_objective
+
+    problems += check_objective(recipe.objective.name, recipe.objective.args, recipe.retention.enabled)
+    return problems
+
+
+def _bind(cls: type, raw: Any, where: str, problems: list[str]) -> Any:
+    """Build dataclass ``cls`` from ``raw``, appending every problem (unknown key, missing key, type)."""
+    label = where.rstrip(".") or "recipe"
+    if not isinstance(raw, dict):
+        problems.append(f"{label}: must be a mapping of keys, found {type(raw).__name__}")
+        return None
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in fields(cls) if f.name != "source"}
+    for key in raw:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            problems.append(f"{where}{key}: unknown key{hint}; valid keys of {label}: {', '.join(known)}")
+    values: dict[str, Any] = {}
+    ok = True
+    for name, spec in known.items():
+        if name not in raw:
+            if spec.default is MISSING and spec.default_factory is MISSING:
+                problems.append(f"{where}{name}: missing; {spec.metadata.get('help', '')}")
+                ok = False
+            continue
+        value = _convert(hints[name], raw[name], f"{where}{name}", problems)
+        if value is _INVALID:
+            ok = False
+        else:
+            values[name] = value
+    return cls(**values) if ok else None
+
+
+_INVALID = object()
+
+
+def _convert(hint: Any, value: Any, key: str, problems: list[str]) -> Any:
+    """Check (and lightly coerce) ``value`` against the type ``hint``; nested dataclasses are bound."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if is_dataclass(hint):
+        bound = _bind(hint, value, f"{key}.", problems)
+        return _INVALID if bound is None else bound
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [arg for arg in args if arg is not type(None)]
+        return _convert(inner[0], value, key, problems)
+    if origin is Literal:
+        if value not in args:
+            problems.append(f"{key}: {value!r} is not valid; choose one of {', '.join(map(str, args))}")
+            return _INVALID
+        return value
+    if origin is dict:
+        if not isinstance(value, dict):
+            problems.append(f"{key}: must be a mapping, found {type(value).__name__} {value!r}")
+            return _INVALID
+        value_type = args[1] if len(args) == 2 else Any
+        if value_type is Any:
+            return dict(value)
+        converted = {name: _convert(value_type, item, f"{key}.{name}", problems) for name, item in value.items()}
+        return _INVALID if _INVALID in converted.values() else converted
+    if hint is bool:
+        if not isinstance(value, bool):
+            problems.append(f"{key}: must be true or false, found {value!r}")
+            return _INVALID
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            problems.append(f"{key}: must be an integer, found {value!r}")
+            return _INVALID
+        return value
+    if hint is float:
+        if isinstance(value, str):
+            try:
+                return float(value)  # YAML reads 1e-6 (no dot) as a string
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            problems.append(f"{key}: must be a number, found {value!r}")
+            return _INVALID
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            problems.append(f"{key}: must be a string, found {value!r}")
+            return _INVALID
+        return value
+    return value
+
+
+def describe_fields(cls: type = Recipe, prefix: str = "") -> list[tuple[str, str]]:
+    """(dotted key, help text) for every recipe field, for ``--help`` style listings and docs."""
+    rows = []
+    for spec in fields(cls):
+        if spec.name == "source":
+            continue
+        hint = typing.get_type_hints(cls)[spec.name]
+        rows.append((f"{prefix}{spec.name}", spec.metadata.get("help", "")))
+        if is_dataclass(hint):
+            rows += describe_fields(hint, prefix=f"{prefix}{spec.name}.")
+    return rows

@@ -1,0 +1,195 @@
+"""Run a recipe end to end: validate the data, build the model and loss, train, export.
+
+This is what ``xprt-st train`` calls; it is usable from Python and notebooks too::
+
+    from xprt_st.recipe import load_recipe
+    from xprt_st.training import train_recipe
+
+    recipe = load_recipe("change-only-positive", overrides={"training.max_steps": 100})
+    train_recipe(recipe, data="mined/", output="runs/step1")
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from sentence_transformers import SentenceTransformerTrainingArguments
+from transformers import TrainerCallback, set_seed
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+from xprt_st.models import frozen_copy, load_model
+from xprt_st.recipe import Recipe
+from xprt_st.training.data import load_mined
+from xprt_st.training.objectives import build_loss, get_objective
+from xprt_st.training.progress import RichProgressCallback
+from xprt_st.training.schedules import Schedule, TermScheduleCallback
+from xprt_st.training.trainer import (
+    TRAINING_STATE_DIR,
+    TrainingStateError,
+    XPRTTrainer,
+    last_complete_checkpoint,
+    read_training_config,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class OutputFolderError(FileExistsError):
+    """The output folder already holds a run that this command would overwrite."""
+
+
+def resolve_checkpoint(output: Path, resume: str | Path | None) -> Path | None:
+    """The checkpoint to resume from: None, the newest complete one (``"last"``), or a given folder."""
+    if resume is None:
+        return None
+    if str(resume) in {"last", "auto", "true"}:
+        checkpoint = last_complete_checkpoint(output)
+        if checkpoint is None:
+            raise TrainingStateError(f"--resume last: {output} has no complete checkpoint-N folder to resume from")
+        return checkpoint
+    checkpoint = Path(resume)
+    if not (checkpoint / "trainer_state.json").is_file():
+        raise TrainingStateError(
+            f"--resume {checkpoint}: not a checkpoint folder (no trainer_state.json); "
+            f"pass a {output}/checkpoint-N folder or 'last'"
+        )
+    read_training_config(checkpoint)
+    return checkpoint
+
+
+def _check_fresh_output(output: Path) -> None:
+    if last_complete_checkpoint(output) is not None or any(output.glob("checkpoint-*")):
+        raise OutputFolderError(
+            f"{output} already holds checkpoints of an earlier run; continue it with --resume last, "
+            "or choose another --output"
+        )
+    if (output / "modules.json").is_file():
+        raise OutputFolderError(f"{output} already holds a trained model; choose another --output")
+
+
+def train_recipe(
+    recipe: Recipe,
+    data: str | Path,
+    output: str | Path,
+    resume: str | Path | None = None,
+    model: str | None = None,
+    progress: bool = True,
+    callbacks: Sequence[TrainerCallback] = (),
+) -> Path:
+    """Train ``recipe`` on the mined folder ``data``; write checkpoints and the final model to ``output``.
+
+    Args:
+        recipe: a validated recipe (:func:`xprt_st.recipe.load_recipe`).
+        data: folder written by ``xprt-st mine``.
+        output: run folder: ``checkpoint-N/`` while training, then the final model with ``training_state/``.
+        resume: ``"last"`` or a checkpoint folder; the starting model recorded there is reloaded, so the
+            retention teacher is the original starting model, not the checkpoint.
+        model: starting model overriding the recipe; refused on resume when it differs from the recorded one.
+        progress: draw the rich progress display.
+        callbacks: extra Trainer callbacks.
+
+    Returns:
+        The output folder, which loads with ``SentenceTransformer(str(output))``.
+    """
+    output = Path(output)
+    checkpoint = resolve_checkpoint(output, resume)
+    starting_model = model or recipe.training.model
+    if checkpoint is not None:
+        recorded = read_training_config(checkpoint)
+        if model is not None and model != recorded["starting_model"]:
+            raise TrainingStateError(
+                f"{checkpoint} was trained from {recorded['starting_model']!r}, not {model!r}; "
+                "drop --model to resume (the retention teacher must be the original starting model)"
+            )
+        starting_model = recorded["starting_model"]
+        if recorded.get("recipe", {}).get("name") not in (None, recipe.name):
+            logger.warning("resuming a %r checkpoint with recipe %r", recorded["recipe"]["name"], recipe.name)
+    else:
+        _check_fresh_output(output)
+
+    objective = get_objective(recipe.objective.name)
+    retention = recipe.retention.enabled
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    mined = load_mined(
+        data,
+        columns=objective.mined_columns(retention),
+        requires=recipe.data.requires,
+        min_rows=recipe.training.batch_size * world,
+    )
+
+    set_seed(recipe.training.seed)
+    sentence_model = load_model(starting_model)
+    if recipe.training.max_seq_length is not None:
+        sentence_model.max_seq_length = recipe.training.max_seq_length
+    # Taken before any checkpoint is loaded into the model: the teacher is always the starting model.
+    teacher = frozen_copy(sentence_model) if retention else None
+    loss = build_loss(
+        recipe.objective.name,
+        sentence_model,
+        recipe.objective.args,
+        teacher=teacher,
+        retention_weight=recipe.retention.start,
+        distributed=world > 1,
+    )
+
+    dataset = mined.dataset
+    if objective.prepare is not None:
+        dataset = objective.prepare(dataset, recipe.training.seed)
+    dataset = dataset.select_columns([*objective.dataset_columns(retention), "label"])
+
+    schedules = {name: Schedule(spec.start, spec.end, spec.shape) for name, spec in recipe.schedules.items()}
+    if retention:
+        schedules["retention_weight"] = Schedule(recipe.retention.start, recipe.retention.end, recipe.retention.shape)
+    all_callbacks: list[TrainerCallback] = list(callbacks)
+    if schedules:
+        all_callbacks.insert(0, TermScheduleCallback(loss, schedules))
+    if progress:
+        all_callbacks.append(RichProgressCallback())
+
+    training = recipe.training
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(output),
+        max_steps=training.max_steps,
+        num_train_epochs=training.epochs,
+        per_device_train_batch_size=training.batch_size,
+        gradient_accumulation_steps=training.gradient_accumulation_steps,
+        learning_rate=training.learning_rate,
+        lr_scheduler_type=training.lr_scheduler,
+        warmup_steps=training.warmup_ratio,
+        weight_decay=training.weight_decay,
+        max_grad_norm=training.max_grad_norm,
+        bf16=training.precision == "bf16",
+        fp16=training.precision == "fp16",
+        seed=training.seed,
+        data_seed=training.seed,
+        save_strategy="steps",
+        save_steps=training.save_steps,
+        save_total_limit=training.save_total_limit,
+        logging_steps=training.logging_steps,
+        dataloader_drop_last=True,
+        dataloader_num_workers=training.dataloader_num_workers,
+        report_to=[],
+        disable_tqdm=progress,
+    )
+    trainer = XPRTTrainer(
+        model=sentence_model,
+        args=args,
+        train_dataset=dataset,
+        loss=loss,
+        callbacks=all_callbacks,
+        starting_model=starting_model,
+        training_metadata={"recipe": recipe.to_dict(), "data": str(mined.path), "mining_stats": mined.stats},
+    )
+    if progress:
+        trainer.remove_callback(ProgressCallback)
+        trainer.remove_callback(PrinterCallback)
+    if checkpoint is None and (Path(starting_model) / TRAINING_STATE_DIR).is_dir():
+        # Continuing pre-training from an exported xprt-st model: warm-start its decoder too.
+        trainer.load_training_state(starting_model)
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    trainer.save_model(str(output))
+    logger.info("saved the final model to %s (training state in %s/%s)", output, output, TRAINING_STATE_DIR)
+    return output
