@@ -638,6 +638,9 @@ def beir_task(
     """
     folder = Path(folder)
     data = read_beir_folder(folder, split)
+    if ignore_identical_ids is None:
+        # decided on the full data: a subsample may leave a query's own document out of the corpus
+        ignore_identical_ids = any(qid in data.corpus for qid in data.queries)
     full_size = (len(data.queries), len(data.corpus))
     data = subsample_beir(data, max_queries=max_queries, max_corpus=max_corpus, seed=seed)
     if (len(data.queries), len(data.corpus)) != full_size:
@@ -650,8 +653,6 @@ def beir_task(
             full_size[1],
             seed,
         )
-    if ignore_identical_ids is None:
-        ignore_identical_ids = any(qid in data.corpus for qid in data.queries)
     files = [_find_file(folder, "corpus.jsonl"), _find_file(folder, "queries.jsonl"), folder / "qrels" / f"{split}.tsv"]
     revision = _fingerprint(_file_fingerprint(files), max_queries, max_corpus, seed, ignore_identical_ids)
     return make_retrieval_task(data, label or folder.name, ignore_identical_ids=ignore_identical_ids, revision=revision)

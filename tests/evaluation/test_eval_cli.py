@@ -1,0 +1,134 @@
+"""End to end through the real CLI (typer's CliRunner) with the tiny model on tiny hand-made data."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from xprt_st.cli import app
+
+runner = CliRunner()
+
+
+def _invoke(*args: str):
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+def test_evaluate_two_models_side_by_side(
+    tiny_model_path: Path, beir_folder: Path, tmp_path: Path, stsb_writer
+) -> None:
+    sts = stsb_writer(tmp_path / "toy-sts.csv")
+    out = tmp_path / "out"
+    result = _invoke(
+        "evaluate",
+        str(tiny_model_path),
+        str(tiny_model_path),
+        "--label",
+        "first",
+        "--label",
+        "second",
+        "--tasks",
+        f"{beir_folder},{sts}",
+        "--output-dir",
+        str(out),
+        "--no-cache",
+        "--overlap-thirds",
+    )
+    assert result.exit_code == 0, result.output
+    for text in ("tinybeir", "toy-sts.csv", "nDCG@10 by word-overlap third"):
+        assert text in result.output
+    with (out / "scores.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(r["model"], r["task"], r["metric"]) for r in rows] == [
+        ("first", "tinybeir", "ndcg_at_10"),
+        ("first", "toy-sts.csv", "cosine_spearman"),
+        ("second", "tinybeir", "ndcg_at_10"),
+        ("second", "toy-sts.csv", "cosine_spearman"),
+    ]
+    # the same weights under two labels: same scores and the same weight hash in the result key
+    assert rows[0]["score"] == rows[2]["score"] and rows[1]["score"] == rows[3]["score"]
+    assert rows[0]["model_key"].split("@")[1] == rows[2]["model_key"].split("@")[1]
+    assert 0.0 <= float(rows[0]["score"]) <= 1.0
+    payload = json.loads((out / "scores.json").read_text())
+    assert payload["tasks"] == {"tinybeir": "ndcg_at_10", "toy-sts.csv": "cosine_spearman"}
+    assert (out / "scores.png").stat().st_size > 1000
+    with (out / "overlap_thirds.csv").open() as handle:
+        thirds = list(csv.DictReader(handle))
+    assert [(r["model"], r["third"], r["n_queries"]) for r in thirds][:3] == [
+        ("first", "low", "2"),
+        ("first", "middle", "1"),
+        ("first", "high", "1"),
+    ]
+    assert all(float(r["gain"]) == 0.0 for r in thirds)
+
+
+@pytest.mark.parametrize(
+    ("tasks", "message"),
+    [
+        ("nosuchtask", "unknown task 'nosuchtask'"),
+        ("nosuchtask", "arguana, stsb, sickr, sts12, sts13, sts14, sts15, python-faq"),
+    ],
+)
+def test_evaluate_unknown_task_lists_valid_names(tasks: str, message: str, tmp_path: Path) -> None:
+    result = _invoke("evaluate", "default", "--tasks", tasks, "--output-dir", str(tmp_path))
+    assert result.exit_code == 2
+    assert message in " ".join(result.output.split())
+
+
+def test_evaluate_folder_missing_a_file_names_it(beir_folder: Path, tmp_path: Path) -> None:
+    (beir_folder / "queries.jsonl").unlink()
+    result = _invoke("evaluate", "default", "--tasks", str(beir_folder), "--output-dir", str(tmp_path))
+    assert result.exit_code == 2
+    assert "has no queries.jsonl" in " ".join(result.output.split())
+
+
+def test_evaluate_model_that_fails_to_load(beir_folder: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text("{not json")
+    result = _invoke("evaluate", str(broken), "--tasks", str(beir_folder), "--output-dir", str(tmp_path / "o"))
+    assert result.exit_code == 2
+    assert "could not load model" in " ".join(result.output.split()) and "broken-model" in result.output
+
+
+def test_finetune_compare_identical_models_gain_nothing(tiny_model_path: Path, tmp_path: Path, beir_writer) -> None:
+    keys = [(topic, i) for topic in ("web", "med") for i in range(6)]
+    corpus = {f"d-{t}-{i}": {"title": "", "text": f"{t} fact number {i} about {t}"} for t, i in keys}
+    queries = {f"q-{t}-{i}": f"what about {t} {i}?" for t, i in keys}
+    qrels = [(f"q-{t}-{i}", f"d-{t}-{i}", 1) for t, i in keys]
+    folder = beir_writer(tmp_path / "ftbeir", corpus, queries, qrels)
+    out = tmp_path / "ft"
+    result = _invoke(
+        "finetune-compare",
+        "--base",
+        str(tiny_model_path),
+        "--pretrained",
+        str(tiny_model_path),
+        "--task",
+        str(folder),
+        "--domain-pattern",
+        "^q-([a-z]+)-",
+        "--batch-size",
+        "4",
+        "--learning-rate",
+        "1e-3",
+        "--output-dir",
+        str(out),
+    )
+    assert result.exit_code == 0, result.output
+    payload = json.loads((out / "finetune_compare.json").read_text())
+    assert payload["plan"]["source"] == "split of the task's queries"
+    assert len(payload["plan"]["test_query_ids"]) == 6 and payload["plan"]["n_train_pairs"] == 6
+    rows = {row["domain"]: row for row in payload["rows"]}
+    assert set(rows) == {"overall", "med", "web"}
+    assert rows["overall"]["n_queries"] == 6
+    # same start, same settings and seed: identical fine-tuning, so no gain before or after
+    for row in rows.values():
+        assert row["gain_before"] == 0.0 and row["gain_after"] == 0.0 and row["flag"] == ""
+    # fine-tuning did change the model
+    assert payload["per_query_ndcg_at_10"]["base"] != payload["per_query_ndcg_at_10"]["base+ft"]
+    assert (out / "finetune_compare.csv").is_file()
