@@ -164,3 +164,11 @@ def test_batch_of_one_group_is_refused(tiny_model, toy_loss_class, mined_dir, tm
     data = load_from_disk(str(mined_dir))
     with pytest.raises(ValueError, match="at least 2 groups"):
         _trainer(tiny_model, toy_loss_class(tiny_model), data, tmp_path / "run", per_device_train_batch_size=1)
+
+
+def test_model_without_tokenizer_is_refused(tiny_model, toy_loss_class, mined_dir, tmp_path, monkeypatch):
+    data = load_from_disk(str(mined_dir))
+    loss = toy_loss_class(tiny_model)
+    monkeypatch.setattr(type(tiny_model), "tokenizer", property(lambda self: None))
+    with pytest.raises(ValueError, match="has no tokenizer"):
+        _trainer(tiny_model, loss, data, tmp_path / "run")

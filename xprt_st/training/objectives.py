@@ -48,6 +48,8 @@ class Objective:
         derived: columns made from the mined ones by ``prepare`` (not required in the mined folder).
         prepare: adds the derived columns, given the dataset and the seed.
         fixed_args: arguments the objective always passes (not settable from the recipe).
+        native_retention: the loss builds its own retention term from ``teacher`` and ``retention_weight``
+            arguments (XPRTLoss) instead of being wrapped in ``WithRetention``.
     """
 
     name: str
@@ -59,6 +61,7 @@ class Objective:
     derived: tuple[str, ...] = ()
     prepare: Callable[[Dataset, int], Dataset] | None = None
     fixed_args: dict[str, Any] = field(default_factory=dict)
+    native_retention: bool = False
 
     def dataset_columns(self, retention: bool) -> tuple[str, ...]:
         return self.retention_columns if retention else self.columns
@@ -82,7 +85,7 @@ class Objective:
         parameters = inspect.signature(self.resolve_class().__init__).parameters
         if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
             return None
-        reserved = {"self", "model", "teacher", *self.fixed_args}
+        reserved = {"self", "model", "teacher", "retention_weight", *self.fixed_args}
         return [name for name in parameters if name not in reserved]
 
 
@@ -139,6 +142,7 @@ register_objective(
         loss_class="xprt_st.losses:XPRTLoss",
         columns=GROUP_COLUMNS,
         retention_columns=GROUP_COLUMNS,
+        native_retention=True,
     )
 )
 register_objective(
@@ -158,6 +162,7 @@ register_objective(
         columns=GROUP_COLUMNS,
         retention_columns=GROUP_COLUMNS,
         fixed_args={"xp_weight": 0.0, "cross_weight": 0.0},
+        native_retention=True,
     )
 )
 register_objective(
@@ -220,7 +225,9 @@ def build_loss(
     retention_weight: float = 40.0,
     distributed: bool = False,
 ) -> nn.Module:
-    """Build the loss of objective ``name``; wrapped in ``WithRetention`` when ``teacher`` is given.
+    """Build the loss of objective ``name``, with the retention term toward ``teacher`` when one is given.
+
+    The retention term is the loss's own (XPRTLoss) or added by ``WithRetention`` (every other objective).
 
     With ``distributed`` true, losses that can gather in-batch negatives across processes do so unless
     ``args`` says otherwise, so same-document masking and negatives are global under torchrun.
@@ -231,6 +238,10 @@ def build_loss(
     parameters = inspect.signature(loss_class.__init__).parameters
     if distributed and "gather_across_devices" in parameters:
         kwargs.setdefault("gather_across_devices", True)
+    if objective.native_retention:
+        return loss_class(
+            model, teacher=teacher, retention_weight=None if teacher is None else retention_weight, **kwargs
+        )
     loss = loss_class(model, **kwargs)
     if teacher is None:
         return loss
