@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -53,7 +54,7 @@ def train(
 
     Single process:  xprt-st train --recipe xprt --data mined/ --output runs/xprt
 
-    Several GPUs:    torchrun --nproc_per_node 8 -m xprt_st.cli train --recipe xprt --data mined/ --output runs/xprt
+    Several GPUs:    torchrun --nproc_per_node 8 -m xprt_st.training train --recipe xprt --data mined/ --output out/
     """
     from xprt_st.models import ModelLoadError
     from xprt_st.recipe import RecipeError, load_recipe
@@ -85,8 +86,10 @@ def train(
     if data is None or output is None:
         console.print("[red]error:[/red] --data and --output are required to train (or pass --print-recipe)")
         raise typer.Exit(2)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("xprt_st").setLevel(logging.INFO)
+    main_process = int(os.environ.get("RANK", "0")) == 0  # under torchrun / accelerate launch, one process reports
+    logging.basicConfig(
+        level=logging.INFO if main_process else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     try:
         folder = train_recipe(resolved, data=data, output=output, resume=resume, model=model, progress=progress)
     except (MinedDataError, ModelLoadError, TrainingStateError, OutputFolderError) as error:
@@ -95,4 +98,5 @@ def train(
     except (NonFiniteLossError, NonFiniteWeightsError) as error:
         console.print(f"[red]training stopped:[/red] {error}", highlight=False)
         raise typer.Exit(1) from error
-    console.print(f"[green]done:[/green] {folder} loads with SentenceTransformer({str(folder)!r})")
+    if main_process:
+        console.print(f"[green]done:[/green] {folder} loads with SentenceTransformer({str(folder)!r})")

@@ -1,0 +1,12 @@
+"""``python -m xprt_st.training train ...``: the ``xprt-st`` command as a module, for launchers.
+
+``torchrun -m`` and ``accelerate launch -m`` need a module to run; console-script paths differ between
+environments (pyenv shims are shell scripts that torchrun cannot run).
+"""
+
+from __future__ import annotations
+
+from xprt_st.cli import app
+
+if __name__ == "__main__":
+    app(prog_name="xprt-st")
