@@ -175,3 +175,14 @@ def test_folder_that_is_neither_beir_nor_sts(tmp_path: Path) -> None:
 def test_packaged_python_faq_task_loads_without_data_dir(tmp_path: Path) -> None:
     task = load_local_task("python-faq", tmp_path / "nowhere", max_queries=5, max_corpus=10)
     assert len(type(task).beir.queries) == 5 and len(type(task).beir.corpus) == 10
+
+
+def test_mteb_name_offline_falls_back_to_the_local_copy(tmp_path: Path, beir_writer, monkeypatch) -> None:
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    beir_writer(tmp_path / "arguana")
+    (task,) = resolve_tasks(["ArguAna"], tmp_path)
+    assert isinstance(task, LocalRetrievalTask) and type(task).label == "arguana"
+    with pytest.raises(TaskLoadError, match="needs the Hugging Face hub, which is offline"):
+        resolve_tasks(["SciFact"], tmp_path)
