@@ -27,7 +27,7 @@ from pathlib import Path
 import lxml.html
 
 MAX_PAGE_BYTES = 60_000
-MAX_PAGES = 240
+MAX_PAGES = 100
 SECTIONS = ("tutorial", "howto", "library", "reference", "using", "extending")
 
 

@@ -30,6 +30,8 @@ from typing import Any, Literal
 
 import yaml
 
+from xprt_st.models import DEFAULT_MODEL
+
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
 """Packaged recipes; the repository's ``recipes/`` is a symlink to this folder."""
 
@@ -144,7 +146,7 @@ class Recipe:
 SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
     "continued": {
         "training": {
-            "model": "intfloat/e5-base-unsupervised",
+            "model": DEFAULT_MODEL,
             "learning_rate": 1e-6,
             "epochs": 1.0,
             "warmup_ratio": 0.0,
@@ -161,7 +163,9 @@ SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
         "retention": {"enabled": False},
     },
 }
-"""The two settings of the paper. ``continued``: E5-base-unsupervised at lr 1e-6 with retention 40 -> 0 for
+"""The two settings of the paper. ``continued``: the paper starts from E5-base-unsupervised (not available
+offline; pass ``--model intfloat/e5-base-unsupervised`` where the hub is reachable), here the offline default,
+at lr 1e-6 with retention 40 -> 0 for
 every method. ``from-bert``: BERT-base, 6 epochs over the mined groups, no retention; the paper does not
 state the learning rate or warm-up here, so 1e-4 with 10% warm-up (usual for BERT pre-training) is assumed."""
 

@@ -1,0 +1,106 @@
+"""The quickstart: mine, pre-train briefly and evaluate before and after, offline, on shipped data.
+
+It walks adoption step 1 of the paper ("change only the positive") on a real corpus that ships with the
+package: 100 pages of the Python documentation as raw HTML (navigation, search boxes and footers
+included). Evaluation uses ``python-faq``, a retrieval task built from the documentation's FAQ pages,
+which are held out of the corpus. Everything runs on the offline default model in a few minutes on
+two CPU cores.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from xprt_st.evaluation.run import EvaluationReport, evaluate_models
+from xprt_st.mining import mine
+from xprt_st.recipe import load_recipe
+from xprt_st.training import train_recipe
+
+logger = logging.getLogger(__name__)
+
+PACKAGED_DATA = Path(__file__).resolve().parent / "data"
+QUICKSTART_CORPUS = PACKAGED_DATA / "python-docs-pages.jsonl.gz"
+
+
+@dataclass
+class QuickstartConfig:
+    """Settings of the quickstart; the defaults finish within 10 minutes on 2 CPU cores."""
+
+    output: Path = Path("xprt-quickstart")
+    """Run folder: ``mined/``, ``model/``, ``evaluation/`` and ``summary.json`` go here."""
+    model: str | None = None
+    """Starting and mining model; None is the offline default (all-MiniLM-L6-v2)."""
+    recipe: str = "change-only-positive"
+    """Adoption step 1: only the positive changes (L_xp with retention)."""
+    threshold_quantile: float | None = 0.3
+    """Anchors are the passages above this quantile of centrality (the paper's 0.825 was tuned for E5)."""
+    max_steps: int = 40
+    batch_size: int = 32
+    learning_rate: float = 2e-5
+    """Higher than the paper's 1e-6 so that 40 steps move the model at all; see the README."""
+    max_seq_length: int = 128
+    tasks: tuple[str, ...] = ("python-faq",)
+    seed: int = 42
+
+
+def run_quickstart(config: QuickstartConfig, progress: bool = True) -> dict[str, Any]:
+    """Mine the shipped corpus, train ``config.recipe`` briefly, evaluate before and after.
+
+    Returns:
+        ``{"mining": stats, "scores": {model: {task: score}}, "gain": {task: after - before}}``, also
+        written to ``OUTPUT/summary.json``; the report files are in ``OUTPUT/evaluation``.
+    """
+    output = Path(config.output)
+    mined = output / "mined"
+    stats = mine(
+        [QUICKSTART_CORPUS],
+        mined,
+        html=True,
+        model=config.model,
+        threshold_quantile=config.threshold_quantile,
+        max_tokens=config.max_seq_length,
+        seed=config.seed,
+        progress=progress,
+    )
+    recipe = load_recipe(
+        config.recipe,
+        overrides={
+            "training.max_steps": config.max_steps,
+            "training.batch_size": config.batch_size,
+            "training.learning_rate": config.learning_rate,
+            "training.max_seq_length": config.max_seq_length,
+            "training.seed": config.seed,
+            "training.save_steps": config.max_steps,
+            **({"training.model": config.model} if config.model else {}),
+        },
+    )
+    model_dir = output / "model"
+    if not (model_dir / "modules.json").is_file():
+        train_recipe(recipe, data=mined, output=model_dir, progress=progress)
+    report = evaluate_models(
+        [config.model, model_dir],
+        list(config.tasks),
+        labels=["starting model", f"after {config.recipe}"],
+        seed=config.seed,
+        cache_dir=output / "evaluation" / "cache",
+        show_progress=False,
+    )
+    report.write(output / "evaluation")
+    summary = _summary(report, stats, config)
+    (output / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
+    return summary
+
+
+def _summary(report: EvaluationReport, stats: dict[str, Any], config: QuickstartConfig) -> dict[str, Any]:
+    before, after = report.models
+    scores = {model: {task: report.score(model, task) for task in report.tasks} for model in report.models}
+    return {
+        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()},
+        "mining": stats,
+        "scores": scores,
+        "gain": {task: scores[after][task] - scores[before][task] for task in report.tasks},
+    }
