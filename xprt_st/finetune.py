@@ -224,18 +224,20 @@ def plan_folds(
 
 
 def domain_means(per_query: Mapping[str, float], domains: Mapping[str, str]) -> dict[str, float]:
-    """Mean per-query score overall and per sub-domain; only queries present in ``per_query`` count."""
+    """Mean per-query score overall and per sub-domain (none when ``domains`` is empty); only queries
+    present in ``per_query`` count."""
     groups: dict[str, list[float]] = {OVERALL: []}
     for qid, value in per_query.items():
         groups[OVERALL].append(value)
-        groups.setdefault(domains.get(qid, NO_DOMAIN), []).append(value)
+        if domains:
+            groups.setdefault(domains.get(qid, NO_DOMAIN), []).append(value)
     return {name: sum(values) / len(values) for name, values in groups.items() if values}
 
 
 def domain_counts(query_ids: Sequence[str], domains: Mapping[str, str]) -> dict[str, int]:
-    """Number of queries overall and per sub-domain."""
+    """Number of queries overall and per sub-domain (none when ``domains`` is empty)."""
     counts = {OVERALL: len(query_ids)}
-    for qid in query_ids:
+    for qid in query_ids if domains else []:
         name = domains.get(qid, NO_DOMAIN)
         counts[name] = counts.get(name, 0) + 1
     return counts
@@ -426,6 +428,32 @@ def finetune(
     )
     trainer.train()
     return student
+
+
+def pretrain_from_recipe(
+    recipe: str | Path,
+    mined: str | Path,
+    base: str | Path | None,
+    output: str | Path,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    progress: bool = False,
+) -> Path:
+    """Produce the pre-trained model: train ``recipe`` from ``base`` on a mined folder (``xprt-st mine``).
+
+    A thin call of :func:`xprt_st.training.train_recipe` so that finetune-compare can start from a
+    recipe and a corpus; ``overrides`` are dotted recipe keys, e.g. ``{"training.max_steps": 100}``.
+
+    Returns:
+        The folder of the pre-trained model.
+    """
+    from xprt_st.models import DEFAULT_MODEL
+    from xprt_st.recipe import load_recipe
+    from xprt_st.training import train_recipe
+
+    loaded = load_recipe(recipe, overrides=dict(overrides) if overrides else None)
+    starting = DEFAULT_MODEL if base is None or str(base) == "default" else str(base)
+    return train_recipe(loaded, mined, output, model=starting, progress=progress)
 
 
 def finetune_compare(

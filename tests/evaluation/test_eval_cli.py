@@ -132,3 +132,49 @@ def test_finetune_compare_identical_models_gain_nothing(tiny_model_path: Path, t
     # fine-tuning did change the model
     assert payload["per_query_ndcg_at_10"]["base"] != payload["per_query_ndcg_at_10"]["base+ft"]
     assert (out / "finetune_compare.csv").is_file()
+
+
+def test_finetune_compare_needs_exactly_one_source_of_the_pretrained_model(beir_folder: Path, tmp_path: Path) -> None:
+    result = _invoke("finetune-compare", "--task", str(beir_folder), "--output-dir", str(tmp_path))
+    assert result.exit_code == 2 and "give either --pretrained MODEL, or --recipe" in " ".join(result.output.split())
+    result = _invoke("finetune-compare", "--task", str(beir_folder), "--recipe", "xprt", "--output-dir", str(tmp_path))
+    assert result.exit_code == 2 and "--recipe needs --mined" in " ".join(result.output.split())
+
+
+def test_finetune_compare_from_a_recipe_and_a_mined_folder(tiny_model_path: Path, tmp_path: Path, beir_writer) -> None:
+    from tests.training.training_helpers import write_mined
+
+    mined = write_mined(tmp_path / "mined")
+    keys = [(topic, i) for topic in ("web", "med") for i in range(4)]
+    corpus = {f"d-{t}-{i}": {"title": "", "text": f"{t} fact number {i} about {t}"} for t, i in keys}
+    folder = beir_writer(
+        tmp_path / "ftbeir",
+        corpus,
+        {f"q-{t}-{i}": f"what about {t} {i}?" for t, i in keys},
+        [(f"q-{t}-{i}", f"d-{t}-{i}", 1) for t, i in keys],
+    )
+    out = tmp_path / "ft"
+    result = _invoke(
+        "finetune-compare",
+        "--base",
+        str(tiny_model_path),
+        "--recipe",
+        "change-only-positive",
+        "--mined",
+        str(mined),
+        "--pretrain-set",
+        "training.max_steps=2",
+        "--pretrain-set",
+        "training.batch_size=4",
+        "--task",
+        str(folder),
+        "--batch-size",
+        "4",
+        "--output-dir",
+        str(out),
+    )
+    assert result.exit_code == 0, result.output
+    assert (out / "pretrained" / "modules.json").is_file()
+    payload = json.loads((out / "finetune_compare.json").read_text())
+    assert payload["models"]["pretrained"] == "pretrained"
+    assert [row["domain"] for row in payload["rows"]] == ["overall"]

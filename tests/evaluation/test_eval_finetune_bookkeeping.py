@@ -94,6 +94,8 @@ def test_domain_means_and_counts_by_hand() -> None:
     domains = {"a": "x", "b": "x", "c": "y"}
     assert domain_means(per_query, domains) == {OVERALL: 1.75 / 4, "x": 0.75, "y": 0.0, NO_DOMAIN: 0.25}
     assert domain_counts(["a", "b", "c", "d"], domains) == {OVERALL: 4, "x": 2, "y": 1, NO_DOMAIN: 1}
+    assert domain_means(per_query, {}) == {OVERALL: 1.75 / 4}
+    assert domain_counts(["a", "b"], {}) == {OVERALL: 2}
 
 
 def test_compare_gains_flags_losing_sub_domains() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+import yaml
 from rich.console import Console
 
 from xprt_st.cli import app
@@ -125,7 +126,10 @@ def evaluate(
 
 @app.command("finetune-compare")
 def finetune_compare(
-    pretrained: Annotated[str, typer.Option(help="The pre-trained model (name or folder), e.g. an xPRT output.")],
+    pretrained: Annotated[
+        str | None,
+        typer.Option(help="The pre-trained model (name or folder), e.g. an xPRT output; or give --recipe/--mined."),
+    ] = None,
     base: Annotated[str, typer.Option(help="The model pre-training started from; 'default' = all-MiniLM-L6-v2.")] = (
         "default"
     ),
@@ -155,6 +159,16 @@ def finetune_compare(
         str | None,
         typer.Option(help="Regex on the query id whose group 1 names the sub-domain, e.g. '^test-([a-z]+)-'."),
     ] = None,
+    recipe: Annotated[
+        str | None, typer.Option(help="Without --pretrained: pre-train BASE with this recipe (name or YAML) first.")
+    ] = None,
+    mined: Annotated[
+        Path | None, typer.Option(help="With --recipe: the mined folder (output of xprt-st mine) to pre-train on.")
+    ] = None,
+    pretrain_set: Annotated[
+        list[str] | None,
+        typer.Option(help="With --recipe: override a recipe key, e.g. training.max_steps=500 (repeatable)."),
+    ] = None,
     max_queries: Annotated[int | None, typer.Option(help="Seeded sample of the task's queries (before folds).")] = None,
     max_corpus: Annotated[int | None, typer.Option(help="Seeded corpus sample (keeps all judged documents).")] = None,
     epochs: Annotated[int, typer.Option(help="Fine-tuning epochs (both models).")] = 1,
@@ -174,6 +188,7 @@ def finetune_compare(
         FinetuneSettings,
         beir_train_pairs,
         finetune_compare,
+        pretrain_from_recipe,
         query_domains,
         read_pairs,
     )
@@ -182,6 +197,10 @@ def finetune_compare(
     try:
         if train_pairs is not None and train_split is not None:
             raise ValueError("give either --train-pairs or --train-split, not both")
+        if (pretrained is None) == (recipe is None):
+            raise ValueError("give either --pretrained MODEL, or --recipe RECIPE with --mined FOLDER to pre-train BASE")
+        if recipe is not None and mined is None:
+            raise ValueError("--recipe needs --mined, the folder written by xprt-st mine from your corpus")
         data, label, ignore_identical_ids = resolve_beir(task, data_dir)
         data = subsample_beir(data, max_queries=max_queries, max_corpus=max_corpus, seed=seed)
         domains = query_domains(data, domain_field=domain_field, domain_pattern=domain_pattern)
@@ -193,6 +212,18 @@ def finetune_compare(
             if folder is None:
                 raise ValueError("--train-split needs --task to be a BEIR folder that holds qrels/<split>.tsv")
             pairs = beir_train_pairs(read_beir_folder(folder, train_split))
+        overrides = {}
+        for item in pretrain_set or []:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise ValueError(f"--pretrain-set expects KEY=VALUE, got {item!r}")
+            overrides[key.strip()] = yaml.safe_load(value)
+        if recipe is not None:
+            pretrained = str(
+                pretrain_from_recipe(
+                    recipe, mined, base, output_dir / "pretrained", overrides=overrides, progress=verbose
+                )
+            )
         result = finetune_compare(
             base,
             pretrained,
@@ -208,7 +239,7 @@ def finetune_compare(
             device=device,
             tolerance=tolerance,
         )
-    except (TaskLoadError, ModelLoadError, ValueError) as error:
+    except (TaskLoadError, ModelLoadError, ValueError, FileExistsError) as error:
         raise _fail(error) from error
     console.print(result.rich_table())
     flagged = [row.domain for row in result.rows if row.flag]
