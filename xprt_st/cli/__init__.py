@@ -17,4 +17,4 @@ app = typer.Typer(
 )
 
 # The imports register each subcommand on ``app``.
-from xprt_st.cli import evaluate, mine, quickstart, train  # noqa: E402, F401
+from xprt_st.cli import compare, evaluate, mine, quickstart, train  # noqa: E402, F401

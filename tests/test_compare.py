@@ -1,0 +1,169 @@
+"""``xprt-st compare`` end to end on tiny data: mine, train two recipes, evaluate, tabulate, resume."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from xprt_st.cli import app
+from xprt_st.compare import CompareConfigError, CompareResult, data_variant, load_compare_config, markdown_report
+
+runner = CliRunner()
+
+TOPICS = {
+    "baseball": "pitcher batter inning perfect game umpire catcher base strike",
+    "carbon": "capture storage emissions pipeline wells policy energy plant gas",
+    "bread": "sourdough yeast starter flour water fermentation crust oven loaf",
+    "trucks": "pickup frame engine towing cab fleet diesel axle generation",
+}
+
+
+def _write_corpus(folder: Path) -> Path:
+    """Twelve documents of six paragraphs each, in the miner's JSONL layout."""
+    lines = []
+    for doc in range(12):
+        topic, words = list(TOPICS.items())[doc % len(TOPICS)]
+        vocab = words.split()
+        paragraphs = [
+            " ".join(f"{vocab[(doc + p + i) % len(vocab)]}" for i in range(14)) + f" {topic} note {doc} {p}."
+            for p in range(6)
+        ]
+        lines.append(json.dumps({"id": f"doc-{doc}", "text": "\n\n".join(paragraphs)}))
+    path = folder / "corpus.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _write_beir(folder: Path) -> Path:
+    (folder / "qrels").mkdir(parents=True)
+    corpus = [{"_id": f"d{i}", "title": "", "text": f"{t}: {w}"} for i, (t, w) in enumerate(TOPICS.items())]
+    queries = [{"_id": f"q{i}", "text": f"what about {t} {w.split()[0]}"} for i, (t, w) in enumerate(TOPICS.items())]
+    (folder / "corpus.jsonl").write_text("\n".join(json.dumps(r) for r in corpus) + "\n", encoding="utf-8")
+    (folder / "queries.jsonl").write_text("\n".join(json.dumps(r) for r in queries) + "\n", encoding="utf-8")
+    qrels = ["query-id\tcorpus-id\tscore"] + [f"q{i}\td{i}\t1" for i in range(len(TOPICS))]
+    (folder / "qrels" / "test.tsv").write_text("\n".join(qrels) + "\n", encoding="utf-8")
+    return folder
+
+
+def _write_sts(path: Path) -> Path:
+    pairs = [
+        ("the pitcher threw a perfect game", "a perfect game was pitched", 4.8),
+        ("bread rises with yeast", "yeast makes the dough rise", 4.2),
+        ("carbon is stored underground", "the truck tows a trailer", 0.4),
+        ("the catcher called the pitch", "the oven bakes the loaf", 0.2),
+        ("a pickup with a diesel engine", "the truck has a diesel engine", 3.9),
+        ("emissions are captured at the plant", "the plant captures its emissions", 4.6),
+    ]
+    path.write_text("\n".join(f"{a}\t{b}\t{s}" for a, b, s in pairs) + "\n", encoding="utf-8")
+    return path
+
+
+def _config(tmp_path: Path, model: Path) -> Path:
+    raw = {
+        "model": str(model),
+        "corpus": [{"path": str(_write_corpus(tmp_path)), "id_field": "id", "max_documents": 10}],
+        "mining": {"threshold_quantile": 0.3, "max_tokens": 24, "min_tokens": 4, "batch_size": 16},
+        "recipes": ["change-only-positive", "random-span-contrastive"],
+        "seeds": [1],
+        "training": {"max_steps": 2, "batch_size": 2, "max_seq_length": 32, "save_steps": 2, "logging_steps": 1},
+        "eval_max_seq_length": 32,
+        "tasks": [str(_write_beir(tmp_path / "beir")), {"name": str(_write_sts(tmp_path / "sts.tsv"))}],
+    }
+    path = tmp_path / "compare.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return path
+
+
+def test_compare_cli_end_to_end_and_resume(tmp_path: Path, tiny_model_path: Path) -> None:
+    config = _config(tmp_path, tiny_model_path)
+    run = tmp_path / "run"
+    result = runner.invoke(app, ["compare", "--config", str(config), "--output", str(run), "--no-progress"])
+    assert result.exit_code == 0, result.output
+
+    for name in ("compare.md", "compare.csv", "compare.png", "corpus/corpus_stats.json", "mined/stats.json"):
+        assert (run / name).is_file(), name
+    for recipe in ("change-only-positive", "random-span-contrastive"):
+        assert (run / "seed-1" / recipe / "COMPLETE").is_file()
+        assert (run / "seed-1" / recipe / "modules.json").is_file()
+    # the random-span data is a re-merge of the same stored passages, not a second mining run
+    spans = json.loads((run / "data" / "pairs-random-span" / "stats.json").read_text())
+    assert spans["settings"]["pairs"] == "random-span"
+    assert spans["passages"] == json.loads((run / "mined" / "stats.json").read_text())["passages"]
+
+    with (run / "compare.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert {row["model"] for row in rows} == {"start", "change-only-positive", "random-span-contrastive"}
+    assert len(rows) == 3 * 2
+    assert all(float(row["delta_vs_start"]) == 0.0 for row in rows if row["model"] == "start")
+    markdown = (run / "compare.md").read_text()
+    assert "| change-only-positive |" in markdown and "gain vs start" in markdown
+
+    # a second run finds everything complete: nothing is trained or evaluated again
+    timings = (run / "timings.json").read_text()
+    stamps = {p: p.stat().st_mtime_ns for p in (run / "seed-1").rglob("model.safetensors")}
+    result = runner.invoke(app, ["compare", "--config", str(config), "--output", str(run), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert (run / "timings.json").read_text() == timings
+    assert {p: p.stat().st_mtime_ns for p in (run / "seed-1").rglob("model.safetensors")} == stamps
+
+    # a recipe folder without COMPLETE (a killed run) resumes from its last complete checkpoint;
+    # the starting model's scores are kept
+    folder = run / "seed-1" / "random-span-contrastive"
+    (folder / "COMPLETE").unlink()
+    (run / "scores" / "seed-1" / "random-span-contrastive.json").unlink()
+    kept = (run / "scores" / "start.json").stat().st_mtime_ns
+    result = runner.invoke(app, ["compare", "--config", str(config), "--output", str(run), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert (folder / "COMPLETE").is_file()
+    assert (run / "scores" / "seed-1" / "random-span-contrastive.json").is_file()
+    assert (run / "scores" / "start.json").stat().st_mtime_ns == kept
+
+
+def test_config_errors_are_listed_together(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        yaml.safe_dump({"corpus": [{"path": "x.zip", "maxdocs": 3}], "tasks": [], "recipes": ["no-such"], "foo": 1})
+    )
+    with pytest.raises(CompareConfigError) as error:
+        load_compare_config(path)
+    message = str(error.value)
+    assert "foo: unknown key" in message and "maxdocs" in message and "tasks:" in message
+
+
+def test_data_variants_follow_the_recipes_requirements() -> None:
+    assert data_variant({"positive": "mined", "pairs": "mined"})[0] == "mined"
+    assert data_variant({"positive": "random", "pairs": "mined"}) == (
+        "positive-random",
+        {"positive": "random", "pairs": "mined"},
+    )
+    assert data_variant({"pairs": "random-span"})[0] == "pairs-random-span"
+
+
+def test_gain_and_spread_by_hand(tmp_path: Path) -> None:
+    result = CompareResult(
+        tasks=["a", "b"],
+        metrics={"a": "ndcg_at_10", "b": "cosine_spearman"},
+        models=["start", "xprt"],
+        seeds=[1, 2],
+        scores={
+            1: {"start": {"a": 0.50, "b": 0.80}, "xprt": {"a": 0.52, "b": 0.80}},
+            2: {"start": {"a": 0.50, "b": 0.80}, "xprt": {"a": 0.50, "b": 0.81}},
+        },
+    )
+    assert result.gain(1, "xprt") == pytest.approx(0.01)
+    assert result.gain(2, "xprt") == pytest.approx(0.005)
+    config = load_compare_config(_config_stub(tmp_path))
+    table = markdown_report(result, config)
+    # mean gain +0.75, spread 0.50 (×100); per task a +1.00, b +0.50
+    assert "| xprt | +1.00 | +0.50 | +0.75 | 0.50 | a +1.00, b +0.50 |" in table
+
+
+def _config_stub(tmp_path: Path) -> Path:
+    path = tmp_path / "stub.yaml"
+    path.write_text(yaml.safe_dump({"corpus": [{"path": "x.jsonl"}], "tasks": ["stsb"], "recipes": ["xprt"]}))
+    return path

@@ -1,0 +1,79 @@
+"""``xprt-st compare``: train every objective of the paper's comparison on one mined corpus and tabulate the gains."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from xprt_st.cli import app
+
+logger = logging.getLogger(__name__)
+
+
+def _int_list(value: str | None) -> list[int] | None:
+    return None if value is None else [int(part) for part in value.split(",") if part.strip()]
+
+
+def _str_list(value: str | None) -> list[str] | None:
+    return None if value is None else [part.strip() for part in value.split(",") if part.strip()]
+
+
+@app.command()
+def compare(
+    config: Annotated[Path, typer.Option("--config", "-c", help="Comparison YAML, e.g. benchmarks/compare-cpu.yaml.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Run folder; reuse it to continue a killed run.")],
+    seeds: Annotated[str | None, typer.Option(help="Comma-separated training seeds (replaces the config's).")] = None,
+    recipes: Annotated[str | None, typer.Option(help="Comma-separated recipes (replaces the config's).")] = None,
+    model: Annotated[str | None, typer.Option(help="Starting and mining model (replaces the config's).")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Training steps of every recipe.")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Groups per step of every recipe.")] = None,
+    learning_rate: Annotated[float | None, typer.Option(help="Peak learning rate of every recipe.")] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Folder of the corpus files and named tasks (default ../shared/data).")
+    ] = None,
+    report_only: Annotated[
+        bool, typer.Option("--report-only", help="Only rewrite the report from the scores present now.")
+    ] = False,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Draw progress displays.")] = True,
+) -> None:
+    """Same corpus, steps, batch and schedule; only the objective changes. Writes OUTPUT/compare.{md,csv,png}.
+
+    xprt-st compare --config benchmarks/compare-cpu.yaml --output runs/compare-cpu
+    """
+    from xprt_st.compare import CompareConfigError, load_compare_config, run_compare
+
+    console = Console(stderr=True)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    training = {
+        key: value
+        for key, value in (("max_steps", max_steps), ("batch_size", batch_size), ("learning_rate", learning_rate))
+        if value is not None
+    }
+    overrides = {
+        "seeds": _int_list(seeds),
+        "recipes": _str_list(recipes),
+        "model": model,
+        "data_dir": str(data_dir) if data_dir is not None else None,
+        "training": training or None,
+    }
+    try:
+        resolved = load_compare_config(config, overrides)
+    except CompareConfigError as error:
+        console.print(f"[red]error:[/red] {error}", highlight=False)
+        raise typer.Exit(2) from error
+    result = run_compare(resolved, output, progress=progress, report_only=report_only)
+
+    table = Table(title="Mean gain over the starting model (×100, mean over tasks)")
+    table.add_column("model", style="bold")
+    for seed in result.seeds:
+        table.add_column(f"seed {seed}", justify="right")
+    for name in result.models[1:]:
+        cells = [f"{100 * result.gain(s, name):+.2f}" if name in result.scores[s] else "" for s in result.seeds]
+        table.add_row(name, *cells)
+    Console().print(table)
+    console.print(f"[green]done:[/green] {output}/compare.md, compare.csv, compare.png")
