@@ -6,11 +6,11 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from sentence_transformers import SentenceTransformer
 from torch import Tensor, nn
 
 from xprt_st.losses._common import apply_mask, encode_columns, pad_cat, sample_token_mask, special_token_ids
+from xprt_st.losses._vocab import vocab_cross_entropy, vocab_kl_divergence
 from xprt_st.losses.cross_passage import XPRT_CITATION
 from xprt_st.losses.decoder import FillInDecoder
 from xprt_st.models import MLMHead, attach_mlm_head
@@ -162,7 +162,7 @@ class CrossFillInLoss(_FillInBase):
         ids = pad_cat(input_ids[1:] + [input_ids[0]] * related)  # (2 * related * batch, seq)
         mask = pad_cat(attention_mask[1:] + [attention_mask[0]] * related)  # (2 * related * batch, seq)
         states, masked = self._decode_masked(vectors, ids, mask)  # (masked, hidden)
-        return F.cross_entropy(self.mlm_head(states), ids[masked])  # head: (masked, vocab)
+        return vocab_cross_entropy(self.mlm_head, states, ids[masked])  # chunked over the vocabulary
 
 
 class SelfFillInLoss(_FillInBase):
@@ -251,7 +251,5 @@ class SelfFillInLoss(_FillInBase):
         ids = pad_cat(input_ids)  # (passages * batch, seq)
         mask = pad_cat(attention_mask)  # (passages * batch, seq)
         states, masked = self._decode_masked(vectors, ids, mask)  # (masked, hidden)
-        with torch.no_grad():
-            teacher = F.log_softmax(self.mlm_head(pad_cat(token_states)[masked]), dim=-1)  # (masked, vocab)
-        student = F.log_softmax(self.mlm_head(states), dim=-1)  # (masked, vocab)
-        return F.kl_div(student, teacher, reduction="batchmean", log_target=True)
+        teacher_states = pad_cat(token_states)[masked].detach()  # (masked, hidden)
+        return vocab_kl_divergence(self.mlm_head, states, teacher_states)  # chunked over the vocabulary

@@ -6,11 +6,11 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from sentence_transformers import SentenceTransformer
 from torch import Tensor, nn
 
 from xprt_st.losses._common import encode_columns, special_token_ids
+from xprt_st.losses._vocab import vocab_cross_entropy
 from xprt_st.models import MLMHead, attach_mlm_head
 
 BERT_CITATION = """
@@ -32,9 +32,7 @@ def mlm_loss(head: nn.Module, token_states: list[Tensor], input_ids: list[Tensor
     """
     states = torch.cat([state[mask] for state, mask in zip(token_states, masks, strict=True)])  # (masked, hidden)
     targets = torch.cat([ids[mask] for ids, mask in zip(input_ids, masks, strict=True)])  # (masked,)
-    if targets.numel() == 0:
-        return token_states[0].sum() * 0.0
-    return F.cross_entropy(head(states), targets)  # head: (masked, vocab)
+    return vocab_cross_entropy(head, states, targets)  # chunked: never the full (masked, vocab) logits
 
 
 class MLMLoss(nn.Module):

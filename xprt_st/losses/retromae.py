@@ -6,11 +6,11 @@ from collections.abc import Iterable
 from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
 from sentence_transformers import SentenceTransformer
 from torch import Tensor, nn
 
 from xprt_st.losses._common import EncodedColumns, encode_columns, pad_cat, special_token_ids
+from xprt_st.losses._vocab import vocab_cross_entropy
 from xprt_st.losses.decoder import FillInDecoder
 from xprt_st.losses.mlm import mlm_loss
 from xprt_st.models import MLMHead, attach_mlm_head
@@ -190,7 +190,7 @@ class RetroMAELoss(nn.Module):
         states = enhanced_decode(self.decoder, torch.cat(vectors), ids, allowed)  # (rows, seq, hidden)
         targets = attention.bool().clone()
         targets[:, 0] = False  # position 0 holds the sentence vector, not a token to rebuild
-        decoder_loss = F.cross_entropy(self.mlm_head(states[targets]), ids[targets])  # head: (targets, vocab)
+        decoder_loss = vocab_cross_entropy(self.mlm_head, states[targets], ids[targets])
         terms = {"decoder": decoder_loss}
         if self.mlm_weight > 0:
             terms["mlm"] = self.mlm_weight * mlm_loss(

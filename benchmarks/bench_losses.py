@@ -1,0 +1,180 @@
+"""Time and peak memory of one training step per loss, as ratios to a plain MultipleNegativesRankingLoss step.
+
+Run:  python benchmarks/bench_losses.py [--groups 32] [--tokens 128] [--reps 5] [--device cpu|cuda]
+
+All steps use the same batch (real Python-docs passages shipped with the package, cut into windows that
+fill ``--tokens``) and the real offline model (``xprt_st.models.load_model(None)``, all-MiniLM-L6-v2).
+A step is forward + backward + AdamW step. Timing: the configurations are interleaved round-robin (so a
+busy shared machine slows all of them alike), after ``--warmup`` steps each; the median of ``--reps`` is
+reported. Memory: CUDA uses ``torch.cuda.max_memory_allocated`` after a reset; on CPU each configuration
+runs in a fresh subprocess and reports its peak resident-set growth over one step after warmup
+(``ru_maxrss`` minus the RSS just before the step), which covers torch's allocator that ``tracemalloc``
+cannot see.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gzip
+import json
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from importlib.resources import files
+
+import torch
+from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+
+from xprt_st.columns import GROUP_COLUMNS
+from xprt_st.losses import RetroMAELoss, XPRTLoss
+from xprt_st.models import load_model
+
+CONFIGS = ("mnrl", "positive_only", "positive_only_retention", "xprt", "xprt_no_retention", "retromae")
+DESCRIPTIONS = {
+    "mnrl": "MultipleNegativesRankingLoss on (anchor, positive): the reference",
+    "positive_only": "XPRTLoss, L_xp only: change only the positive",
+    "positive_only_retention": "XPRTLoss, L_xp + L_ret (one extra frozen-teacher pass)",
+    "xprt": "XPRTLoss, all terms, retention on (paper's continued pre-training)",
+    "xprt_no_retention": "XPRTLoss, all terms, no retention (paper's from-BERT setting)",
+    "retromae": "RetroMAELoss on the anchor column (enhanced decoding + encoder MLM)",
+}
+
+
+def passages(count: int, words: int) -> list[str]:
+    """Real text: windows of ``words`` words from the Python docs pages shipped with xprt_st."""
+    path = files("xprt_st").joinpath("data/python-docs-pages.jsonl.gz")
+    out: list[str] = []
+    with gzip.open(str(path), "rt") as handle:
+        for line in handle:
+            html = json.loads(line)["html"]
+            text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", re.sub(r"(?s)<(script|style).*?</\1>", " ", html)))
+            tokens = text.split()
+            out += [" ".join(tokens[i : i + words]) for i in range(0, len(tokens) - words, words)]
+            if len(out) >= count:
+                return out[:count]
+    raise RuntimeError(f"only {len(out)} passages of {words} words in {path}")
+
+
+def build(name: str, model) -> torch.nn.Module:
+    if name == "mnrl":
+        return MultipleNegativesRankingLoss(model)
+    if name in ("positive_only", "positive_only_retention"):
+        retention = 40.0 if name.endswith("retention") else None
+        return XPRTLoss(model, cross_weight=0, self_weight=0, mlm_weight=0, unif_weight=0, retention_weight=retention)
+    if name == "xprt":
+        return XPRTLoss(model)
+    if name == "xprt_no_retention":
+        return XPRTLoss(model, retention_weight=None)
+    if name == "retromae":
+        return RetroMAELoss(model, pooling="model")
+    raise ValueError(f"unknown configuration {name!r}; valid: {', '.join(CONFIGS)}")
+
+
+def make_step(name: str, base_model, groups: int, tokens: int, device: str) -> Callable[[], None]:
+    model = copy.deepcopy(base_model)
+    model.max_seq_length = tokens
+    model.train()
+    loss = build(name, model).to(device)
+    texts = passages(groups * len(GROUP_COLUMNS), words=tokens)  # ~1.3 tokens per word: every row is full
+    columns = [texts[i * groups : (i + 1) * groups] for i in range(len(GROUP_COLUMNS))]
+    if name == "mnrl":
+        columns = columns[:2]
+    elif name == "retromae":
+        columns = columns[:1]
+    features = [{k: v.to(device) if torch.is_tensor(v) else v for k, v in model.preprocess(c).items()} for c in columns]
+    labels = torch.arange(groups, device=device)
+    optimizer = torch.optim.AdamW([p for p in loss.parameters() if p.requires_grad], lr=1e-5)
+
+    def step() -> None:
+        value = loss([dict(f) for f in features], labels)
+        value = torch.stack(list(value.values())).sum() if isinstance(value, dict) else value
+        optimizer.zero_grad(set_to_none=True)
+        value.backward()
+        optimizer.step()
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    return step
+
+
+def current_rss_kib() -> int:
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * resource.getpagesize() // 1024
+
+
+def memory_child(name: str, groups: int, tokens: int, warmup: int) -> None:
+    """Subprocess entry: print the peak RSS growth (MiB) of one step after warmup."""
+    torch.manual_seed(0)
+    step = make_step(name, load_model(None, device="cpu"), groups, tokens, "cpu")
+    for _ in range(warmup):
+        step()
+    before = current_rss_kib()
+    step()
+    print(json.dumps({"peak_mib": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--groups", type=int, default=32)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--no-memory", action="store_true", help="skip the memory measurement")
+    parser.add_argument("--memory-child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.memory_child:
+        memory_child(args.memory_child, args.groups, args.tokens, args.warmup)
+        return
+    names = args.configs.split(",")
+    torch.manual_seed(0)
+    base = load_model(None, device=args.device)
+    steps = {name: make_step(name, base, args.groups, args.tokens, args.device) for name in names}
+    for step in steps.values():
+        for _ in range(args.warmup):
+            step()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for _ in range(args.reps):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            step()
+            times[name].append(time.perf_counter() - start)
+    medians = {name: statistics.median(values) for name, values in times.items()}
+
+    memory: dict[str, float] = {}
+    if not args.no_memory:
+        for name in names:
+            if args.device == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+                baseline = torch.cuda.memory_allocated()
+                steps[name]()
+                memory[name] = (torch.cuda.max_memory_allocated() - baseline) / 2**20
+            else:
+                child = subprocess.run(
+                    [sys.executable, __file__, "--memory-child", name, "--groups", str(args.groups),
+                     "--tokens", str(args.tokens), "--warmup", str(args.warmup)],
+                    capture_output=True, text=True, check=True,
+                )  # fmt: skip
+                memory[name] = json.loads(child.stdout.strip().splitlines()[-1])["peak_mib"]
+
+    reference = "mnrl" if "mnrl" in names else names[0]
+    print(f"device={args.device} groups={args.groups} tokens={args.tokens} reps={args.reps} warmup={args.warmup}")
+    print(f"torch threads={torch.get_num_threads()}")
+    header = f"{'configuration':26} {'step s':>8} {'x ref':>6} {'peak MiB':>9} {'x ref':>6}  description"
+    print(header)
+    for name in names:
+        time_ratio = medians[name] / medians[reference]
+        mem = memory.get(name)
+        mem_ratio = mem / memory[reference] if mem is not None and memory.get(reference) else float("nan")
+        mem_text = f"{mem:9.0f} {mem_ratio:6.2f}" if mem is not None else f"{'-':>9} {'-':>6}"
+        print(f"{name:26} {medians[name]:8.3f} {time_ratio:6.2f} {mem_text}  {DESCRIPTIONS[name]}")
+
+
+if __name__ == "__main__":
+    main()
