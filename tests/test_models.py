@@ -33,3 +33,12 @@ def test_a_missing_model_gives_a_clear_error(tmp_path):
 
 def test_offline_default_loads(minilm):
     assert minilm.get_embedding_dimension() == 384
+
+
+def test_the_top_level_api_resolves_every_name():
+    import xprt_st
+
+    for name in xprt_st.__all__:
+        assert getattr(xprt_st, name) is not None, name
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = xprt_st.nope
