@@ -9,6 +9,7 @@ two CPU cores.
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 from dataclasses import asdict, dataclass
@@ -45,6 +46,8 @@ class QuickstartConfig:
     max_seq_length: int = 128
     tasks: tuple[str, ...] = ("python-faq",)
     seed: int = 42
+    max_documents: int | None = None
+    """Mine only the first N shipped pages (for tests and quick looks); None mines all 100."""
 
 
 def run_quickstart(config: QuickstartConfig, progress: bool = True) -> dict[str, Any]:
@@ -56,8 +59,11 @@ def run_quickstart(config: QuickstartConfig, progress: bool = True) -> dict[str,
     """
     output = Path(config.output)
     mined = output / "mined"
+    corpus = QUICKSTART_CORPUS
+    if config.max_documents is not None:
+        corpus = _first_documents(QUICKSTART_CORPUS, config.max_documents, output / "corpus-subset.jsonl")
     stats = mine(
-        [QUICKSTART_CORPUS],
+        [corpus],
         mined,
         html=True,
         model=config.model,
@@ -93,6 +99,17 @@ def run_quickstart(config: QuickstartConfig, progress: bool = True) -> dict[str,
     summary = _summary(report, stats, config)
     (output / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
     return summary
+
+
+def _first_documents(source: Path, count: int, target: Path) -> Path:
+    """Copy the first ``count`` records of the gzipped JSONL ``source`` into ``target`` (plain JSONL)."""
+    if count < 1:
+        raise ValueError(f"max_documents must be at least 1, got {count}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(source, "rt", encoding="utf-8") as reader, target.open("w", encoding="utf-8") as writer:
+        for _, line in zip(range(count), reader, strict=False):
+            writer.write(line)
+    return target
 
 
 def _summary(report: EvaluationReport, stats: dict[str, Any], config: QuickstartConfig) -> dict[str, Any]:

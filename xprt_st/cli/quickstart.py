@@ -23,12 +23,23 @@ def quickstart(
     max_steps: Annotated[int, typer.Option(help="Training steps of the change-only-positive recipe.")] = 40,
     batch_size: Annotated[int, typer.Option(help="Groups per step.")] = 32,
     seed: Annotated[int, typer.Option(help="Seed for mining ablations, training and evaluation.")] = 42,
+    max_documents: Annotated[
+        int | None,
+        typer.Option(min=1, hidden=True, help="Mine only the first N of the 100 shipped pages (tests, quick looks)."),
+    ] = None,
 ) -> None:
     """Mine shipped Python-docs pages, pre-train briefly (change only the positive), evaluate before/after."""
     from xprt_st.mining.builder import summary_table
     from xprt_st.quickstart import QuickstartConfig, run_quickstart
 
-    config = QuickstartConfig(output=output, model=model, max_steps=max_steps, batch_size=batch_size, seed=seed)
+    config = QuickstartConfig(
+        output=output,
+        model=model,
+        max_steps=max_steps,
+        batch_size=batch_size,
+        seed=seed,
+        max_documents=max_documents,
+    )
     console.rule("[bold]xprt-st quickstart[/bold]: mine -> pre-train -> evaluate")
     summary = run_quickstart(config)
     console.print(summary_table(summary["mining"]))

@@ -1,0 +1,140 @@
+"""`xprt-st quickstart` end to end through the CLI, on a slice of the shipped corpus with the real default model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from xprt_st.cli import app
+
+pytestmark = pytest.mark.slow
+
+MAX_DOCUMENTS = 12
+MAX_STEPS = 2
+BATCH_SIZE = 8
+
+
+@pytest.fixture(scope="module")
+def quickstart_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    """One small quickstart run shared by the tests of this module: (run folder, CliRunner result)."""
+    output = tmp_path_factory.mktemp("quickstart") / "run"
+    result = CliRunner().invoke(
+        app,
+        [
+            "quickstart",
+            "--output",
+            str(output),
+            "--max-steps",
+            str(MAX_STEPS),
+            "--batch-size",
+            str(BATCH_SIZE),
+            "--max-documents",
+            str(MAX_DOCUMENTS),
+        ],
+    )
+    assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
+    return output, result
+
+
+def _summary(output: Path) -> dict[str, Any]:
+    return json.loads((output / "summary.json").read_text(encoding="utf-8"))
+
+
+def test_summary_has_mining_stats_two_scored_models_and_their_gain(quickstart_run: tuple[Path, Any]) -> None:
+    output, result = quickstart_run
+    summary = _summary(output)
+
+    mining = summary["mining"]
+    assert mining["documents"] == MAX_DOCUMENTS
+    assert 0 < mining["documents_with_groups"] <= MAX_DOCUMENTS
+    assert mining["groups"] >= BATCH_SIZE
+    assert mining["anchors"] == mining["groups"]
+    assert 0 < mining["passage_coverage"] <= 1
+    assert mining["threshold_source"] == "quantile 0.3"
+
+    assert summary["config"]["max_documents"] == MAX_DOCUMENTS
+    assert summary["config"]["max_steps"] == MAX_STEPS
+    scores = summary["scores"]
+    assert list(scores) == ["starting model", "after change-only-positive"]
+    for model_scores in scores.values():
+        assert set(model_scores) == {"python-faq"}
+        assert 0.0 <= model_scores["python-faq"] <= 1.0
+    before, after = (scores[name]["python-faq"] for name in scores)
+    assert summary["gain"]["python-faq"] == pytest.approx(after - before, abs=1e-12)
+    # Two CPU steps at lr 2e-5 move the weights (see the next test), but not the scores far.
+    assert abs(summary["gain"]["python-faq"]) < 0.2
+
+    assert "Retrieval before and after pre-training" in result.output
+    assert f"{after:.4f}" in result.output and f"{summary['gain']['python-faq']:+.4f}" in result.output
+    assert (output / "evaluation").is_dir() and any((output / "evaluation").iterdir())
+
+
+def test_trained_model_loads_as_a_plain_sentence_transformer(quickstart_run: tuple[Path, Any], minilm) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    output, _ = quickstart_run
+    model = SentenceTransformer(str(output / "model"), device="cpu")
+    trained = dict(model.named_parameters())
+    starting = dict(minilm.named_parameters())
+    # Exactly the starting model's weights by name and shape: no decoder, MLM head or other loss module.
+    assert {name: tuple(p.shape) for name, p in trained.items()} == {
+        name: tuple(p.shape) for name, p in starting.items()
+    }
+    assert not [name for name in trained if "decoder" in name or "mlm" in name.lower() or "cls." in name]
+    changed = [name for name in trained if not np.allclose(trained[name].detach(), starting[name].detach())]
+    assert changed, "training left every weight unchanged"
+
+    vectors = model.encode(["How do I read a file line by line?", "Reading files in Python"])
+    assert vectors.shape == (2, minilm.get_embedding_dimension())
+
+
+BOILERPLATE = ("Quick search", "Navigation", "Previous topic", "Report a Bug", "Show Source", "Copyright")
+"""Sidebar, navigation and footer strings of every shipped page (Sphinx's theme)."""
+
+
+def test_mining_found_anchors_and_excluded_passages(quickstart_run: tuple[Path, Any]) -> None:
+    import gzip
+
+    from xprt_st.mining import load_passages
+    from xprt_st.quickstart import QUICKSTART_CORPUS
+
+    output, _ = quickstart_run
+    mined = output / "mined"
+    stats = json.loads((mined / "stats.json").read_text(encoding="utf-8"))
+    passages = load_passages(mined).to_pydict()
+    meta = [json.loads(line) for line in (mined / "groups_meta.jsonl").read_text(encoding="utf-8").splitlines()]
+    anchors = {(m["label"], m["anchor_index"]) for m in meta}
+    related = {(m["label"], j) for m in meta for j in m["related_indices"]}
+    keys = list(zip(passages["label"], passages["passage_index"], strict=True))
+    centrality = dict(zip(keys, passages["centrality"], strict=True))
+    excluded = [key for key in keys if key not in anchors and key not in related]
+    scored_excluded = [key for key in excluded if np.isfinite(centrality[key])]  # one-passage pages have none
+
+    assert len(anchors) == stats["anchors"] > 0
+    assert scored_excluded, "every passage of the real pages landed in a group; the filter excluded nothing"
+    assert stats["passage_coverage"] == pytest.approx(1 - len(excluded) / len(keys), abs=1e-4)
+    threshold = stats["threshold"]
+    assert all(centrality[key] >= threshold for key in anchors)
+    assert all(centrality[key] < threshold for key in scored_excluded)
+    assert np.mean([centrality[key] for key in scored_excluded]) < np.mean([centrality[key] for key in anchors])
+
+    # Navigation and footers never reach the passages: the main-text extraction drops them before any
+    # centrality is computed, so what the threshold excludes is the periphery of the body text.
+    with gzip.open(QUICKSTART_CORPUS, "rt", encoding="utf-8") as handle:
+        pages = [json.loads(line)["html"] for _, line in zip(range(MAX_DOCUMENTS), handle, strict=False)]
+    for marker in BOILERPLATE:
+        assert all(marker in page for page in pages), marker
+        assert not [text for text in passages["text"] if marker in text], marker
+
+
+def test_max_documents_is_hidden_and_validated(tmp_path: Path) -> None:
+    runner = CliRunner()
+    assert "--max-documents" not in runner.invoke(app, ["quickstart", "--help"]).output
+    result = runner.invoke(app, ["quickstart", "--output", str(tmp_path / "run"), "--max-documents", "0"])
+    assert result.exit_code == 2
+    assert not (tmp_path / "run").exists()
