@@ -20,8 +20,8 @@ def quickstart(
         "xprt-quickstart"
     ),
     model: Annotated[str | None, typer.Option(help="Starting model; default the offline all-MiniLM-L6-v2.")] = None,
-    max_steps: Annotated[int, typer.Option(help="Training steps of the change-only-positive recipe.")] = 40,
-    batch_size: Annotated[int, typer.Option(help="Groups per step.")] = 32,
+    max_steps: Annotated[int, typer.Option(help="Training steps of the change-only-positive recipe.")] = 20,
+    batch_size: Annotated[int, typer.Option(help="Groups per step.")] = 16,
     seed: Annotated[int, typer.Option(help="Seed for mining ablations, training and evaluation.")] = 42,
     max_documents: Annotated[
         int | None,
