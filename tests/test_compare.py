@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,14 @@ import yaml
 from typer.testing import CliRunner
 
 from xprt_st.cli import app
-from xprt_st.compare import CompareConfigError, CompareResult, data_variant, load_compare_config, markdown_report
+from xprt_st.compare import (
+    CompareConfigError,
+    CompareResult,
+    _claim,
+    data_variant,
+    load_compare_config,
+    markdown_report,
+)
 
 runner = CliRunner()
 
@@ -167,3 +175,12 @@ def _config_stub(tmp_path: Path) -> Path:
     path = tmp_path / "stub.yaml"
     path.write_text(yaml.safe_dump({"corpus": [{"path": "x.jsonl"}], "tasks": ["stsb"], "recipes": ["xprt"]}))
     return path
+
+
+def test_recipe_lock_is_exclusive_and_stale_locks_are_taken_over(tmp_path: Path) -> None:
+    lock = _claim(tmp_path / "seed-1" / ".xprt.lock")
+    assert lock is not None and lock.read_text() == str(os.getpid())
+    assert _claim(lock) is None  # held by a live process: another compare process skips this recipe
+    stale = tmp_path / "seed-1" / ".tsdae.lock"
+    stale.write_text("999999999")  # a killed process
+    assert _claim(stale) == stale

@@ -31,6 +31,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import gzip
+import hashlib
 import json
 import logging
 import os
@@ -202,6 +203,13 @@ class CompareConfig:
             return candidate
         return (Path(self.data_dir) if self.data_dir else default_data_dir()) / path
 
+    def evaluation_key(self) -> str:
+        """A short hash of everything that shapes a score (tasks, subsamples, seed, token limit): the scores folder."""
+        payload = json.dumps(
+            [[dataclasses.asdict(t) for t in self.tasks], self.eval_seed, self.eval_max_seq_length, self.data_dir]
+        )
+        return hashlib.sha1(payload.encode()).hexdigest()[:10]
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -313,11 +321,15 @@ def prepare_variant(mined: Path, folder: Path, options: dict[str, str], seed: in
     """Re-merge the stored passages of ``mined`` into ``folder`` with other merge options (no encoding)."""
     from xprt_st.mining import MiningConfig, merge
 
+    mined_settings = json.loads((mined / "stats.json").read_text(encoding="utf-8"))["settings"]
+    threshold = {k: mined_settings.get(k) for k in ("threshold", "threshold_quantile")}
     stats_path = folder / "stats.json"
     if stats_path.is_file():
         stats = json.loads(stats_path.read_text(encoding="utf-8"))
         settings = stats.get("settings", {})
-        if all(settings.get(k) == v for k, v in options.items()) and settings.get("seed") == seed:
+        wanted = {**options, "seed": seed, "threshold": threshold["threshold"]}
+        wanted["threshold_quantile"] = threshold.get("threshold_quantile")
+        if all(settings.get(k) == v for k, v in wanted.items()):
             return stats
     folder.mkdir(parents=True, exist_ok=True)
     link = folder / "shards"
@@ -327,8 +339,7 @@ def prepare_variant(mined: Path, folder: Path, options: dict[str, str], seed: in
     stored = json.loads((mined / "mining_config.json").read_text(encoding="utf-8"))
     fields = {f.name for f in dataclasses.fields(MiningConfig)}
     base = {k: v for k, v in stored.items() if k in fields}
-    mined_stats = json.loads((mined / "stats.json").read_text(encoding="utf-8"))["settings"]
-    base |= {k: mined_stats[k] for k in ("threshold", "threshold_quantile") if k in mined_stats}
+    base |= threshold
     return merge(folder, MiningConfig(**{**base, **options, "seed": seed}), progress=progress)
 
 
@@ -405,6 +416,57 @@ def _evaluate(
     return payload
 
 
+def _claim(lock: Path) -> Path | None:
+    """Take ``lock`` (holding this process id) unless a live process holds it; None when it is held.
+
+    Several ``xprt-st compare`` processes may then share one run folder (e.g. one per seed, or the same
+    recipe list in another order) without training the same recipe twice.
+    """
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(2):
+        try:
+            handle = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                owner = int(lock.read_text(encoding="utf-8").strip() or 0)
+                os.kill(owner, 0)
+            except (ValueError, ProcessLookupError, FileNotFoundError):
+                lock.unlink(missing_ok=True)  # left by a killed process
+                continue
+            except PermissionError:
+                return None
+            return None
+        os.write(handle, str(os.getpid()).encode())
+        os.close(handle)
+        return lock
+    return None
+
+
+def _train_and_evaluate(
+    name: str,
+    label: str,
+    seed: int,
+    folder: Path,
+    data: Path,
+    tasks: Sequence[Any],
+    config: CompareConfig,
+    run: Path,
+    cache_dir: Path,
+    progress: bool,
+) -> None:
+    if not (folder / COMPLETE).is_file():
+        started = time.perf_counter()
+        logger.info("seed %d: training %s", seed, label)
+        _train(name, config, seed, data, folder, progress)
+        (folder / COMPLETE).write_text(json.dumps({"recipe": name, "seed": seed}) + "\n", encoding="utf-8")
+        _record_timing(run, f"seed {seed} train {label}", time.perf_counter() - started)
+    scores_file = run / "scores" / config.evaluation_key() / f"seed-{seed}" / f"{label}.json"
+    if not scores_file.is_file():
+        started = time.perf_counter()
+        _evaluate(folder, label, tasks, config, cache_dir, scores_file)
+        _record_timing(run, f"seed {seed} evaluate {label}", time.perf_counter() - started)
+
+
 def resolve_compare_tasks(config: CompareConfig) -> list[Any]:
     """The mteb tasks of the config, each with its own subsample (seeded by ``eval_seed``)."""
     from xprt_st.evaluation.local import resolve_task
@@ -442,7 +504,7 @@ def run_compare(
     run = Path(output)
     run.mkdir(parents=True, exist_ok=True)
     (run / "compare_config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
-    cache_dir = run / "eval-cache" / f"max-seq-{config.eval_max_seq_length}"
+    cache_dir = run / "eval-cache" / config.evaluation_key()
     tasks = resolve_compare_tasks(config)
     labels = [task_label(task) for task in tasks]
 
@@ -450,9 +512,20 @@ def run_compare(
         started = time.perf_counter()
         corpus_stats = build_corpus(config, run / "corpus")
         mined = run / "mined"
-        if not (mined / "stats.json").is_file() or not (mined / "mining_config.json").is_file():
-            mine([run / "corpus" / CORPUS_FILE], mined, model=config.model, progress=progress, **config.mining)
+        fresh = not (mined / "stats.json").is_file()
+        # On complete shards this only re-merges (seconds), so a changed threshold applies without re-encoding.
+        mining_stats = mine(
+            [run / "corpus" / CORPUS_FILE], mined, model=config.model, progress=progress, **config.mining
+        )
+        if fresh:
             _record_timing(run, "corpus+mining", time.perf_counter() - started)
+        logger.info(
+            "mining: %d groups from %d of %d documents (threshold %s)",
+            mining_stats["groups"],
+            mining_stats["documents_with_groups"],
+            mining_stats["documents"],
+            mining_stats["threshold"],
+        )
         logger.info("corpus: %d documents", corpus_stats["documents"])
 
         data: dict[str, Path] = {}
@@ -466,7 +539,7 @@ def run_compare(
                 data[variant] = folder
             data[name] = data[variant]
 
-        start_file = run / "scores" / f"{START_LABEL}.json"
+        start_file = run / "scores" / config.evaluation_key() / f"{START_LABEL}.json"
         if not start_file.is_file():
             started = time.perf_counter()
             _evaluate(config.model, START_LABEL, tasks, config, cache_dir, start_file)
@@ -475,17 +548,14 @@ def run_compare(
             for name in config.recipes:
                 label = Path(name).stem
                 folder = run / f"seed-{seed}" / label
-                if not (folder / COMPLETE).is_file():
-                    started = time.perf_counter()
-                    logger.info("seed %d: training %s", seed, label)
-                    _train(name, config, seed, data[name], folder, progress)
-                    (folder / COMPLETE).write_text(json.dumps({"recipe": name, "seed": seed}) + "\n", encoding="utf-8")
-                    _record_timing(run, f"seed {seed} train {label}", time.perf_counter() - started)
-                scores_file = run / "scores" / f"seed-{seed}" / f"{label}.json"
-                if not scores_file.is_file():
-                    started = time.perf_counter()
-                    _evaluate(folder, label, tasks, config, cache_dir, scores_file)
-                    _record_timing(run, f"seed {seed} evaluate {label}", time.perf_counter() - started)
+                lock = _claim(run / f"seed-{seed}" / f".{label}.lock")
+                if lock is None:
+                    logger.info("seed %d: %s is being trained by another compare process; skipped here", seed, label)
+                    continue
+                try:
+                    _train_and_evaluate(name, label, seed, folder, data[name], tasks, config, run, cache_dir, progress)
+                finally:
+                    lock.unlink(missing_ok=True)
 
     result = collect_results(run, config, labels)
     write_report(result, run, config)
@@ -494,7 +564,7 @@ def run_compare(
 
 def collect_results(run: Path, config: CompareConfig, tasks: list[str]) -> CompareResult:
     """Read ``run/scores`` into a :class:`CompareResult` (models that are not evaluated yet are left out)."""
-    start_file = run / "scores" / f"{START_LABEL}.json"
+    start_file = run / "scores" / config.evaluation_key() / f"{START_LABEL}.json"
     if not start_file.is_file():
         raise FileNotFoundError(
             f"{start_file} is missing: the starting model is not evaluated yet; run without --report-only"
@@ -508,7 +578,7 @@ def collect_results(run: Path, config: CompareConfig, tasks: list[str]) -> Compa
         rows = {START_LABEL: start["scores"]}
         for name in config.recipes:
             label = Path(name).stem
-            path = run / "scores" / f"seed-{seed}" / f"{label}.json"
+            path = run / "scores" / config.evaluation_key() / f"seed-{seed}" / f"{label}.json"
             if path.is_file():
                 rows[label] = json.loads(path.read_text(encoding="utf-8"))["scores"]
                 if label not in models:
