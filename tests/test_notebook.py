@@ -1,0 +1,113 @@
+"""notebooks/adoption.ipynb: the committed copy carries its outputs, and it runs end to end (nbclient, real model)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import nbformat
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOK = REPO / "notebooks" / "adoption.ipynb"
+XPRT_TERMS = ["xp", "cross", "self", "mlm", "unif", "retention"]
+PYTHON_FAQ_QUERIES = 171
+
+
+def _runner() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("run_notebook", REPO / "notebooks" / "run_notebook.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _outputs(nb: nbformat.NotebookNode) -> list[dict[str, Any]]:
+    return [output for cell in nb.cells if cell.cell_type == "code" for output in cell.get("outputs", [])]
+
+
+def _check_outputs(nb: nbformat.NotebookNode) -> None:
+    code_cells = [cell for cell in nb.cells if cell.cell_type == "code"]
+    assert all(cell.get("execution_count") for cell in code_cells), "some code cells were never executed"
+    outputs = _outputs(nb)
+    assert not [output for output in outputs if output.get("output_type") == "error"]
+    images = [output for output in outputs if "image/png" in output.get("data", {})]
+    assert len(images) >= 2, "expected the centrality histogram / threshold sweep and the loss-term plot"
+    tables = [output for output in outputs if "text/html" in output.get("data", {})]
+    assert len(tables) >= 5, "expected pandas tables for mining, scores, the sample page, the comparison, the losses"
+    _runner().check_output_sizes(nb)
+
+
+def test_committed_notebook_is_executed_and_small() -> None:
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nbformat.validate(nb)
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    _check_outputs(nb)
+    assert NOTEBOOK.stat().st_size < 400_000
+    text = "\n".join(cell.source for cell in nb.cells if cell.cell_type == "markdown")
+    for step in ("Step 1", "Step 2", "Step 3", "Step 4"):
+        assert step in text
+    assert "fold split" in text and "demonstration, not a result" in text
+
+
+@pytest.mark.slow
+def test_notebook_runs_end_to_end(tmp_path: Path) -> None:
+    workdir = tmp_path / "work"
+    nb = _runner().execute(NOTEBOOK, workdir, timeout=3600)
+    _check_outputs(nb)
+    check_summary(workdir)
+    assert not (REPO / "notebooks" / "mined").exists()
+
+
+def check_summary(workdir: Path) -> None:
+    """The facts the notebook's ``summary.json`` must state after a run into ``workdir``."""
+    summary = json.loads((workdir / "summary.json").read_text(encoding="utf-8"))
+    settings = summary["settings"]
+
+    mining = summary["mining"]
+    assert mining["documents"] == settings["pages"]
+    assert 0 < mining["documents_with_groups"] <= mining["documents"]
+    assert 0 < mining["anchors"] == mining["groups"] < mining["passages"]
+    assert 0 < mining["passage_coverage"] < 1
+
+    counts = summary["filter"]
+    assert counts["anchor"] == mining["anchors"]
+    assert counts["excluded"] > 0 and counts["related"] >= 0
+    # The notebook's counts are of passages with a centrality; single-passage pages have none.
+    assert sum(counts.values()) <= mining["passages"]
+    covered = counts["anchor"] + counts["related"]
+    assert covered / mining["passages"] == pytest.approx(mining["passage_coverage"], abs=1e-4)
+    sample = summary["sample_document"]
+    assert sample.get("anchor", 0) > 0 and sample.get("excluded", 0) > 0
+
+    report = Path(summary["report"]["path"])
+    assert report.parent == workdir and report.is_file()
+    assert "xPRT mining report" in report.read_text(encoding="utf-8")
+
+    step1 = summary["step1"]
+    assert 0 <= step1["before"] <= 1 and 0 <= step1["after"] <= 1
+    assert step1["gain"] == pytest.approx(step1["after"] - step1["before"], abs=1e-12)
+
+    step3 = summary["step3"]
+    assert step3["split"] == "split of the task's queries"
+    assert step3["train_queries"] + step3["test_queries"] == PYTHON_FAQ_QUERIES
+    assert step3["train_pairs"] >= step3["train_queries"]
+    for role in ("base", "pretrained", "base_ft", "pretrained_ft"):
+        assert 0 <= step3[role] <= 1
+    assert step3["gain_before"] == pytest.approx(step3["pretrained"] - step3["base"], abs=1e-12)
+    assert step3["gain_after"] == pytest.approx(step3["pretrained_ft"] - step3["base_ft"], abs=1e-12)
+    assert step3["base_ft"] != step3["base"]
+
+    step4 = summary["step4"]
+    assert step4["terms"] == XPRT_TERMS
+    assert [row["step"] for row in step4["losses"]] == list(range(1, settings["step4_steps"] + 1))
+    for row in step4["losses"]:
+        assert all(math.isfinite(row[term]) for term in XPRT_TERMS)
+        assert row["loss"] == pytest.approx(sum(row[term] for term in XPRT_TERMS), rel=1e-3, abs=1e-3)
+    assert step4["decoder_in_model"] is False
+
+    assert set(summary["timings_seconds"]) >= {"mine", "step1_train", "step3_finetune_compare", "step4_train"}
