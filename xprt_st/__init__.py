@@ -16,8 +16,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "xprt_st.mining": ("GroupBuilder", "MiningConfig", "mine", "merge"),
-    "xprt_st.mining.report": ("write_report",),
+    "xprt_st.mining": ("GroupBuilder", "MiningConfig", "mine", "merge", "write_report"),
     "xprt_st.losses": (
         "CrossPassageLoss",
         "CrossFillInLoss",

@@ -145,15 +145,14 @@ class EvaluationReport:
 
     def plot(self, path: str | Path) -> Path:
         """A grouped bar plot: one group per task, one bar per model, the main score on the y axis."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        # A bare Figure draws without pyplot's global state, so a notebook's inline backend is left alone.
+        from matplotlib.figure import Figure
 
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         width = 0.8 / max(1, len(self.models))
-        fig, ax = plt.subplots(figsize=(max(4.0, 1.6 * len(self.tasks) + 1), 3.6))
+        fig = Figure(figsize=(max(4.0, 1.6 * len(self.tasks) + 1), 3.6))
+        ax = fig.subplots()
         for index, model in enumerate(self.models):
             xs = [t + (index - (len(self.models) - 1) / 2) * width for t in range(len(self.tasks))]
             ys = [self.score(model, task) for task in self.tasks]
@@ -164,7 +163,6 @@ class EvaluationReport:
         ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(path, dpi=120)
-        plt.close(fig)
         return path
 
     def rich_table(self, title: str = "xprt-st evaluate"):

@@ -31,6 +31,7 @@ from xprt_st.mining.groups import (
 )
 from xprt_st.mining.passages import PassageSplitter
 from xprt_st.mining.reader import CorpusColumnError, CorpusError, CorpusReadError, extract_main_text, iter_corpus
+from xprt_st.mining.report import threshold_sweep, write_report
 from xprt_st.mining.scoring import (
     TfidfScorer,
     centrality,
@@ -72,4 +73,6 @@ __all__ = [
     "select_anchors",
     "summary_table",
     "tfidf_cosine",
+    "threshold_sweep",
+    "write_report",
 ]

@@ -76,22 +76,18 @@ def threshold_sweep(
 
 
 def _png(figure: Any) -> str:
-    import matplotlib.pyplot as plt
-
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=96, bbox_inches="tight")
-    plt.close(figure)
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
 def _plots(centralities: np.ndarray, threshold: float | None, sweep: dict[str, np.ndarray]) -> tuple[str, str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # A bare Figure draws without pyplot's global state, so a notebook's inline backend is left alone.
+    from matplotlib.figure import Figure
 
     finite = centralities[np.isfinite(centralities)]
-    fig, ax = plt.subplots(figsize=(6.5, 3.2))
+    fig = Figure(figsize=(6.5, 3.2))
+    ax = fig.subplots()
     ax.hist(finite, bins=50, color="#4c72b0")
     if threshold is not None:
         ax.axvline(threshold, color="#c44e52", linestyle="--", label=f"threshold {threshold:.3f}")
@@ -100,7 +96,8 @@ def _plots(centralities: np.ndarray, threshold: float | None, sweep: dict[str, n
     ax.set_ylabel("passages")
     histogram = _png(fig)
 
-    fig, left = plt.subplots(figsize=(6.5, 3.2))
+    fig = Figure(figsize=(6.5, 3.2))
+    left = fig.subplots()
     left.plot(sweep["threshold"], sweep["passage_coverage"], color="#4c72b0", label="passage coverage")
     left.plot(sweep["threshold"], sweep["document_coverage"], color="#55a868", label="document coverage")
     left.axhline(PAPER_PASSAGE_COVERAGE, color="#4c72b0", linestyle=":", label="paper: 68% of passages")
