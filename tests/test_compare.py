@@ -123,13 +123,15 @@ def test_compare_cli_end_to_end_and_resume(tmp_path: Path, tiny_model_path: Path
     # the starting model's scores are kept
     folder = run / "seed-1" / "random-span-contrastive"
     (folder / "COMPLETE").unlink()
-    (run / "scores" / "seed-1" / "random-span-contrastive.json").unlink()
-    kept = (run / "scores" / "start.json").stat().st_mtime_ns
+    # scores live under one folder per evaluation setting (tasks, subsampling, token limit)
+    (scores,) = (run / "scores").iterdir()
+    (scores / "seed-1" / "random-span-contrastive.json").unlink()
+    kept = (scores / "start.json").stat().st_mtime_ns
     result = runner.invoke(app, ["compare", "--config", str(config), "--output", str(run), "--no-progress"])
     assert result.exit_code == 0, result.output
     assert (folder / "COMPLETE").is_file()
-    assert (run / "scores" / "seed-1" / "random-span-contrastive.json").is_file()
-    assert (run / "scores" / "start.json").stat().st_mtime_ns == kept
+    assert (scores / "seed-1" / "random-span-contrastive.json").is_file()
+    assert (scores / "start.json").stat().st_mtime_ns == kept
 
 
 def test_config_errors_are_listed_together(tmp_path: Path) -> None:
