@@ -4,12 +4,12 @@ Run:  python benchmarks/bench_losses.py [--groups 32] [--tokens 128] [--reps 5] 
 
 All steps use the same batch (real Python-docs passages shipped with the package, cut into windows that
 fill ``--tokens``) and the real offline model (``xprt_st.models.load_model(None)``, all-MiniLM-L6-v2).
-A step is forward + backward + AdamW step. Timing: the configurations are interleaved round-robin (so a
-busy shared machine slows all of them alike), after ``--warmup`` steps each; the median of ``--reps`` is
-reported. Memory: CUDA uses ``torch.cuda.max_memory_allocated`` after a reset; on CPU each configuration
-runs in a fresh subprocess and reports its peak resident-set growth over one step after warmup
-(``ru_maxrss`` minus the RSS just before the step), which covers torch's allocator that ``tracemalloc``
-cannot see.
+A step is forward + backward + AdamW step. Each configuration runs in its own subprocess (so one
+configuration's allocations never inflate another's, and the machine holds one at a time): ``--warmup``
+steps, then the median of ``--reps`` timed steps. Peak memory over the timed steps: CUDA uses
+``torch.cuda.max_memory_allocated`` minus the memory held before them; CPU uses the resident-set peak
+(``ru_maxrss``) minus the RSS before them, which covers torch's allocator that ``tracemalloc`` cannot see;
+the children run with a fixed glibc mmap threshold so that freed memory leaves the RSS.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import argparse
 import copy
 import gzip
 import json
+import logging
+import os
 import re
 import resource
 import statistics
@@ -43,6 +45,11 @@ DESCRIPTIONS = {
     "xprt_no_retention": "XPRTLoss, all terms, no retention (paper's from-BERT setting)",
     "retromae": "RetroMAELoss on the anchor column (enhanced decoding + encoder MLM)",
 }
+
+
+CHILD_ENV = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
+"""A fixed glibc mmap threshold: freed tensors go back to the OS at once, so RSS follows live memory and the
+peak is not hidden by memory kept from the warmup step (the dynamic threshold would keep it in the heap)."""
 
 
 def passages(count: int, words: int) -> list[str]:
@@ -107,15 +114,27 @@ def current_rss_kib() -> int:
         return int(handle.read().split()[1]) * resource.getpagesize() // 1024
 
 
-def memory_child(name: str, groups: int, tokens: int, warmup: int) -> None:
-    """Subprocess entry: print the peak RSS growth (MiB) of one step after warmup."""
+def run_child(name: str, groups: int, tokens: int, warmup: int, reps: int, device: str) -> None:
+    """Subprocess entry: time ``reps`` steps after ``warmup`` and print JSON with the median and peak memory."""
     torch.manual_seed(0)
-    step = make_step(name, load_model(None, device="cpu"), groups, tokens, "cpu")
+    step = make_step(name, load_model(None, device=device), groups, tokens, device)
     for _ in range(warmup):
         step()
-    before = current_rss_kib()
-    step()
-    print(json.dumps({"peak_mib": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024}))
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        baseline = torch.cuda.memory_allocated()
+    else:
+        baseline = current_rss_kib()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    if device == "cuda":
+        peak_mib = (torch.cuda.max_memory_allocated() - baseline) / 2**20
+    else:
+        peak_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - baseline) / 1024
+    print(json.dumps({"median_s": statistics.median(times), "times": times, "peak_mib": peak_mib}))
 
 
 def main() -> None:
@@ -125,55 +144,38 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--configs", default=",".join(CONFIGS))
-    parser.add_argument("--no-memory", action="store_true", help="skip the memory measurement")
-    parser.add_argument("--memory-child", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--configs",
+        default="mnrl,positive_only,xprt,retromae",
+        help=f"comma-separated, the first is the reference; available: {','.join(CONFIGS)}",
+    )
+    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.memory_child:
-        memory_child(args.memory_child, args.groups, args.tokens, args.warmup)
+    if args.child:
+        run_child(args.child, args.groups, args.tokens, args.warmup, args.reps, args.device)
         return
     names = args.configs.split(",")
-    torch.manual_seed(0)
-    base = load_model(None, device=args.device)
-    steps = {name: make_step(name, base, args.groups, args.tokens, args.device) for name in names}
-    for step in steps.values():
-        for _ in range(args.warmup):
-            step()
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for _ in range(args.reps):
-        for name, step in steps.items():
-            start = time.perf_counter()
-            step()
-            times[name].append(time.perf_counter() - start)
-    medians = {name: statistics.median(values) for name, values in times.items()}
-
-    memory: dict[str, float] = {}
-    if not args.no_memory:
-        for name in names:
-            if args.device == "cuda":
-                torch.cuda.reset_peak_memory_stats()
-                baseline = torch.cuda.memory_allocated()
-                steps[name]()
-                memory[name] = (torch.cuda.max_memory_allocated() - baseline) / 2**20
-            else:
-                child = subprocess.run(
-                    [sys.executable, __file__, "--memory-child", name, "--groups", str(args.groups),
-                     "--tokens", str(args.tokens), "--warmup", str(args.warmup)],
-                    capture_output=True, text=True, check=True,
-                )  # fmt: skip
-                memory[name] = json.loads(child.stdout.strip().splitlines()[-1])["peak_mib"]
-
-    reference = "mnrl" if "mnrl" in names else names[0]
-    print(f"device={args.device} groups={args.groups} tokens={args.tokens} reps={args.reps} warmup={args.warmup}")
-    print(f"torch threads={torch.get_num_threads()}")
-    header = f"{'configuration':26} {'step s':>8} {'x ref':>6} {'peak MiB':>9} {'x ref':>6}  description"
-    print(header)
+    results = {}
     for name in names:
-        time_ratio = medians[name] / medians[reference]
-        mem = memory.get(name)
-        mem_ratio = mem / memory[reference] if mem is not None and memory.get(reference) else float("nan")
-        mem_text = f"{mem:9.0f} {mem_ratio:6.2f}" if mem is not None else f"{'-':>9} {'-':>6}"
-        print(f"{name:26} {medians[name]:8.3f} {time_ratio:6.2f} {mem_text}  {DESCRIPTIONS[name]}")
+        child = subprocess.run(
+            [sys.executable, __file__, "--child", name, "--groups", str(args.groups), "--tokens", str(args.tokens),
+             "--warmup", str(args.warmup), "--reps", str(args.reps), "--device", args.device],
+            capture_output=True, text=True, check=True, env=CHILD_ENV,
+        )  # fmt: skip
+        results[name] = json.loads(child.stdout.strip().splitlines()[-1])
+        logging.getLogger(__name__).info("%s: %s", name, results[name])
+
+    reference = results[names[0]]
+    print(f"device={args.device} groups={args.groups} tokens={args.tokens} reps={args.reps} warmup={args.warmup}")
+    print(f"{'configuration':26} {'step s':>8} {'x ref':>6} {'peak MiB':>9} {'x ref':>6}  description")
+    for name in names:
+        result = results[name]
+        time_ratio = result["median_s"] / reference["median_s"]
+        memory_ratio = result["peak_mib"] / reference["peak_mib"] if reference["peak_mib"] > 0 else float("nan")
+        print(
+            f"{name:26} {result['median_s']:8.3f} {time_ratio:6.2f} {result['peak_mib']:9.0f} {memory_ratio:6.2f}"
+            f"  {DESCRIPTIONS[name]}"
+        )
 
 
 if __name__ == "__main__":

@@ -15,8 +15,8 @@ from torch import Tensor
 
 from xprt_st.models import MLMHead
 
-CHUNK = 2048
-"""Positions per chunk: (2048, 30522) float32 logits are 250 MB."""
+CHUNK = 512
+"""Positions per chunk: (512, 30522) float32 logits are 62 MB; a chunk needs about four such tensors."""
 
 
 def head_transform(head: MLMHead, states: Tensor) -> Tensor:
