@@ -1,6 +1,7 @@
 """Time and peak memory of one training step per loss, as ratios to a plain MultipleNegativesRankingLoss step.
 
-Run:  python benchmarks/bench_losses.py [--groups 32] [--tokens 128] [--reps 5] [--device cpu|cuda]
+Run:  python benchmarks/bench_losses.py [--groups 32] [--tokens 128] [--reps 5] [--rounds 1] [--device cpu|cuda]
+      [--configs mnrl,positive_only,xprt,xprt_sampled,retromae] [--prediction-ratio 0.25]
 
 All steps use the same batch (real Python-docs passages shipped with the package, cut into windows that
 fill ``--tokens``) and the real offline model (``xprt_st.models.load_model(None)``, all-MiniLM-L6-v2).
@@ -36,12 +37,21 @@ from xprt_st.columns import GROUP_COLUMNS
 from xprt_st.losses import RetroMAELoss, XPRTLoss
 from xprt_st.models import load_model
 
-CONFIGS = ("mnrl", "positive_only", "positive_only_retention", "xprt", "xprt_no_retention", "retromae")
+CONFIGS = (
+    "mnrl",
+    "positive_only",
+    "positive_only_retention",
+    "xprt",
+    "xprt_sampled",
+    "xprt_no_retention",
+    "retromae",
+)
 DESCRIPTIONS = {
     "mnrl": "MultipleNegativesRankingLoss on (anchor, positive): the reference",
     "positive_only": "XPRTLoss, L_xp only: change only the positive",
     "positive_only_retention": "XPRTLoss, L_xp + L_ret (one extra frozen-teacher pass)",
     "xprt": "XPRTLoss, all terms, retention on (paper's continued pre-training)",
+    "xprt_sampled": "XPRTLoss, all terms, retention on, a sample of the fill-in positions scored (--prediction-ratio)",
     "xprt_no_retention": "XPRTLoss, all terms, no retention (paper's from-BERT setting)",
     "retromae": "RetroMAELoss on the anchor column (enhanced decoding + encoder MLM)",
 }
@@ -67,7 +77,7 @@ def passages(count: int, words: int) -> list[str]:
     raise RuntimeError(f"only {len(out)} passages of {words} words in {path}")
 
 
-def build(name: str, model) -> torch.nn.Module:
+def build(name: str, model, prediction_ratio: float) -> torch.nn.Module:
     if name == "mnrl":
         return MultipleNegativesRankingLoss(model)
     if name in ("positive_only", "positive_only_retention"):
@@ -75,6 +85,8 @@ def build(name: str, model) -> torch.nn.Module:
         return XPRTLoss(model, cross_weight=0, self_weight=0, mlm_weight=0, unif_weight=0, retention_weight=retention)
     if name == "xprt":
         return XPRTLoss(model)
+    if name == "xprt_sampled":
+        return XPRTLoss(model, prediction_ratio=prediction_ratio)
     if name == "xprt_no_retention":
         return XPRTLoss(model, retention_weight=None)
     if name == "retromae":
@@ -82,11 +94,13 @@ def build(name: str, model) -> torch.nn.Module:
     raise ValueError(f"unknown configuration {name!r}; valid: {', '.join(CONFIGS)}")
 
 
-def make_step(name: str, base_model, groups: int, tokens: int, device: str) -> Callable[[], None]:
+def make_step(
+    name: str, base_model, groups: int, tokens: int, device: str, prediction_ratio: float
+) -> Callable[[], None]:
     model = copy.deepcopy(base_model)
     model.max_seq_length = tokens
     model.train()
-    loss = build(name, model).to(device)
+    loss = build(name, model, prediction_ratio).to(device)
     texts = passages(groups * len(GROUP_COLUMNS), words=tokens)  # ~1.3 tokens per word: every row is full
     columns = [texts[i * groups : (i + 1) * groups] for i in range(len(GROUP_COLUMNS))]
     if name == "mnrl":
@@ -114,10 +128,12 @@ def current_rss_kib() -> int:
         return int(handle.read().split()[1]) * resource.getpagesize() // 1024
 
 
-def run_child(name: str, groups: int, tokens: int, warmup: int, reps: int, device: str) -> None:
+def run_child(
+    name: str, groups: int, tokens: int, warmup: int, reps: int, device: str, prediction_ratio: float
+) -> None:
     """Subprocess entry: time ``reps`` steps after ``warmup`` and print JSON with the median and peak memory."""
     torch.manual_seed(0)
-    step = make_step(name, load_model(None, device=device), groups, tokens, device)
+    step = make_step(name, load_model(None, device=device), groups, tokens, device, prediction_ratio)
     for _ in range(warmup):
         step()
     if device == "cuda":
@@ -146,27 +162,49 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument(
         "--configs",
-        default="mnrl,positive_only,xprt,retromae",
+        default="mnrl,positive_only,xprt,xprt_sampled,retromae",
         help=f"comma-separated, the first is the reference; available: {','.join(CONFIGS)}",
+    )
+    parser.add_argument(
+        "--prediction-ratio", type=float, default=0.25, help="XPRTLoss.prediction_ratio of xprt_sampled"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run every configuration once per round, in turn, and pool the rounds' timed steps: load that drifts "
+        "during the run then weighs on every configuration alike",
     )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        run_child(args.child, args.groups, args.tokens, args.warmup, args.reps, args.device)
+        run_child(args.child, args.groups, args.tokens, args.warmup, args.reps, args.device, args.prediction_ratio)
         return
     names = args.configs.split(",")
-    results = {}
-    for name in names:
-        child = subprocess.run(
-            [sys.executable, __file__, "--child", name, "--groups", str(args.groups), "--tokens", str(args.tokens),
-             "--warmup", str(args.warmup), "--reps", str(args.reps), "--device", args.device],
-            capture_output=True, text=True, check=True, env=CHILD_ENV,
-        )  # fmt: skip
-        results[name] = json.loads(child.stdout.strip().splitlines()[-1])
-        logging.getLogger(__name__).info("%s: %s", name, results[name])
+    unknown = sorted(set(names) - set(CONFIGS))
+    if unknown:
+        parser.error(f"unknown configuration(s) {', '.join(unknown)}; valid: {', '.join(CONFIGS)}")
+    times: dict[str, list[float]] = {name: [] for name in names}
+    peaks: dict[str, float] = {name: 0.0 for name in names}
+    for _ in range(args.rounds):
+        for name in names:
+            child = subprocess.run(
+                [sys.executable, __file__, "--child", name, "--groups", str(args.groups), "--tokens", str(args.tokens),
+                 "--warmup", str(args.warmup), "--reps", str(args.reps), "--device", args.device,
+                 "--prediction-ratio", str(args.prediction_ratio)],
+                capture_output=True, text=True, check=True, env=CHILD_ENV,
+            )  # fmt: skip
+            result = json.loads(child.stdout.strip().splitlines()[-1])
+            times[name] += result["times"]
+            peaks[name] = max(peaks[name], result["peak_mib"])
+            logging.getLogger(__name__).info("%s: %s", name, result)
+    results = {name: {"median_s": statistics.median(times[name]), "peak_mib": peaks[name]} for name in names}
 
     reference = results[names[0]]
-    print(f"device={args.device} groups={args.groups} tokens={args.tokens} reps={args.reps} warmup={args.warmup}")
+    print(
+        f"device={args.device} groups={args.groups} tokens={args.tokens} reps={args.reps} warmup={args.warmup} "
+        f"rounds={args.rounds} prediction_ratio={args.prediction_ratio}"
+    )
     print(f"{'configuration':26} {'step s':>8} {'x ref':>6} {'peak MiB':>9} {'x ref':>6}  description")
     for name in names:
         result = results[name]

@@ -7,6 +7,7 @@ import torch
 
 from xprt_st.losses import CrossFillInLoss, FillInDecoder, MLMLoss, SelfFillInLoss
 from xprt_st.losses._common import sample_token_mask, special_token_ids
+from xprt_st.losses.fill_in import sample_scored_positions
 from xprt_st.models import word_embeddings
 
 
@@ -113,5 +114,50 @@ def test_config_dicts_report_the_paper_defaults(tiny_model) -> None:
         "decoder_mask_ratio": 0.6,
         "encoder_mask_ratio": 0.15,
         "num_condition_vectors": 4,
+        "prediction_ratio": 1.0,
     }
     assert MLMLoss(tiny_model).get_config_dict() == {"mask_ratio": 0.15}
+
+
+def test_scored_positions_are_an_exact_uniform_sample_of_the_masked_ones() -> None:
+    generator = torch.Generator().manual_seed(0)
+    mask = torch.rand(6, 20, generator=generator) < 0.6  # (rows, seq)
+    assert sample_scored_positions(mask, 1.0) is mask
+    torch.manual_seed(0)
+    counts = torch.zeros(mask.shape)
+    draws = 2000
+    for _ in range(draws):
+        scored = sample_scored_positions(mask, 0.25)
+        assert not (scored & ~mask).any()  # only masked positions are scored
+        assert int(scored.sum()) == round(0.25 * int(mask.sum()))
+        counts += scored
+    frequency = counts[mask] / draws  # each masked position: about 0.25 of the draws
+    assert frequency.min() > 0.18 and frequency.max() < 0.32
+    assert counts[~mask].sum() == 0
+    assert sample_scored_positions(torch.zeros(2, 3, dtype=torch.bool), 0.25).sum() == 0
+    assert int(sample_scored_positions(torch.tensor([[True, False]]), 0.1).sum()) == 1  # never an empty loss
+
+
+@pytest.mark.parametrize("loss_class", [CrossFillInLoss, SelfFillInLoss])
+def test_prediction_ratio_scores_a_sample_and_still_trains(loss_class, tiny_model, group_batch) -> None:
+    features, _ = group_batch(tiny_model)
+    full, sampled = loss_class(tiny_model), loss_class(tiny_model, prediction_ratio=0.25)
+    assert sampled.get_config_dict()["prediction_ratio"] == 0.25
+    rows = {}
+    for name, loss in (("full", full), ("sampled", sampled)):
+        original = loss._decode_masked
+
+        def spy(*args, _original=original, _name=name):
+            states, scored = _original(*args)
+            rows[_name] = (states.size(0), int(scored.sum()))
+            return states, scored
+
+        loss._decode_masked = spy
+        torch.manual_seed(0)
+        assert torch.isfinite(loss([dict(column) for column in features], None))
+    assert rows["full"][0] == rows["full"][1] and rows["sampled"][0] == rows["sampled"][1]
+    assert rows["sampled"][0] == round(0.25 * rows["full"][0])  # same seed: same mask, a quarter scored
+    before, after = _train(sampled, features)
+    assert after < before
+    with pytest.raises(ValueError, match="prediction_ratio"):
+        loss_class(tiny_model, prediction_ratio=0.0)

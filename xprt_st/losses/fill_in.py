@@ -15,7 +15,28 @@ from xprt_st.losses.cross_passage import XPRT_CITATION
 from xprt_st.losses.decoder import FillInDecoder
 from xprt_st.models import MLMHead, attach_mlm_head
 
-__all__ = ["CrossFillInLoss", "FillInDecoder", "SelfFillInLoss"]
+__all__ = ["CrossFillInLoss", "FillInDecoder", "SelfFillInLoss", "sample_scored_positions"]
+
+
+def sample_scored_positions(mask: Tensor, prediction_ratio: float) -> Tensor:
+    """The masked positions whose word the loss predicts: every one, or a uniform sample of the batch's.
+
+    ``mask``: (rows, seq) bool, the decoder's masked positions. With ``prediction_ratio = r < 1`` exactly
+    ``max(1, round(r * |M|))`` of the ``|M|`` masked positions are kept, uniformly without replacement over
+    the whole batch. The decoder still sees all of ``M`` masked; only the vocabulary projection, the step's
+    dominant cost, shrinks by ``r``. The mean loss over the sample is an unbiased estimate of the mean over
+    ``M``, so the objective is the paper's, with more gradient noise.
+    """
+    if prediction_ratio >= 1:
+        return mask
+    positions = mask.flatten().nonzero().squeeze(1)  # (|M|,)
+    if positions.numel() == 0:
+        return mask
+    keep = max(1, round(prediction_ratio * positions.numel()))
+    chosen = positions[torch.randperm(positions.numel(), device=mask.device)[:keep]]  # (keep,)
+    scored = torch.zeros(mask.numel(), dtype=torch.bool, device=mask.device)
+    scored[chosen] = True
+    return scored.view_as(mask)
 
 
 def _check_ratio(name: str, value: float) -> None:
@@ -34,15 +55,19 @@ class _FillInBase(nn.Module):
         decoder_mask_ratio: float,
         encoder_mask_ratio: float,
         num_condition_vectors: int,
+        prediction_ratio: float = 1.0,
     ) -> None:
         super().__init__()
         _check_ratio("decoder_mask_ratio", decoder_mask_ratio)
         _check_ratio("encoder_mask_ratio", encoder_mask_ratio)
+        if not 0 < prediction_ratio <= 1:
+            raise ValueError(f"prediction_ratio must be in (0, 1], got {prediction_ratio}")
         self.model = model
         self.decoder = decoder if decoder is not None else FillInDecoder(model, num_condition_vectors)
         self.mlm_head = mlm_head if mlm_head is not None else attach_mlm_head(model)
         self.decoder_mask_ratio = decoder_mask_ratio
         self.encoder_mask_ratio = encoder_mask_ratio
+        self.prediction_ratio = float(prediction_ratio)
         self.num_condition_vectors = self.decoder.num_condition_vectors
         self.special_ids = special_token_ids(model)
         self.mask_token_id = int(model.tokenizer.mask_token_id)
@@ -57,16 +82,22 @@ class _FillInBase(nn.Module):
         )
 
     def _decode_masked(self, vectors: Tensor, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, Tensor]:
-        """Mask ``decoder_mask_ratio`` of the tokens, decode from ``vectors``; (states at masked, mask)."""
+        """Mask ``decoder_mask_ratio`` of the tokens, decode from ``vectors``; (states at scored, scored).
+
+        ``scored`` (rows, seq) marks the masked positions whose word is predicted: all of them, or a uniform
+        sample of ``round(prediction_ratio * masked)`` when ``prediction_ratio < 1``.
+        """
         mask = sample_token_mask(input_ids, attention_mask, self.special_ids, self.decoder_mask_ratio)  # (rows, seq)
         states = self.decoder.fill_in(apply_mask(input_ids, mask, self.mask_token_id), attention_mask, vectors)
-        return states[mask], mask  # (masked, hidden), (rows, seq)
+        scored = sample_scored_positions(mask, self.prediction_ratio)  # (rows, seq)
+        return states[scored], scored  # (scored, hidden), (rows, seq)
 
     def get_config_dict(self) -> dict[str, Any]:
         return {
             "decoder_mask_ratio": self.decoder_mask_ratio,
             "encoder_mask_ratio": self.encoder_mask_ratio,
             "num_condition_vectors": self.num_condition_vectors,
+            "prediction_ratio": self.prediction_ratio,
         }
 
     @property
@@ -83,6 +114,7 @@ class CrossFillInLoss(_FillInBase):
         num_condition_vectors: int = 4,
         decoder: FillInDecoder | None = None,
         mlm_head: MLMHead | None = None,
+        prediction_ratio: float = 1.0,
     ) -> None:
         r"""
         xPRT's fill-in term ``L_cross``: the anchor's vector must let a one-layer decoder rebuild a related
@@ -112,6 +144,9 @@ class CrossFillInLoss(_FillInBase):
             decoder: a :class:`FillInDecoder` to share; by default a new one (one layer, the encoder's head count),
                 registered as ``self.decoder``.
             mlm_head: an MLM head to share; by default ``attach_mlm_head(model)``, registered as ``self.mlm_head``.
+            prediction_ratio: share of the masked positions whose word is predicted; 1.0 (every one) as in the
+                paper. Below 1, a uniform sample of them (see :func:`sample_scored_positions`): the same objective
+                in expectation at a fraction of the vocabulary projection's cost, the step's largest.
 
         References:
             - xPRT: Cross-Passage Retrieval Pretraining (``L_cross``, weight 0.1 in the full objective).
@@ -143,7 +178,9 @@ class CrossFillInLoss(_FillInBase):
                 columns = ["A perfect game allows no runner.", "Only a few perfect games were thrown."]
                 value = loss([model.preprocess([text]) for text in columns], None)
         """
-        super().__init__(model, decoder, mlm_head, decoder_mask_ratio, encoder_mask_ratio, num_condition_vectors)
+        super().__init__(
+            model, decoder, mlm_head, decoder_mask_ratio, encoder_mask_ratio, num_condition_vectors, prediction_ratio
+        )
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
         features = list(sentence_features)
@@ -161,8 +198,8 @@ class CrossFillInLoss(_FillInBase):
         vectors = torch.cat([embeddings[0]] * related + embeddings[1:])  # (2 * related * batch, dim)
         ids = pad_cat(input_ids[1:] + [input_ids[0]] * related)  # (2 * related * batch, seq)
         mask = pad_cat(attention_mask[1:] + [attention_mask[0]] * related)  # (2 * related * batch, seq)
-        states, masked = self._decode_masked(vectors, ids, mask)  # (masked, hidden)
-        return vocab_cross_entropy(self.mlm_head, states, ids[masked])  # chunked over the vocabulary
+        states, scored = self._decode_masked(vectors, ids, mask)  # (scored, hidden)
+        return vocab_cross_entropy(self.mlm_head, states, ids[scored])  # chunked over the vocabulary
 
 
 class SelfFillInLoss(_FillInBase):
@@ -174,6 +211,7 @@ class SelfFillInLoss(_FillInBase):
         num_condition_vectors: int = 4,
         decoder: FillInDecoder | None = None,
         mlm_head: MLMHead | None = None,
+        prediction_ratio: float = 1.0,
     ) -> None:
         r"""
         xPRT's auxiliary ``L_self``: the fill-in decoder rebuilds the anchor's and the top related passage's own
@@ -198,6 +236,9 @@ class SelfFillInLoss(_FillInBase):
             num_condition_vectors: 4, as for the cross fill-in (the decoder is shared).
             decoder: a :class:`FillInDecoder` to share; by default a new one, registered as ``self.decoder``.
             mlm_head: an MLM head to share; by default ``attach_mlm_head(model)``, registered as ``self.mlm_head``.
+            prediction_ratio: share of the masked positions whose word is predicted; 1.0 (every one) as in the
+                paper. Below 1, a uniform sample of them (see :func:`sample_scored_positions`): the same objective
+                in expectation at a fraction of the vocabulary projection's cost, the step's largest.
 
         References:
             - xPRT: Cross-Passage Retrieval Pretraining (``L_self``).
@@ -230,7 +271,9 @@ class SelfFillInLoss(_FillInBase):
                 columns = ["A perfect game allows no runner.", "Only a few perfect games were thrown."]
                 value = loss([model.preprocess([text]) for text in columns], None)
         """
-        super().__init__(model, decoder, mlm_head, decoder_mask_ratio, encoder_mask_ratio, num_condition_vectors)
+        super().__init__(
+            model, decoder, mlm_head, decoder_mask_ratio, encoder_mask_ratio, num_condition_vectors, prediction_ratio
+        )
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
         features = list(sentence_features)[:2]
@@ -250,6 +293,6 @@ class SelfFillInLoss(_FillInBase):
         vectors = torch.cat(embeddings)  # (passages * batch, dim)
         ids = pad_cat(input_ids)  # (passages * batch, seq)
         mask = pad_cat(attention_mask)  # (passages * batch, seq)
-        states, masked = self._decode_masked(vectors, ids, mask)  # (masked, hidden)
-        teacher_states = pad_cat(token_states)[masked].detach()  # (masked, hidden)
+        states, scored = self._decode_masked(vectors, ids, mask)  # (scored, hidden)
+        teacher_states = pad_cat(token_states)[scored].detach()  # (scored, hidden)
         return vocab_kl_divergence(self.mlm_head, states, teacher_states)  # chunked over the vocabulary

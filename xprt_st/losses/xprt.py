@@ -37,6 +37,7 @@ class XPRTLoss(nn.Module):
         uniformity_t: float = 2.0,
         gather_across_devices: bool = False,
         merge_columns: bool = True,
+        prediction_ratio: float = 1.0,
     ) -> None:
         r"""
         The full xPRT objective: change the positive (``L_xp``), make the vector carry what the passages share
@@ -82,6 +83,10 @@ class XPRTLoss(nn.Module):
             gather_across_devices: gather ``L_xp``'s negatives and document ids across devices.
             merge_columns: one batched encoder forward for all columns (default). False embeds each column on its
                 own: same losses and gradients, slower; kept for the equivalence test and for debugging.
+            prediction_ratio: share of the fill-in decoder's masked positions whose word is predicted; 1.0 (every
+                one) as in the paper. The vocabulary projection at ~30k positions per 32 groups is the step's
+                largest cost; 0.25 scores a uniform quarter of them, an unbiased estimate of the same loss
+                (see ``docs/losses.md`` for the measured step times).
 
         References:
             - xPRT: Cross-Passage Retrieval Pretraining.
@@ -151,6 +156,7 @@ class XPRTLoss(nn.Module):
         self.uniformity_t = uniformity_t
         self.gather_across_devices = gather_across_devices
         self.merge_columns = merge_columns
+        self.prediction_ratio = float(prediction_ratio)
 
         # Owned once here; the term objects below reach them through unregistered references.
         self.teacher = None if retention_weight is None else (teacher if teacher is not None else frozen_copy(model))
@@ -162,7 +168,11 @@ class XPRTLoss(nn.Module):
 
         shared = {"decoder": self.decoder, "mlm_head": self.mlm_head}
         self.cross_passage = CrossPassageLoss(model, temperature, gather_across_devices) if xp_weight > 0 else None
-        fill_in_args = {"decoder_mask_ratio": decoder_mask_ratio, "encoder_mask_ratio": encoder_mask_ratio}
+        fill_in_args = {
+            "decoder_mask_ratio": decoder_mask_ratio,
+            "encoder_mask_ratio": encoder_mask_ratio,
+            "prediction_ratio": prediction_ratio,
+        }
         self.cross_fill_in = CrossFillInLoss(model, **fill_in_args, **shared) if cross_weight > 0 else None
         self.self_fill_in = SelfFillInLoss(model, **fill_in_args, **shared) if self_weight > 0 else None
         self.mlm = MLMLoss(model, encoder_mask_ratio, self.mlm_head) if mlm_weight > 0 else None
@@ -277,6 +287,7 @@ class XPRTLoss(nn.Module):
             "retention_temperature": self.retention_temperature,
             "uniformity_t": self.uniformity_t,
             "gather_across_devices": self.gather_across_devices,
+            "prediction_ratio": self.prediction_ratio,
         }
 
     @property
