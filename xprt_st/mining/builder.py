@@ -873,6 +873,24 @@ def _progress(enabled: bool) -> Any:
     )
 
 
+SUMMARY_KEYS = (
+    "documents",
+    "documents_with_groups",
+    "document_coverage",
+    "groups",
+    "groups_per_document",
+    "passages",
+    "anchors",
+    "passage_coverage",
+    "threshold",
+    "threshold_source",
+    "groups_with_padded_related",
+    "duplicate_passages_removed",
+    "documents_truncated",
+)
+"""The ``stats.json`` figures a mining summary shows, in order (the CLI table and the HTML report)."""
+
+
 def summary_table(stats: dict[str, Any]) -> Any:
     """The ``stats.json`` figures next to the paper's, as a rich table (the CLI prints it)."""
     from rich.table import Table
@@ -883,21 +901,7 @@ def summary_table(stats: dict[str, Any]) -> Any:
     table.add_column("paper (100K FineWeb, E5)", justify="right")
     paper = {"document_coverage": "99%", "groups_per_document": "7.0", "passage_coverage": "68%"}
     percent = {"document_coverage", "passage_coverage"}
-    for key in (
-        "documents",
-        "documents_with_groups",
-        "document_coverage",
-        "groups",
-        "groups_per_document",
-        "passages",
-        "anchors",
-        "passage_coverage",
-        "threshold",
-        "threshold_source",
-        "groups_with_padded_related",
-        "duplicate_passages_removed",
-        "documents_truncated",
-    ):
+    for key in SUMMARY_KEYS:
         value = stats.get(key)
         shown = "-" if value is None else (f"{value:.1%}" if key in percent else str(value))
         table.add_row(key, shown, paper.get(key, ""))

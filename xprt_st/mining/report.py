@@ -23,7 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from xprt_st.mining.builder import META_FILE, PASSAGES_FILE, STATS_FILE, MiningError, load_passages
+from xprt_st.mining.builder import (
+    META_FILE,
+    PASSAGES_FILE,
+    STATS_FILE,
+    SUMMARY_KEYS,
+    MiningError,
+    load_passages,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -201,20 +208,7 @@ def write_report(
 
 
 def _stats_table(stats: dict[str, Any]) -> str:
-    keys = (
-        "documents",
-        "documents_with_groups",
-        "document_coverage",
-        "groups",
-        "groups_per_document",
-        "passages",
-        "anchors",
-        "passage_coverage",
-        "threshold",
-        "threshold_source",
-        "centrality_quantiles",
-        "skipped",
-    )
+    keys = (*SUMMARY_KEYS, "centrality_quantiles", "skipped")
     rows = "".join(f"<tr><th>{k}</th><td>{html.escape(json.dumps(stats.get(k)))}</td></tr>" for k in keys)
     return f"<h2>stats.json</h2><table>{rows}</table>"
 
