@@ -186,3 +186,29 @@ def test_recipe_lock_is_exclusive_and_stale_locks_are_taken_over(tmp_path: Path)
     stale = tmp_path / "seed-1" / ".tsdae.lock"
     stale.write_text("999999999")  # a killed process
     assert _claim(stale) == stale
+
+
+def test_from_bert_setting_mines_with_the_embedder_and_trains_the_pretrained_bert(
+    tmp_path: Path, tiny_model_path: Path
+) -> None:
+    from xprt_st.training.pretrain_mlm import SmallBertConfig, pretrain_small_bert
+
+    texts = [json.loads(line)["text"] for line in _write_corpus(tmp_path).read_text().splitlines()]
+    small = SmallBertConfig(layers=1, hidden=32, heads=2, intermediate=64, max_seq_length=32, steps=3, batch_size=4)
+    bert = tmp_path / "small-bert"
+    pretrain_small_bert(texts, bert, small, device="cpu", progress=False)
+    config = yaml.safe_load(_config(tmp_path, bert).read_text())
+    config |= {"mining_model": str(tiny_model_path), "setting": "from-bert", "recipes": ["xprt", "retromae"]}
+    path = tmp_path / "from-bert.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    run = tmp_path / "run-bert"
+    result = runner.invoke(app, ["compare", "--config", str(path), "--output", str(run), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((run / "mined" / "stats.json").read_text())["settings"]["model"] == str(tiny_model_path)
+    for recipe in ("xprt", "retromae"):
+        state = json.loads((run / "seed-1" / recipe / "training_state" / "config.json").read_text())
+        trained = state["recipe"]
+        assert trained["setting"] == "from-bert" and trained["training"]["model"] == str(bert)
+        assert trained["retention"]["enabled"] is False
+    with (run / "compare.csv").open() as handle:
+        assert {row["model"] for row in csv.DictReader(handle)} == {"start", "xprt", "retromae"}

@@ -43,7 +43,7 @@ class SmallBertConfig:
     heads: int = 4
     intermediate: int = 1024
     max_seq_length: int = 128
-    steps: int = 600
+    steps: int = 400
     batch_size: int = 32
     learning_rate: float = 5e-4
     warmup_ratio: float = 0.06
@@ -146,6 +146,16 @@ def pretrain_small_bert(
     def batch(rows: list[list[int]]) -> dict[str, torch.Tensor]:
         return {key: value.to(device) for key, value in collator([{"input_ids": row} for row in rows]).items()}
 
+    def mlm_loss(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """BERT's MLM loss with the head applied at the chosen positions only (15% of the vocabulary projection)."""
+        labels = inputs["labels"]  # (batch, seq), -100 where not chosen
+        chosen = labels != -100
+        states = model.bert(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])[0]
+        if not chosen.any():
+            return states.sum() * 0.0
+        logits = model.cls(states[chosen])  # (chosen, vocab)
+        return torch.nn.functional.cross_entropy(logits, labels[chosen])
+
     def held_out_loss() -> float:
         model.eval()
         generator_state = torch.random.get_rng_state()
@@ -155,7 +165,7 @@ def pretrain_small_bert(
             for start in range(0, len(held_out), config.batch_size):
                 inputs = batch(held_out[start : start + config.batch_size])
                 targets = int((inputs["labels"] != -100).sum())
-                total += float(model(**inputs).loss) * targets
+                total += float(mlm_loss(inputs)) * targets
                 count += targets
         torch.random.set_rng_state(generator_state)
         model.train()
@@ -179,7 +189,7 @@ def pretrain_small_bert(
                 random.shuffle(fresh)
                 order += fresh
             rows, order = [train[i] for i in order[: config.batch_size]], order[config.batch_size :]
-            loss = model(**batch(rows)).loss
+            loss = mlm_loss(batch(rows))
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
