@@ -659,8 +659,9 @@ def write_report(result: CompareResult, run: Path, config: CompareConfig) -> dic
     header = [
         f"# Objective comparison ({', '.join(result.models[1:])})",
         "",
-        f"Starting model: {config.model or 'all-MiniLM-L6-v2 (offline default)'}; seeds: {result.seeds}; "
-        f"training overrides: {config.training}; tasks: {', '.join(result.tasks)}.",
+        f"Starting model: {config.model or 'all-MiniLM-L6-v2 (offline default)'}; "
+        f"mining model: {config.mining_model or 'the starting model'}; setting: {config.setting or 'continued'}; "
+        f"seeds: {result.seeds}; training overrides: {config.training}; tasks: {', '.join(result.tasks)}.",
         "",
     ]
     paths["md"].write_text("\n".join(header) + markdown_report(result, config), encoding="utf-8")
