@@ -212,3 +212,15 @@ def test_from_bert_setting_mines_with_the_embedder_and_trains_the_pretrained_ber
         assert trained["retention"]["enabled"] is False
     with (run / "compare.csv").open() as handle:
         assert {row["model"] for row in csv.DictReader(handle)} == {"start", "xprt", "retromae"}
+
+
+@pytest.mark.parametrize(
+    "config", sorted(p.name for p in (Path(__file__).parents[1] / "benchmarks").glob("compare-*.yaml"))
+)
+def test_shipped_comparison_configs_validate(config: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from xprt_st.compare import load_compare_config
+
+    root = Path(__file__).parents[1]
+    monkeypatch.chdir(root)  # the configs name probe recipes relative to the repository root
+    loaded = load_compare_config(root / "benchmarks" / config)  # binds every recipe with the shared overrides
+    assert loaded.recipes and loaded.tasks and len(loaded.seeds) >= 2
