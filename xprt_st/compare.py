@@ -330,8 +330,7 @@ def prepare_variant(mined: Path, folder: Path, options: dict[str, str], seed: in
     if stats_path.is_file():
         stats = json.loads(stats_path.read_text(encoding="utf-8"))
         settings = stats.get("settings", {})
-        wanted = {**options, "seed": seed, "threshold": threshold["threshold"]}
-        wanted["threshold_quantile"] = threshold.get("threshold_quantile")
+        wanted = {**options, "seed": seed, **threshold}
         if all(settings.get(k) == v for k, v in wanted.items()):
             return stats
     folder.mkdir(parents=True, exist_ok=True)
@@ -364,6 +363,15 @@ class CompareResult:
 
     def mean(self, seed: int, model: str) -> float:
         return statistics.fmean(self.scores[seed][model][t] for t in self.tasks)
+
+    def seed_gains(self, model: str) -> list[float]:
+        """:meth:`gain` in every seed that has ``model``, in seed order."""
+        return [self.gain(s, model) for s in self.seeds if model in self.scores[s]]
+
+    def task_gain(self, model: str, task: str) -> float:
+        """Mean over the seeds that have ``model`` of (model - start) on one task."""
+        rows = [self.scores[s] for s in self.seeds if model in self.scores[s]]
+        return statistics.fmean(row[model][task] - row[START_LABEL][task] for row in rows)
 
 
 def _record_timing(run: Path, key: str, seconds: float) -> None:
@@ -630,15 +638,8 @@ def markdown_report(result: CompareResult, config: CompareConfig) -> str:
     ]
     for model in result.models[1:]:
         gains = [result.gain(s, model) if model in result.scores[s] else None for s in result.seeds]
-        present = [g for g in gains if g is not None]
-        per_task = []
-        for t in result.tasks:
-            deltas = [
-                result.scores[s][model][t] - result.scores[s][START_LABEL][t]
-                for s in result.seeds
-                if model in result.scores[s]
-            ]
-            per_task.append(f"{t} {100 * statistics.fmean(deltas):+.2f}")
+        present = result.seed_gains(model)
+        per_task = [f"{t} {100 * result.task_gain(model, t):+.2f}" for t in result.tasks]
         spread = _spread(present)
         lines.append(
             f"| {model} | "
@@ -686,7 +687,7 @@ def _plot(result: CompareResult, path: Path) -> None:
     axes = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 2]})
     means, lows, highs = [], [], []
     for model in models:
-        gains = [100 * result.gain(s, model) for s in result.seeds if model in result.scores[s]]
+        gains = [100 * gain for gain in result.seed_gains(model)]
         means.append(statistics.fmean(gains))
         lows.append(means[-1] - min(gains))
         highs.append(max(gains) - means[-1])
@@ -696,14 +697,7 @@ def _plot(result: CompareResult, path: Path) -> None:
     axes[0].set_xlabel("mean gain over start (×100), bars: seed min-max")
     width = 0.8 / max(1, len(models))
     for index, model in enumerate(models):
-        deltas = []
-        for task in result.tasks:
-            values = [
-                100 * (result.scores[s][model][task] - result.scores[s][START_LABEL][task])
-                for s in result.seeds
-                if model in result.scores[s]
-            ]
-            deltas.append(statistics.fmean(values))
+        deltas = [100 * result.task_gain(model, task) for task in result.tasks]
         xs = [t + (index - (len(models) - 1) / 2) * width for t in range(len(result.tasks))]
         axes[1].bar(xs, deltas, width=width, label=model)
     axes[1].axhline(0, color="black", linewidth=0.8)
