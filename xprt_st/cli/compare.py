@@ -29,7 +29,10 @@ def compare(
     output: Annotated[Path, typer.Option("--output", "-o", help="Run folder; reuse it to continue a killed run.")],
     seeds: Annotated[str | None, typer.Option(help="Comma-separated training seeds (replaces the config's).")] = None,
     recipes: Annotated[str | None, typer.Option(help="Comma-separated recipes (replaces the config's).")] = None,
-    model: Annotated[str | None, typer.Option(help="Starting and mining model (replaces the config's).")] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(help="Starting model (replaces the config's); it also mines unless the config sets mining_model."),
+    ] = None,
     max_steps: Annotated[int | None, typer.Option(help="Training steps of every recipe.")] = None,
     batch_size: Annotated[int | None, typer.Option(help="Groups per step of every recipe.")] = None,
     learning_rate: Annotated[float | None, typer.Option(help="Peak learning rate of every recipe.")] = None,
