@@ -117,7 +117,7 @@ def pretrain_small_bert(
     if config.hidden % config.heads:
         raise ValueError(f"hidden size {config.hidden} is not divisible by {config.heads} heads")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    random.seed(config.seed)
+    order_rng = random.Random(config.seed)  # batch order; the caller's global random state is left alone
     torch.manual_seed(config.seed)
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_name(tokenizer_model))
@@ -186,7 +186,7 @@ def pretrain_small_bert(
         for step in range(config.steps):
             if len(order) < config.batch_size:
                 fresh = list(range(len(train)))
-                random.shuffle(fresh)
+                order_rng.shuffle(fresh)
                 order += fresh
             rows, order = [train[i] for i in order[: config.batch_size]], order[config.batch_size :]
             loss = mlm_loss(batch(rows))
