@@ -166,6 +166,7 @@ class CompareConfig:
         """Check recipes, seeds and overrides without training anything (every problem at once)."""
         from xprt_st.mining import MiningConfig
         from xprt_st.recipe import RecipeError, load_recipe
+        from xprt_st.training.objectives import trained_vector_problems
 
         problems: list[str] = []
         if not self.recipes:
@@ -178,11 +179,15 @@ class CompareConfig:
                 problems.append(f"mining.{key}: not a mining setting; valid: {', '.join(sorted(mining_fields))}")
         for name in self.recipes:
             try:
-                load_recipe(
+                recipe = load_recipe(
                     name, overrides=self.recipe_overrides(seed=self.seeds[0] if self.seeds else 0), setting=self.setting
                 )
             except RecipeError as error:
                 problems += [f"recipe {name}: {problem}" for problem in error.problems]
+            else:
+                # every model is evaluated with its own pooling: the objective must train that vector
+                vector = trained_vector_problems(recipe.objective.name, recipe.objective.args)
+                problems += [f"recipe {name}: {problem}" for problem in vector]
         if problems:
             raise CompareConfigError(
                 f"{len(problems)} problem(s) in {source}:\n" + "\n".join(f"  - {p}" for p in problems)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from xprt_st.losses import CrossFillInLoss, FillInDecoder, MLMLoss, SelfFillInLoss
-from xprt_st.losses._common import sample_token_mask, special_token_ids
+from xprt_st.losses._common import pad_cat, sample_token_mask, special_token_ids
 from xprt_st.losses.fill_in import sample_scored_positions
 from xprt_st.models import word_embeddings
 
@@ -88,8 +88,13 @@ def test_self_fill_in_is_zero_when_the_decoder_reproduces_the_teacher(tiny_model
     attention = torch.ones_like(ids)
     # swap the decoder for one that returns the encoder's own states: student == teacher
     loss.decoder.fill_in = lambda input_ids, attention_mask, vectors: torch.cat([states[:1], states[1:]])
+    encoder_mask = torch.tensor([[False, True, False, True, False], [False, False, True, False, False]])
     value = loss.compute_loss_from_token_states(
-        [torch.zeros(1, 32)] * 2, [states[:1], states[1:]], [ids[:1], ids[1:]], [attention[:1], attention[1:]]
+        [torch.zeros(1, 32)] * 2,
+        [states[:1], states[1:]],
+        [ids[:1], ids[1:]],
+        [attention[:1], attention[1:]],
+        [encoder_mask[:1], encoder_mask[1:]],
     )
     assert value.item() == pytest.approx(0.0, abs=1e-6)
 
@@ -161,3 +166,78 @@ def test_prediction_ratio_scores_a_sample_and_still_trains(loss_class, tiny_mode
     assert after < before
     with pytest.raises(ValueError, match="prediction_ratio"):
         loss_class(tiny_model, prediction_ratio=0.0)
+
+
+def _capture_self_fill_in(monkeypatch) -> dict:
+    """Record L_self's encoder pass, the positions it scores and the teacher states it reads there."""
+    import xprt_st.losses.fill_in as fill_in
+
+    seen: dict = {}
+    encode, scored_positions, kl = fill_in.encode_columns, fill_in.sample_scored_positions, fill_in.vocab_kl_divergence
+
+    def record_encode(*args, **kwargs):
+        seen["encoded"] = encode(*args, **kwargs)
+        return seen["encoded"]
+
+    def record_scored(*args, **kwargs):
+        seen["scored"] = scored_positions(*args, **kwargs)
+        return seen["scored"]
+
+    def record_kl(head, states, teacher_states):
+        seen["teacher_states"] = teacher_states
+        return kl(head, states, teacher_states)
+
+    monkeypatch.setattr(fill_in, "encode_columns", record_encode)
+    monkeypatch.setattr(fill_in, "sample_scored_positions", record_scored)
+    monkeypatch.setattr(fill_in, "vocab_kl_divergence", record_kl)
+    return seen
+
+
+def test_self_fill_in_reads_its_teacher_only_where_the_encoder_masked(tiny_model, group_batch, monkeypatch) -> None:
+    # Issue #11.2: L_MLM trains the head only at the encoder's [MASK] positions, so those are the only positions
+    # where the teacher is a trained distribution; the decoder must hide every one of them.
+    features, _ = group_batch(tiny_model)
+    seen = _capture_self_fill_in(monkeypatch)
+    torch.manual_seed(0)
+    SelfFillInLoss(tiny_model)([dict(column) for column in features], None)
+    encoder_masked = pad_cat(seen["encoded"].masks, value=False)  # (2 * batch, seq)
+    assert seen["scored"].any()
+    assert not (seen["scored"] & ~encoder_masked).any()  # every scored position is an MLM target
+    assert torch.equal(seen["scored"], encoder_masked)  # and every MLM target of a and s_1 is scored
+
+
+def test_sample_token_mask_takes_the_included_positions_first(tiny_model, group_batch) -> None:
+    features, _ = group_batch(tiny_model)
+    ids, attention = features[0]["input_ids"], features[0]["attention_mask"]
+    special = special_token_ids(tiny_model)
+    include = sample_token_mask(ids, attention, special, 0.15, torch.Generator().manual_seed(0))
+    mask = sample_token_mask(ids, attention, special, 0.6, torch.Generator().manual_seed(1), include=include)
+    assert not (include & ~mask).any()
+    maskable = (attention.bool() & ~torch.isin(ids, special)).sum(1)
+    assert torch.equal(mask.sum(1), (maskable.float() * 0.6).round().long().clamp(min=1))
+
+
+def test_after_an_mlm_warm_up_the_teacher_knows_the_words_l_self_reads(tiny_model, group_batch, monkeypatch) -> None:
+    # Issue #11.2, behaviour: after a short MLM warm-up of the tiny model, the teacher at every position L_self
+    # reads gives the true word far more than uniform probability (the fresh head gives it about 1/30522).
+    features, _ = group_batch(tiny_model)
+    texts = [dict(column) for column in features]
+    warm_up = MLMLoss(tiny_model)
+    optimizer = torch.optim.Adam([*tiny_model.parameters(), *warm_up.mlm_head.parameters()], lr=2e-2)
+    torch.manual_seed(0)
+    for _ in range(12):
+        value = warm_up([dict(column) for column in texts], None)
+        optimizer.zero_grad()
+        value.backward()
+        optimizer.step()
+    seen = _capture_self_fill_in(monkeypatch)
+    loss = SelfFillInLoss(tiny_model, mlm_head=warm_up.mlm_head).eval()
+    torch.manual_seed(1)
+    with torch.no_grad():
+        loss([dict(column) for column in texts], None)
+        ids = pad_cat(seen["encoded"].input_ids)[seen["scored"]]  # (scored,)
+        log_probs = warm_up.mlm_head(seen["teacher_states"]).log_softmax(-1)  # (scored, vocab)
+        true = log_probs.gather(-1, ids[:, None])[:, 0]  # (scored,)
+    uniform = -torch.log(torch.tensor(float(log_probs.size(-1)))).item()  # -10.33
+    assert ids.numel() > 0
+    assert true.median().item() > uniform + 4.0  # e^4: over 50x the uniform probability at most positions

@@ -71,3 +71,33 @@ def test_with_retention_state_holds_the_encoder_once(tiny_model) -> None:
     assert owned == []  # nothing loss-owned, and no second copy of the encoder under "loss.model."
     assert wrapped.loss.model is wrapped.model
     assert [name for name, _ in wrapped.named_children()] == ["model", "teacher", "loss"]
+
+
+@pytest.mark.parametrize("objective", ["xprt", "self-only", "cross-passage", "retromae", "tsdae"])
+def test_every_objective_starts_with_zero_retention(objective, tiny_model, group_batch) -> None:
+    # Issue #11.3: with the student equal to the teacher, retention is 0 at step 0 for every recipe: every
+    # student, xPRT's included, embeds the unmasked anchor and positive, as the frozen teacher does.
+    import random
+
+    from xprt_st.columns import GROUP_COLUMNS
+    from xprt_st.losses._common import encode_columns, special_token_ids
+    from xprt_st.models import frozen_copy
+    from xprt_st.training.objectives import DAMAGED, build_loss, delete_words, get_objective
+
+    features, labels = group_batch(tiny_model)
+    by_column = dict(zip(GROUP_COLUMNS, features, strict=True))
+    rng = random.Random(0)
+    anchors = tiny_model.tokenizer.batch_decode(features[0]["input_ids"], skip_special_tokens=True)
+    by_column[DAMAGED] = dict(tiny_model.preprocess([delete_words(text, 0.6, rng) for text in anchors]))
+    args = {"tie_encoder_decoder": True} if objective == "tsdae" else {}
+    loss = build_loss(objective, tiny_model, args, teacher=frozen_copy(tiny_model), retention_weight=40.0)
+    loss.eval()  # no dropout: the student is then exactly the teacher
+    columns = get_objective(objective).dataset_columns(retention=True)
+    torch.manual_seed(0)
+    terms = loss([dict(by_column[column]) for column in columns], labels)
+    assert terms["retention"].item() == pytest.approx(0.0, abs=1e-5)
+    # and the term is live: masking alone moves a student away from the teacher (xPRT's student before the fix)
+    masked = encode_columns(
+        tiny_model, features[:2], mask_ratio=0.15, special_ids=special_token_ids(tiny_model), mask_token_id=103
+    ).embeddings
+    assert retention_loss(*masked, *encode_columns(tiny_model, features[:2]).embeddings).item() > 1e-3

@@ -59,7 +59,7 @@ def test_loss_returns_decoder_and_mlm_and_reaches_every_part(tiny_model, group_b
     assert loss.get_config_dict() == {
         "encoder_mask_ratio": 0.3,
         "decoder_mask_ratio": 0.5,
-        "pooling": "cls",
+        "pooling": "model",
         "mlm_weight": 1.0,
     }
 
@@ -78,10 +78,19 @@ def test_the_decoder_cannot_read_the_token_it_predicts(tiny_model) -> None:
     torch.testing.assert_close(base[0, 3], other[0, 3])
 
 
+def _cls_pooled(model):
+    """The same encoder served with [CLS] pooling (RetroMAE's published setting)."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    return SentenceTransformer(modules=[model[0], Pooling(32, "cls")], device="cpu")
+
+
 @pytest.mark.parametrize("pooling", ["cls", "model"])
 def test_goes_downhill(pooling, tiny_model, group_batch) -> None:
     features, _ = group_batch(tiny_model)
-    loss = RetroMAELoss(tiny_model, pooling=pooling)
+    model = _cls_pooled(tiny_model) if pooling == "cls" else tiny_model
+    loss = RetroMAELoss(model, pooling=pooling)
 
     def measure() -> float:
         loss.eval()
@@ -105,3 +114,97 @@ def test_goes_downhill(pooling, tiny_model, group_batch) -> None:
 def test_rejects_an_unknown_pooling(tiny_model) -> None:
     with pytest.raises(ValueError, match="'cls' or 'model'"):
         RetroMAELoss(tiny_model, pooling="max")
+
+
+def test_trains_the_served_vector_by_default_and_refuses_cls_on_a_mean_pooled_model(tiny_model) -> None:
+    # Issue #11.1: the vector RetroMAE trains must be the vector the model serves and is evaluated with.
+    assert RetroMAELoss(tiny_model).pooling == "model"
+    with pytest.raises(ValueError, match="serves 'mean' pooling"):
+        RetroMAELoss(tiny_model, pooling="cls")
+    assert RetroMAELoss(_cls_pooled(tiny_model), pooling="cls").pooling == "cls"  # the paper's setting
+
+
+def test_the_compare_runner_refuses_a_recipe_that_trains_another_vector(tiny_model, tiny_model_path, tmp_path) -> None:
+    # Issue #11.1: a comparison evaluates every model with its own pooling; a RetroMAE recipe conditioning
+    # the decoder on [CLS] is refused before anything runs, and the shipped recipe trains the served vector.
+    from xprt_st.compare import CompareConfig, CompareConfigError
+    from xprt_st.recipe import load_recipe
+    from xprt_st.training.objectives import build_loss
+
+    recipe = tmp_path / "retromae-cls.yaml"
+    recipe.write_text(
+        "name: retromae-cls\ndescription: RetroMAE on [CLS]\nobjective:\n  name: retromae\n  args: {pooling: cls}\n"
+        "data:\n  requires: {positive: mined, pairs: mined}\n",
+        encoding="utf-8",
+    )
+    raw = {"model": str(tiny_model_path), "corpus": [{"path": "unused.jsonl"}], "tasks": ["stsb"]}
+    with pytest.raises(CompareConfigError, match=r"retromae-cls.*pooling: 'cls' trains a vector other than"):
+        CompareConfig.from_dict({**raw, "recipes": ["xprt", str(recipe)]})
+    CompareConfig.from_dict({**raw, "recipes": ["retromae"]})  # the shipped recipe passes
+    shipped = load_recipe("retromae")
+    assert build_loss("retromae", tiny_model, shipped.objective.args).pooling == "model"
+
+
+def test_decoding_targets_are_every_token_but_the_first_and_the_last() -> None:
+    # Issue #11.4: RetroMAE's official implementation scores neither [CLS] nor [SEP].
+    from xprt_st.losses.retromae import decoding_targets
+
+    attention = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    expected = torch.tensor([[False, True, True, True, False], [False, True, False, False, False]])
+    assert torch.equal(decoding_targets(attention), expected)
+
+
+def test_the_loss_scores_no_sep_and_masks_its_encoder_input_like_the_official_code(tiny_model, monkeypatch) -> None:
+    # Issue #11.4: the decoder's targets leave out [SEP]; the encoder masks whole words with the 80/10/10 split.
+    import xprt_st.losses.retromae as retromae
+
+    seen = {}
+    cross_entropy, encode = retromae.vocab_cross_entropy, retromae.encode_columns
+
+    def record_targets(head, states, targets):
+        seen["targets"] = targets
+        return cross_entropy(head, states, targets)
+
+    def record_encode(*args, **kwargs):
+        seen["encode_kwargs"] = kwargs
+        return encode(*args, **kwargs)
+
+    monkeypatch.setattr(retromae, "vocab_cross_entropy", record_targets)
+    monkeypatch.setattr(retromae, "encode_columns", record_encode)
+    features = dict(tiny_model.preprocess(["the unbelievably fast pitcher struck out every batter"]))
+    RetroMAELoss(tiny_model)([features], None)
+    sep = tiny_model.tokenizer.sep_token_id
+    assert sep not in seen["targets"].tolist()
+    assert seen["targets"].numel() == int(features["attention_mask"].sum()) - 2
+    assert seen["encode_kwargs"]["whole_words"] is not None
+    assert seen["encode_kwargs"]["bert_corruption_vocab"] == len(tiny_model.tokenizer)
+
+
+def test_whole_word_mask_takes_every_piece_of_a_chosen_word(tiny_model) -> None:
+    from xprt_st.losses._common import continuation_pieces, sample_whole_word_mask, special_token_ids
+
+    features = dict(tiny_model.preprocess(["unbelievably tokenization embeddings are hyperparameterized"] * 64))
+    ids, attention = features["input_ids"], features["attention_mask"]
+    continuation = continuation_pieces(tiny_model)
+    assert continuation[ids].any()  # the sentence has words of several pieces
+    mask = sample_whole_word_mask(
+        ids, attention, special_token_ids(tiny_model), continuation, 0.3, torch.Generator().manual_seed(0)
+    )
+    pieces = continuation[ids]  # (rows, seq)
+    # a continuation piece is masked exactly when the piece before it is
+    assert torch.equal(mask[:, 1:][pieces[:, 1:]], mask[:, :-1][pieces[:, 1:]])
+    assert not mask[:, 0].any() and mask.any(dim=1).all()
+    maskable = int(attention[0].sum()) - 2
+    assert mask.sum(dim=1).max().item() <= max(round(0.3 * maskable), int(mask.sum(dim=1).min()))
+
+
+def test_bert_corruption_is_80_mask_10_random_10_kept() -> None:
+    from xprt_st.losses._common import apply_bert_corruption
+
+    ids = torch.full((200, 100), 7)
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    mask[:, ::2] = False
+    out = apply_bert_corruption(ids, mask, 103, 30522, torch.Generator().manual_seed(0))
+    assert torch.equal(out[~mask], ids[~mask])  # unmasked positions are never touched
+    shares = [(out[mask] == 103).float().mean().item(), (out[mask] == 7).float().mean().item()]
+    assert shares[0] == pytest.approx(0.8, abs=0.02) and shares[1] == pytest.approx(0.1, abs=0.02)

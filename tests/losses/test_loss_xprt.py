@@ -157,3 +157,19 @@ def test_trains_inside_sentence_transformer_trainer(tiny_model, group_dataset, t
     logged = [entry for entry in trainer.state.log_history if "xp" in entry]
     assert logged and {"cross", "self", "mlm", "unif", "retention"} <= set(logged[0])
     assert measure() < before
+
+
+def test_the_objective_summary_and_the_recipe_state_the_weights_the_loss_uses() -> None:
+    # Issue #11.5: the summary and the recipe's comment gave L_self, L_MLM and L_unif unit weights; the code 0.1.
+    import inspect
+    from pathlib import Path
+
+    from xprt_st.training.objectives import get_objective
+
+    defaults = inspect.signature(XPRTLoss.__init__).parameters
+    weights = {defaults[f"{term}_weight"].default for term in ("cross", "self", "mlm", "unif")}
+    assert len(weights) == 1, "the shared statement below assumes one weight for the four auxiliary terms"
+    stated = f"L_xp + {weights.pop():g} (L_cross + L_self + L_MLM + L_unif)"
+    assert stated in get_objective("xprt").summary
+    recipe = Path(__file__).resolve().parents[2] / "xprt_st" / "recipes" / "xprt.yaml"
+    assert stated in recipe.read_text(encoding="utf-8")

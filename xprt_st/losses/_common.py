@@ -43,12 +43,16 @@ def sample_token_mask(
     special_ids: Tensor,
     ratio: float,
     generator: torch.Generator | None = None,
+    include: Tensor | None = None,
 ) -> Tensor:
     """Choose ``round(ratio * n)`` of the ``n`` maskable tokens of each row, uniformly without replacement.
 
     Maskable means: inside the attention mask and not a special token. Rows with at least one maskable
     token get at least one masked token when ``ratio > 0``. An exact count per row (rather than a
     Bernoulli draw per token) keeps the prediction count, and so the loss scale, steady across batches.
+    ``include`` (bool, like ``input_ids``) names maskable positions that must be in the sample: they are
+    taken first and the rest of the row's count is drawn uniformly from the other maskable tokens
+    (L_self's decoder must hide the positions whose encoder distribution it distils).
 
     Returns:
         bool tensor shaped like ``input_ids``.
@@ -60,14 +64,83 @@ def sample_token_mask(
     target = torch.clamp((count.float() * ratio).round().long(), min=1)
     target = torch.minimum(target, count)  # (batch,)
     scores = torch.rand(input_ids.shape, generator=generator, device=input_ids.device)  # (batch, seq)
+    if include is not None:
+        include = include.bool() & eligible
+        scores = scores.masked_fill(include, -1.0)  # ranked before every drawn token
+        target = torch.maximum(target, include.sum(dim=1))
     scores = scores.masked_fill(~eligible, 2.0)
     rank = scores.argsort(dim=1).argsort(dim=1)  # (batch, seq): 0 for the smallest score
     return rank < target[:, None]
 
 
+def continuation_pieces(model: SentenceTransformer) -> Tensor:
+    """(vocab,) bool: the ids of WordPiece continuation pieces (``##...``), which belong to the word before them.
+
+    Whole-word masking groups a word's pieces with this table. A tokenizer without ``##`` pieces (SentencePiece,
+    byte-level BPE) yields no continuations, so every token counts as a word and the masking is per token.
+    """
+    tokenizer = model.tokenizer
+    tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    return torch.tensor([token is not None and token.startswith("##") for token in tokens], dtype=torch.bool)
+
+
+def sample_whole_word_mask(
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    special_ids: Tensor,
+    continuation: Tensor,
+    ratio: float,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Mask whole words: about ``round(ratio * n)`` of the ``n`` maskable tokens, every piece of a chosen word.
+
+    Words are a maskable token that is not a continuation piece plus the continuation pieces after it
+    (``continuation``: (vocab,) bool, see :func:`continuation_pieces`). Words are taken in a uniformly random
+    order until the next would exceed the row's budget; the first word is always taken, so a row with a
+    maskable token always has a masked one. This is BERT's whole-word masking, as RetroMAE's official
+    implementation masks its encoder input (there through transformers' whole-word collator).
+
+    Returns:
+        bool tensor shaped like ``input_ids``.
+    """
+    eligible = attention_mask.bool() & ~torch.isin(input_ids, special_ids.to(input_ids.device))  # (batch, seq)
+    if ratio <= 0:
+        return torch.zeros_like(eligible)
+    batch, length = input_ids.shape
+    starts = eligible & ~continuation.to(input_ids.device)[input_ids]  # (batch, seq)
+    word = starts.long().cumsum(dim=1)  # (batch, seq): a piece belongs to the last word start at or before it
+    word = word.masked_fill(~eligible, length + 1)  # one bucket for everything that is not maskable
+    sizes = torch.zeros((batch, length + 2), dtype=torch.long, device=input_ids.device)
+    sizes.scatter_add_(1, word, eligible.long())  # (batch, words): pieces per word
+    present = sizes > 0
+    scores = torch.rand(sizes.shape, generator=generator, device=input_ids.device).masked_fill(~present, 2.0)
+    order = scores.argsort(dim=1)  # (batch, words): words in random order, absent ones last
+    cumulative = sizes.gather(1, order).cumsum(dim=1)  # (batch, words)
+    count = eligible.sum(dim=1)  # (batch,)
+    budget = torch.minimum(torch.clamp((count.float() * ratio).round().long(), min=1), count)  # (batch,)
+    chosen_sorted = (cumulative <= budget[:, None]) & present.gather(1, order)
+    chosen_sorted[:, 0] |= present.gather(1, order)[:, 0]
+    chosen = torch.zeros_like(present).scatter(1, order, chosen_sorted)  # (batch, words)
+    return chosen.gather(1, word) & eligible
+
+
 def apply_mask(input_ids: Tensor, mask: Tensor, mask_token_id: int) -> Tensor:
     """Replace the masked positions by ``mask_token_id`` (always [MASK]; no 80/10/10 split)."""
     return input_ids.masked_fill(mask, mask_token_id)
+
+
+def apply_bert_corruption(
+    input_ids: Tensor, mask: Tensor, mask_token_id: int, vocab_size: int, generator: torch.Generator | None = None
+) -> Tensor:
+    """BERT's 80/10/10 split of the masked positions: 80% [MASK], 10% a uniformly random id, 10% unchanged.
+
+    Every masked position stays a prediction target; the random and unchanged ones make the MLM head learn
+    to predict tokens the encoder can see (as BERT and RetroMAE's official implementation do).
+    """
+    draw = torch.rand(input_ids.shape, generator=generator, device=input_ids.device)  # (batch, seq)
+    random_ids = torch.randint(vocab_size, input_ids.shape, generator=generator, device=input_ids.device)
+    corrupted = input_ids.masked_fill(mask & (draw < 0.8), mask_token_id)
+    return torch.where(mask & (draw >= 0.8) & (draw < 0.9), random_ids, corrupted)
 
 
 def pad_cat(tensors: list[Tensor], value: int | float = 0) -> Tensor:
@@ -90,7 +163,8 @@ class EncodedColumns:
     attention_mask: list[Tensor]
     """``(batch, seq_c)`` attention masks per column."""
     masks: list[Tensor]
-    """``(batch, seq_c)`` bool: the positions the encoder saw as [MASK] (all False when unmasked)."""
+    """``(batch, seq_c)`` bool: the masked positions, the MLM targets (all False when unmasked). With the 80/10/10
+    split a tenth of them keep their token and a tenth hold a random one; otherwise all are [MASK]."""
 
 
 def encode_columns(
@@ -101,12 +175,18 @@ def encode_columns(
     special_ids: Tensor | None = None,
     mask_token_id: int | None = None,
     batched: bool = True,
+    whole_words: Tensor | None = None,
+    bert_corruption_vocab: int | None = None,
 ) -> EncodedColumns:
     """Mask each column's tokens (independently), then run ONE encoder forward over all columns.
 
     Masks are drawn per column before merging so that the batched and per-column paths see the same
     random numbers and are comparable exactly (the equivalence test relies on it). With
     ``batched=False`` every column gets its own forward; results agree up to floating point.
+
+    By default the masking is per token and every masked token becomes [MASK] (xPRT's encoder pass).
+    ``whole_words`` (the :func:`continuation_pieces` table) masks whole words instead, and
+    ``bert_corruption_vocab`` (the vocabulary size) applies BERT's 80/10/10 split (RetroMAE's encoder).
     """
     masked_features = []
     masks = []
@@ -115,8 +195,15 @@ def encode_columns(
         if mask_ratio > 0:
             if special_ids is None or mask_token_id is None:
                 raise ValueError("masking needs special_ids and mask_token_id")
-            mask = sample_token_mask(input_ids, column["attention_mask"], special_ids, mask_ratio)
-            column = {**column, "input_ids": apply_mask(input_ids, mask, mask_token_id)}
+            if whole_words is None:
+                mask = sample_token_mask(input_ids, column["attention_mask"], special_ids, mask_ratio)
+            else:
+                mask = sample_whole_word_mask(input_ids, column["attention_mask"], special_ids, whole_words, mask_ratio)
+            if bert_corruption_vocab is None:
+                corrupted = apply_mask(input_ids, mask, mask_token_id)
+            else:
+                corrupted = apply_bert_corruption(input_ids, mask, mask_token_id, bert_corruption_vocab)
+            column = {**column, "input_ids": corrupted}
         else:
             mask = torch.zeros_like(input_ids, dtype=torch.bool)
             column = dict(column)  # the model writes its outputs into the dict it is given

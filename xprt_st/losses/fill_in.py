@@ -81,15 +81,21 @@ class _FillInBase(nn.Module):
             mask_token_id=self.mask_token_id,
         )
 
-    def _decode_masked(self, vectors: Tensor, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, Tensor]:
+    def _decode_masked(
+        self, vectors: Tensor, input_ids: Tensor, attention_mask: Tensor, targets: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         """Mask ``decoder_mask_ratio`` of the tokens, decode from ``vectors``; (states at scored, scored).
 
         ``scored`` (rows, seq) marks the masked positions whose word is predicted: all of them, or a uniform
-        sample of ``round(prediction_ratio * masked)`` when ``prediction_ratio < 1``.
+        sample of ``round(prediction_ratio * masked)`` when ``prediction_ratio < 1``. With ``targets``
+        ((rows, seq) bool) the decoder's mask contains them, topped up uniformly to ``decoder_mask_ratio``,
+        and only they are scored.
         """
-        mask = sample_token_mask(input_ids, attention_mask, self.special_ids, self.decoder_mask_ratio)  # (rows, seq)
+        mask = sample_token_mask(
+            input_ids, attention_mask, self.special_ids, self.decoder_mask_ratio, include=targets
+        )  # (rows, seq)
         states = self.decoder.fill_in(apply_mask(input_ids, mask, self.mask_token_id), attention_mask, vectors)
-        scored = sample_scored_positions(mask, self.prediction_ratio)  # (rows, seq)
+        scored = sample_scored_positions(mask if targets is None else mask & targets, self.prediction_ratio)
         return states[scored], scored  # (scored, hidden), (rows, seq)
 
     def get_config_dict(self) -> dict[str, Any]:
@@ -218,12 +224,22 @@ class SelfFillInLoss(_FillInBase):
         masked words from their own vectors, with the encoder's word distribution as a soft target.
 
         The teacher is the MLM head's softmax over the encoder's token states of the 15%-masked pass
-        (detached), read at the positions the decoder masked:
+        (detached), read at the positions the ENCODER masked, :math:`M_{enc}(p)`; the decoder's mask always
+        contains them (topped up uniformly to ``decoder_mask_ratio``), so the decoder must fill in exactly the
+        words whose distribution it distils:
 
         .. math::
 
-            \mathcal{L}_{self} = \frac{1}{|M|}\sum_{p \in \{a, s_1\}}\sum_{i \in M(p)}
+            \mathcal{L}_{self} = \frac{1}{|M|}\sum_{p \in \{a, s_1\}}\sum_{i \in M_{enc}(p)}
             \mathrm{KL}\big(\mathrm{softmax}(\mathrm{head}(h^{enc}_{p,i}))\,\|\,p_{dec}(\cdot \mid e_p, \tilde p)_i\big)
+
+        Why only the encoder-masked positions: the paper adds ``L_MLM`` "so the teacher itself does not drift",
+        i.e. the teacher is the distribution ``L_MLM`` trains, and ``L_MLM`` trains the head at the [MASK]
+        positions of this very pass. At a position the encoder saw, the head is never trained (with a fresh
+        head, as all-MiniLM-L6-v2 has, its distribution there is near-uniform noise), so reading it there would
+        distil noise. The alternatives (BERT's 80/10/10 split, which trains visible positions at only 1.5% of
+        tokens; ``L_MLM`` at every position, which changes the paper's MLM term) keep the teacher weak or change
+        another term. The cost: about 15% of each passage is scored rather than 60%.
 
         KL rather than soft cross-entropy: same gradient, but the value reads 0 when the decoder matches the
         teacher.
@@ -232,7 +248,8 @@ class SelfFillInLoss(_FillInBase):
             model: the SentenceTransformer being trained.
             decoder_mask_ratio: share of tokens the decoder must fill in; 0.6, the cross fill-in's (our choice: the
                 paper says "the same decoder" and gives no separate ratio).
-            encoder_mask_ratio: the teacher pass's masking; 0.15 as in the paper.
+            encoder_mask_ratio: the teacher pass's masking; 0.15 as in the paper. Must be above 0: the teacher is
+                read at the masked positions.
             num_condition_vectors: 4, as for the cross fill-in (the decoder is shared).
             decoder: a :class:`FillInDecoder` to share; by default a new one, registered as ``self.decoder``.
             mlm_head: an MLM head to share; by default ``attach_mlm_head(model)``, registered as ``self.mlm_head``.
@@ -271,6 +288,11 @@ class SelfFillInLoss(_FillInBase):
                 columns = ["A perfect game allows no runner.", "Only a few perfect games were thrown."]
                 value = loss([model.preprocess([text]) for text in columns], None)
         """
+        if encoder_mask_ratio <= 0:
+            raise ValueError(
+                f"SelfFillInLoss reads its teacher at the encoder's masked positions; encoder_mask_ratio must be "
+                f"above 0, got {encoder_mask_ratio}"
+            )
         super().__init__(
             model, decoder, mlm_head, decoder_mask_ratio, encoder_mask_ratio, num_condition_vectors, prediction_ratio
         )
@@ -279,7 +301,7 @@ class SelfFillInLoss(_FillInBase):
         features = list(sentence_features)[:2]
         encoded = self._encode(features)
         return self.compute_loss_from_token_states(
-            encoded.embeddings, encoded.token_states, encoded.input_ids, encoded.attention_mask
+            encoded.embeddings, encoded.token_states, encoded.input_ids, encoded.attention_mask, encoded.masks
         )
 
     def compute_loss_from_token_states(
@@ -288,11 +310,14 @@ class SelfFillInLoss(_FillInBase):
         token_states: list[Tensor],
         input_ids: list[Tensor],
         attention_mask: list[Tensor],
+        encoder_masks: list[Tensor],
     ) -> Tensor:
-        """Per passage: (batch, dim) vector, (batch, seq_c, hidden) encoder states, (batch, seq_c) ids and mask."""
+        """Per passage: (batch, dim) vector, (batch, seq_c, hidden) encoder states, (batch, seq_c) ids, attention
+        mask and the encoder's masked positions (the teacher is read there only)."""
         vectors = torch.cat(embeddings)  # (passages * batch, dim)
         ids = pad_cat(input_ids)  # (passages * batch, seq)
         mask = pad_cat(attention_mask)  # (passages * batch, seq)
-        states, scored = self._decode_masked(vectors, ids, mask)  # (scored, hidden)
+        targets = pad_cat(encoder_masks, value=False)  # (passages * batch, seq)
+        states, scored = self._decode_masked(vectors, ids, mask, targets)  # (scored, hidden)
         teacher_states = pad_cat(token_states)[scored].detach()  # (scored, hidden)
         return vocab_kl_divergence(self.mlm_head, states, teacher_states)  # chunked over the vocabulary

@@ -9,7 +9,13 @@ import torch
 from sentence_transformers import SentenceTransformer
 from torch import Tensor, nn
 
-from xprt_st.losses._common import EncodedColumns, encode_columns, pad_cat, special_token_ids
+from xprt_st.losses._common import (
+    EncodedColumns,
+    continuation_pieces,
+    encode_columns,
+    pad_cat,
+    special_token_ids,
+)
 from xprt_st.losses._vocab import vocab_cross_entropy
 from xprt_st.losses.decoder import FillInDecoder
 from xprt_st.losses.mlm import mlm_loss
@@ -66,6 +72,27 @@ def sample_enhanced_decoding_mask(
     return allowed
 
 
+def decoding_targets(attention_mask: Tensor) -> Tensor:
+    """(rows, seq) bool: the tokens the decoder rebuilds, every real token but the first and the last.
+
+    Position 0 holds the sentence vector and the last real token is [SEP]; RetroMAE's official
+    implementation scores neither.
+    """
+    real = attention_mask.bool()
+    positions = torch.arange(real.size(1), device=real.device)[None, :]  # (1, seq)
+    last = real.long().sum(dim=1, keepdim=True) - 1  # (rows, 1)
+    return real & (positions > 0) & (positions < last)
+
+
+def served_pooling(model: SentenceTransformer) -> str:
+    """The pooling mode of the model's Pooling module (``"mean"``, ``"cls"`` ...), the vector it serves."""
+    for module in model:
+        mode = getattr(module, "pooling_mode", None)
+        if isinstance(mode, str):
+            return mode
+    return "unknown"
+
+
 def enhanced_decode(decoder: FillInDecoder, vectors: Tensor, input_ids: Tensor, allowed: Tensor) -> Tensor:
     """Two-stream decoding: query ``h + p_i``, context ``[h, LN(e(x_j) + p_j)]``, attention ``allowed``.
 
@@ -85,7 +112,7 @@ class RetroMAELoss(nn.Module):
         model: SentenceTransformer,
         encoder_mask_ratio: float = 0.3,
         decoder_mask_ratio: float = 0.5,
-        pooling: Literal["cls", "model"] = "cls",
+        pooling: Literal["cls", "model"] = "model",
         mlm_weight: float = 1.0,
         decoder: FillInDecoder | None = None,
         mlm_head: MLMHead | None = None,
@@ -104,17 +131,28 @@ class RetroMAELoss(nn.Module):
             \mathcal{L}_{dec} = -\frac{1}{N}\sum_{i=1}^{N} \log p\big(x_i \mid \mathrm{Attn}(H_1^{(i)}, H_2, M_i)\big)
 
         where the attention mask :math:`M_i` lets query :math:`i` see position 0 (the vector) and a sampled
-        50% of the other tokens, never :math:`x_i` itself (see :func:`sample_enhanced_decoding_mask`); every
-        token is a target. As in the paper and the official code, the decoder's masking is this attention
-        mask: the context stream carries the original token embeddings (:math:`H_2`).
+        50% of the other tokens, never :math:`x_i` itself (see :func:`sample_enhanced_decoding_mask`). As in the
+        paper and the official code, the decoder's masking is this attention mask: the context stream carries
+        the original token embeddings (:math:`H_2`).
+
+        Details that follow the official implementation (github.com/staoxiao/RetroMAE) where the paper is silent:
+
+        - Decoding targets: every token but the first and the last ([CLS] and [SEP]); the official code
+          excludes both from the decoder's labels.
+        - Encoder masking: whole words (a word's ``##`` pieces are masked together), and BERT's 80/10/10 split
+          of the masked positions ([MASK] / random token / unchanged), all of them MLM targets, as the
+          official code's whole-word collator does. The decoder's per-query hiding stays per token.
 
         Args:
             model: the SentenceTransformer being trained.
             encoder_mask_ratio: 0.3, RetroMAE's default (paper range 15-30%).
             decoder_mask_ratio: share of tokens each decoder row cannot see; 0.5, RetroMAE's default (50-70%).
-            pooling: the sentence vector given to the decoder. ``"cls"``: the encoder's last-layer [CLS] state,
-                as in the paper. ``"model"``: the model's own pooling (mean for all-MiniLM-L6-v2 and E5), for the
-                xPRT comparison where the served embedding is the mean-pooled one.
+            pooling: the sentence vector given to the decoder. ``"model"`` (default): the model's own pooling
+                (mean for all-MiniLM-L6-v2, E5 and the small BERT), the vector the SentenceTransformer serves, so
+                the vector trained is the vector evaluated. ``"cls"``: the encoder's last-layer [CLS] state, as in
+                the paper, whose published models are served with [CLS]; it is accepted only for a model whose own
+                pooling is CLS (there the two are the same vector): training [CLS] and serving a mean would
+                evaluate a vector the objective never shaped.
             mlm_weight: weight of the encoder MLM term; 1, the paper's plain sum.
             decoder: a :class:`~xprt_st.losses.FillInDecoder` to use; by default a new one-layer decoder with the
                 encoder's head count (no conditioning projection), registered as ``self.decoder``.
@@ -149,12 +187,19 @@ class RetroMAELoss(nn.Module):
                 from xprt_st.models import load_model
 
                 model = load_model(None)
-                loss = RetroMAELoss(model, pooling="model")
+                loss = RetroMAELoss(model)  # trains the model's own (mean) pooling, the served vector
                 terms = loss([model.preprocess(["A perfect game allows no base runner at all."])], None)
         """
         super().__init__()
         if pooling not in ("cls", "model"):
             raise ValueError(f"pooling must be 'cls' or 'model', got {pooling!r}")
+        served = served_pooling(model)
+        if pooling == "cls" and served != "cls":
+            raise ValueError(
+                f"RetroMAELoss(pooling='cls') trains the [CLS] state, but this model serves {served!r} pooling, "
+                "so the trained vector would not be the evaluated one; use pooling='model' (trains the served "
+                "vector) or give the model a CLS Pooling module"
+            )
         for name, value in (("encoder_mask_ratio", encoder_mask_ratio), ("decoder_mask_ratio", decoder_mask_ratio)):
             if not 0 < value < 1:
                 raise ValueError(f"{name} must be in (0, 1), got {value}")
@@ -167,6 +212,8 @@ class RetroMAELoss(nn.Module):
         self.mlm_head = mlm_head if mlm_head is not None else attach_mlm_head(model)
         self.special_ids = special_token_ids(model)
         self.mask_token_id = int(model.tokenizer.mask_token_id)
+        self.continuations = continuation_pieces(model)  # (vocab,) bool, for whole-word masking
+        self.vocab_size = len(model.tokenizer)
 
     def forward(
         self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None
@@ -177,6 +224,8 @@ class RetroMAELoss(nn.Module):
             mask_ratio=self.encoder_mask_ratio,
             special_ids=self.special_ids,
             mask_token_id=self.mask_token_id,
+            whole_words=self.continuations,
+            bert_corruption_vocab=self.vocab_size,
         )
         vectors = encoded.embeddings if self.pooling == "model" else [state[:, 0] for state in encoded.token_states]
         return self.compute_loss_from_encoded(vectors, encoded)
@@ -188,8 +237,7 @@ class RetroMAELoss(nn.Module):
         maskable = attention.bool() & ~torch.isin(ids, self.special_ids.to(ids.device))  # (rows, seq)
         allowed = sample_enhanced_decoding_mask(attention, maskable, self.decoder_mask_ratio)  # (rows, seq, seq)
         states = enhanced_decode(self.decoder, torch.cat(vectors), ids, allowed)  # (rows, seq, hidden)
-        targets = attention.bool().clone()
-        targets[:, 0] = False  # position 0 holds the sentence vector, not a token to rebuild
+        targets = decoding_targets(attention)  # (rows, seq)
         decoder_loss = vocab_cross_entropy(self.mlm_head, states[targets], ids[targets])
         terms = {"decoder": decoder_loss}
         if self.mlm_weight > 0:

@@ -46,11 +46,22 @@ class XPRTLoss(nn.Module):
 
         .. math::
 
-            \mathcal{L} = \mathcal{L}_{xp} + 0.1\,\mathcal{L}_{cross} + w_{self}\mathcal{L}_{self}
-            + w_{MLM}\mathcal{L}_{MLM} + w_{unif}\mathcal{L}_{unif} + w_{ret}(t)\,\mathcal{L}_{ret}
+            \mathcal{L} = \mathcal{L}_{xp} + 0.1\,\mathcal{L}_{cross} + 0.1\,\mathcal{L}_{self}
+            + 0.1\,\mathcal{L}_{MLM} + 0.1\,\mathcal{L}_{unif} + w_{ret}(t)\,\mathcal{L}_{ret}
+
+        The paper gives ``L_cross`` its weight 0.1 and no weight for ``L_self``, ``L_MLM`` or ``L_unif``; 0.1 each
+        is our choice (see the arguments below), not unit weights.
 
         ``forward`` returns a dict of the weighted terms, ``{"xp", "cross", "self", "mlm", "unif", "retention"}``
         (only the enabled ones); SentenceTransformerTrainer sums them and logs each one.
+
+        ``L_self``'s teacher is read only at the encoder pass's masked positions, where ``L_MLM`` trains it
+        (see :class:`SelfFillInLoss`). The retention term's student vectors come from the UNMASKED anchor and
+        positive, as the teacher's do and as :class:`WithRetention` embeds every baseline's: the paper counts
+        "one more frozen-E5 pass" for retention, which suggests it reuses the 15%-masked student vectors, but
+        then retention is far from 0 at step 0 (masking alone moves the vectors) and, at weight 40, would pull
+        xPRT toward masking invariance, which no baseline is pulled toward. One unmasked student forward of the
+        two columns per step buys a term that means the same thing for every recipe.
 
         Cost. With any of the cross/self/MLM terms on, the anchor and its 4 related passages go through the
         encoder ONCE, as one batched forward with 15% masking: the paper's "5 encoder passes per group", from
@@ -58,7 +69,8 @@ class XPRTLoss(nn.Module):
         decoder passes per group run as two batched one-layer passes. With only ``L_xp`` (and optionally
         ``L_ret``/``L_unif``) on, the loss reads only the anchor and positive columns, unmasked, in one forward:
         the paper's "change only the positive" configuration, costing what a MultipleNegativesRankingLoss
-        step costs (plus the teacher pass when retention is on).
+        step costs (plus the teacher pass when retention is on). With the masked pass and retention on, the
+        anchor and positive also go through the encoder unmasked once, for the retention term's student side.
 
         Args:
             model: the SentenceTransformer being trained (mean pooling in the paper).
@@ -242,8 +254,9 @@ class XPRTLoss(nn.Module):
     def compute_loss_from_encoded(
         self, encoded: EncodedColumns, labels: Tensor | None, unmasked_pair: list[dict[str, Tensor]]
     ) -> dict[str, Tensor]:
-        """All enabled terms from one encoder pass (:class:`EncodedColumns`); the teacher reads
-        ``unmasked_pair`` (the anchor and positive features before masking)."""
+        """All enabled terms from one encoder pass (:class:`EncodedColumns`); the retention term's teacher and
+        student both read ``unmasked_pair`` (the anchor and positive features before masking), the student
+        reusing ``encoded`` when that pass was unmasked."""
         embeddings = encoded.embeddings  # each (batch, dim)
         terms: dict[str, Tensor] = {}
         if self.cross_passage is not None:
@@ -256,7 +269,11 @@ class XPRTLoss(nn.Module):
             terms["cross"] = self.cross_weight * loss
         if self.self_fill_in is not None:
             loss = self.self_fill_in.compute_loss_from_token_states(
-                embeddings[:2], encoded.token_states[:2], encoded.input_ids[:2], encoded.attention_mask[:2]
+                embeddings[:2],
+                encoded.token_states[:2],
+                encoded.input_ids[:2],
+                encoded.attention_mask[:2],
+                encoded.masks[:2],
             )
             terms["self"] = self.self_weight * loss
         if self.mlm is not None:
@@ -269,7 +286,10 @@ class XPRTLoss(nn.Module):
                 terms["retention"] = embeddings[0].new_zeros(())  # the schedule reached 0: skip the teacher pass
             else:
                 teacher = teacher_embeddings(self.teacher, unmasked_pair)
-                terms["retention"] = self.retention.compute_loss_from_embeddings(embeddings[:2], teacher)
+                student = embeddings[:2]
+                if any(mask.any() for mask in encoded.masks[:2]):
+                    student = encode_columns(self.model, unmasked_pair, batched=self.merge_columns).embeddings
+                terms["retention"] = self.retention.compute_loss_from_embeddings(student, teacher)
         return terms
 
     def get_config_dict(self) -> dict[str, Any]:

@@ -50,6 +50,8 @@ class Objective:
         fixed_args: arguments the objective always passes (not settable from the recipe).
         native_retention: the loss builds its own retention term from ``teacher`` and ``retention_weight``
             arguments (XPRTLoss) instead of being wrapped in ``WithRetention``.
+        vector_arg: the loss argument that picks which sentence vector it trains (RetroMAE's ``pooling``), whose
+            value ``"model"`` means the model's own pooling, the vector that is served and evaluated.
     """
 
     name: str
@@ -62,6 +64,7 @@ class Objective:
     prepare: Callable[[Dataset, int], Dataset] | None = None
     fixed_args: dict[str, Any] = field(default_factory=dict)
     native_retention: bool = False
+    vector_arg: str | None = None
 
     def dataset_columns(self, retention: bool) -> tuple[str, ...]:
         return self.retention_columns if retention else self.columns
@@ -138,7 +141,7 @@ def register_objective(objective: Objective) -> Objective:
 register_objective(
     Objective(
         name="xprt",
-        summary="xPRT: L_xp + 0.1 L_cross + L_self + L_MLM + L_unif (one batched encoder pass)",
+        summary="xPRT: L_xp + 0.1 (L_cross + L_self + L_MLM + L_unif) (one batched encoder pass)",
         loss_class="xprt_st.losses:XPRTLoss",
         columns=GROUP_COLUMNS,
         retention_columns=GROUP_COLUMNS,
@@ -173,6 +176,7 @@ register_objective(
         columns=(ANCHOR,),
         retention_columns=(ANCHOR, POSITIVE),
         loss_positions=(0,),
+        vector_arg="pooling",
     )
 )
 register_objective(
@@ -215,6 +219,27 @@ def check_objective(name: str, args: dict[str, Any], retention: bool) -> list[st
                 f"valid: {', '.join(accepted) or 'none'}"
             )
     return problems
+
+
+def trained_vector_problems(name: str, args: dict[str, Any]) -> list[str]:
+    """Problems when objective ``name`` with ``args`` trains a vector other than the model's own pooling.
+
+    A comparison serves and evaluates every model, the start included, with the model's own pooling; an
+    objective that shapes another vector (RetroMAE's [CLS] on a mean-pooled model) would be scored on a vector
+    it never trained. The comparison runner refuses such a recipe before anything runs.
+    """
+    objective = OBJECTIVES.get(name)
+    if objective is None or objective.vector_arg is None:
+        return []
+    parameter = inspect.signature(objective.resolve_class().__init__).parameters[objective.vector_arg]
+    value = args.get(objective.vector_arg, parameter.default)
+    if value == "model":
+        return []
+    return [
+        f"objective.args.{objective.vector_arg}: {value!r} trains a vector other than the model's own pooling, "
+        f"which the comparison serves and evaluates for every recipe and for the start; set "
+        f"objective.args.{objective.vector_arg}: model in the recipe"
+    ]
 
 
 def build_loss(
