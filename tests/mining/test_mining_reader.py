@@ -17,8 +17,11 @@ from tests.conftest import shared_data
 from xprt_st.mining.reader import (
     CorpusColumnError,
     CorpusReadError,
+    check_sources,
     expand_sources,
     extract_main_text,
+    input_differences,
+    input_identity,
     iter_corpus,
 )
 
@@ -171,3 +174,42 @@ def test_bbc_zip_reads_every_article_with_one_latin1_repair():
     assert len(records) == 2225
     assert Counter(r.repair for r in records)["decoded_latin1"] == 1
     assert all(r.text and r.doc_id.endswith(".txt") for r in records)
+
+
+def test_a_fallback_text_field_is_read_per_source_and_named(tmp_path):
+    _jsonl(tmp_path / "a.jsonl", [{"html": "<p>page</p>"}])
+    pq.write_table(pa.table({"text": ["<p>raw page in text</p>"]}), tmp_path / "b.parquet")
+    records = list(iter_corpus([tmp_path], text_field="html", fallback_text_field="text"))
+    assert [(r.text, r.text_field) for r in records] == [("<p>page</p>", "html"), ("<p>raw page in text</p>", "text")]
+    with pytest.raises(CorpusColumnError, match="no text field 'html';"):
+        list(iter_corpus([tmp_path / "b.parquet"], text_field="html"))
+
+
+def test_sources_are_checked_from_their_first_record(tmp_path):
+    good = _jsonl(tmp_path / "good.jsonl", [{"text": "fine"}])
+    wrong = _jsonl(tmp_path / "wrong.jsonl", [{"body": "no text field"}])
+    assert check_sources([good]) == [good]
+    with pytest.raises(CorpusColumnError, match=r"wrong.jsonl:1: no text field 'text'; the fields are \['body'\]"):
+        check_sources([good, wrong])
+    with pytest.raises(CorpusReadError, match=r"gone\.jsonl: no such file"):
+        check_sources([good, tmp_path / "gone.jsonl"])
+    broken = tmp_path / "broken.jsonl.gz"
+    broken.write_bytes(b"not gzip at all")
+    with pytest.raises(CorpusReadError, match=r"broken\.jsonl\.gz: cannot be read"):
+        check_sources([broken])
+    assert check_sources([broken], skip_unreadable=True) == [broken]  # left for iter_corpus to count
+
+
+def test_input_identity_tells_other_input_from_the_same_bytes(tmp_path):
+    corpus = _jsonl(tmp_path / "c.jsonl", [{"text": "one"}, {"text": "two"}])
+    other = _jsonl(tmp_path / "d.jsonl", [{"text": "three"}])
+    stored = input_identity([corpus])
+    assert stored[0]["size"] == corpus.stat().st_size and len(stored[0]["sha256"]) == 64
+    assert input_differences(stored, [corpus]) == []
+    assert input_differences(stored, [other]) == [f"{corpus} is no longer an input", f"{other} is a new input"]
+    both = input_identity([corpus, other])
+    assert input_differences(both, [other, corpus]) == [
+        "the same inputs are given in another order (document labels follow the order)"
+    ]
+    _jsonl(corpus, [{"text": "one"}, {"text": "two"}, {"text": "added"}])
+    assert "bytes when mined" in input_differences(stored, [corpus])[0]

@@ -23,6 +23,7 @@ names the file and says how to fix it.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import logging
 import zipfile
@@ -58,7 +59,8 @@ class RawRecord:
     """One input document before passage splitting.
 
     ``text`` is None when the record is unusable; ``skip`` then says why (a key of ``stats.json``'s
-    ``skipped``). ``origin`` is ``"<file>:<line>"`` (or the zip member) for error messages.
+    ``skipped``). ``origin`` is ``"<file>:<line>"`` (or the zip member) for error messages;
+    ``text_field`` is the field the text was read from (None for .txt files and zips).
     """
 
     ordinal: int
@@ -67,6 +69,7 @@ class RawRecord:
     origin: str
     skip: str | None = None
     repair: str | None = None
+    text_field: str | None = None
 
 
 def decode_bytes(data: bytes) -> tuple[str, str | None]:
@@ -114,6 +117,78 @@ def expand_sources(sources: Sequence[str | Path]) -> list[str | Path]:
     return expanded
 
 
+def input_identity(sources: Sequence[str | Path], split: str = "train") -> list[dict[str, Any]]:
+    """The identity of what :func:`iter_corpus` reads: one entry per input file, in reading order.
+
+    A file is ``{"path", "size", "mtime_ns", "sha256"}`` (absolute path; a saved dataset folder
+    contributes each of its files); a Hugging Face dataset name is ``{"dataset", "split"}``. The
+    builder stores this next to the settings and refuses to resume on other input
+    (:func:`input_differences`). Hashing reads every file once, a small cost next to encoding it.
+    """
+    identity: list[dict[str, Any]] = []
+    for source in expand_sources(sources):
+        if isinstance(source, str):
+            identity.append({"dataset": source, "split": split})
+            continue
+        files = sorted(p for p in source.rglob("*") if p.is_file()) if source.is_dir() else [source]
+        for path in files:
+            stat = path.stat()
+            identity.append(
+                {
+                    "path": str(path.resolve()),
+                    "size": stat.st_size,
+                    "mtime_ns": stat.st_mtime_ns,
+                    "sha256": _sha256(path),
+                }
+            )
+    return identity
+
+
+def input_differences(stored: list[dict[str, Any]], sources: Sequence[str | Path], split: str = "train") -> list[str]:
+    """How ``sources`` differ from the ``stored`` :func:`input_identity`; empty when they are the same input.
+
+    A file whose size and modification time are unchanged counts as unchanged without being read; a
+    file whose time changed is hashed, so a file rewritten with the same bytes still matches.
+    """
+    current: list[dict[str, Any]] = []
+    for source in expand_sources(sources):
+        if isinstance(source, str):
+            current.append({"dataset": source, "split": split})
+        else:
+            files = sorted(p for p in source.rglob("*") if p.is_file()) if source.is_dir() else [source]
+            current.extend({"path": str(p.resolve()), "file": p} for p in files)
+    names = [_input_name(entry) for entry in stored]
+    now = [_input_name(entry) for entry in current]
+    differences = [f"{name} is no longer an input" for name in names if name not in now]
+    differences += [f"{name} is a new input" for name in now if name not in names]
+    if differences:
+        return differences
+    if names != now:
+        return ["the same inputs are given in another order (document labels follow the order)"]
+    for old, new in zip(stored, current, strict=True):
+        path = new.get("file")
+        if path is None:
+            continue
+        stat = path.stat()
+        if stat.st_size != old.get("size"):
+            differences.append(f"{path}: {old.get('size')} bytes when mined, {stat.st_size} now")
+        elif stat.st_mtime_ns != old.get("mtime_ns") and _sha256(path) != old.get("sha256"):
+            differences.append(f"{path}: same size but other content (modified since it was mined)")
+    return differences
+
+
+def _input_name(entry: dict[str, Any]) -> str:
+    return entry["path"] if "path" in entry else f"dataset {entry['dataset']} (split {entry['split']})"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def _looks_like_dataset_name(name: str) -> bool:
     return "/" in name and not name.startswith((".", "/", "~")) and name.count("/") == 1 and "." not in name
 
@@ -138,6 +213,7 @@ def iter_corpus(
     split: str = "train",
     skip_unreadable: bool = False,
     skipped: Counter[str] | None = None,
+    fallback_text_field: str | None = None,
 ) -> Iterator[RawRecord]:
     """Yield every input record, in a deterministic order, with its ordinal.
 
@@ -149,11 +225,14 @@ def iter_corpus(
         skip_unreadable: count a source that fails mid-way as ``skipped.unreadable_source`` and go on,
             instead of raising :class:`CorpusReadError`.
         skipped: counter for sources skipped with ``skip_unreadable``.
+        fallback_text_field: field read instead of ``text_field`` in a source that lacks ``text_field``
+            (``--html`` reads ``html`` and falls back to ``text``); each record's ``text_field`` says which.
     """
     ordinal = 0
+    fields = _TextFields(text_field, fallback_text_field)
     for source in expand_sources(sources):
         try:
-            for record in _iter_source(source, text_field, id_field, split, ordinal):
+            for record in _iter_source(source, fields, id_field, split, ordinal):
                 yield record
                 ordinal = record.ordinal + 1
         except CorpusColumnError:
@@ -169,30 +248,97 @@ def iter_corpus(
                 skipped["unreadable_source"] += 1
 
 
+def check_sources(
+    sources: Sequence[str | Path],
+    text_field: str = "text",
+    id_field: str | None = None,
+    split: str = "train",
+    skip_unreadable: bool = False,
+    fallback_text_field: str | None = None,
+) -> list[str | Path]:
+    """Check every source before any work: it exists, opens, and its first record has the text field.
+
+    Reads one record per source, so a wrong path, a corrupt file or a wrong ``--text-field`` fails
+    in a second instead of after the model has loaded and the output folder was created. With
+    ``skip_unreadable``, a source that cannot be read is left for :func:`iter_corpus` to count.
+
+    Returns:
+        The expanded sources (see :func:`expand_sources`).
+
+    Raises:
+        CorpusReadError: a missing path, an unsupported or unreadable file.
+        CorpusColumnError: a source whose first record lacks the text (or id) field.
+    """
+    expanded = expand_sources(sources)
+    fields = _TextFields(text_field, fallback_text_field)
+    for source in expanded:
+        records = _iter_source(source, fields, id_field, split, 0)
+        try:
+            next(records, None)
+        except CorpusColumnError:
+            raise
+        except (OSError, EOFError, zipfile.BadZipFile, CorpusReadError, ValueError) as error:
+            if skip_unreadable:
+                continue
+            raise CorpusReadError(
+                f"{source}: cannot be read: {type(error).__name__}: {error}. Fix or remove the file, or pass "
+                "--skip-unreadable to count it and go on."
+            ) from error
+        finally:
+            records.close()
+    return expanded
+
+
+@dataclass(slots=True)
+class _TextFields:
+    """The text field to read, and the one read instead in a source that lacks it."""
+
+    preferred: str
+    fallback: str | None = None
+
+    def choose(self, names: Any, id_field: str | None, origin: str) -> str:
+        """The field of a source with these field names; raises :class:`CorpusColumnError` naming the fields."""
+        names = list(names)
+        if self.preferred in names:
+            chosen = self.preferred
+        elif self.fallback is not None and self.fallback in names:
+            chosen = self.fallback
+            logger.info("%s: no %r field; reading the text from %r", origin, self.preferred, chosen)
+        else:
+            wanted = repr(self.preferred) + (f" (nor {self.fallback!r})" if self.fallback else "")
+            raise CorpusColumnError(
+                f"{origin}: no text field {wanted}; the fields are {names}. Pass --text-field with the field that "
+                "holds the text (e.g. --text-field html --html for raw pages)."
+            )
+        if id_field and id_field not in names:
+            raise CorpusColumnError(f"{origin}: no id field {id_field!r}; the fields are {names}. Fix --id-field.")
+        return chosen
+
+
 def _iter_source(
-    source: str | Path, text_field: str, id_field: str | None, split: str, start: int
+    source: str | Path, fields: _TextFields, id_field: str | None, split: str, start: int
 ) -> Iterator[RawRecord]:
     if isinstance(source, str):
-        yield from _iter_hf(source, text_field, id_field, split, start)
+        yield from _iter_hf(source, fields, id_field, split, start)
         return
     kind = _kind(source)
     if kind == "jsonl":
-        yield from _iter_jsonl(source, text_field, id_field, start)
+        yield from _iter_jsonl(source, fields, id_field, start)
     elif kind == "parquet":
-        yield from _iter_parquet(source, text_field, id_field, start)
+        yield from _iter_parquet(source, fields, id_field, start)
     elif kind == "txt":
         text, repair = decode_bytes(source.read_bytes())
         yield RawRecord(start, str(source), text, str(source), repair=repair)
     elif kind == "zip":
         yield from _iter_zip(source, start)
     else:
-        yield from _iter_saved_dataset(source, text_field, id_field, start)
+        yield from _iter_saved_dataset(source, fields, id_field, start)
 
 
-def _iter_jsonl(path: Path, text_field: str, id_field: str | None, start: int) -> Iterator[RawRecord]:
+def _iter_jsonl(path: Path, fields: _TextFields, id_field: str | None, start: int) -> Iterator[RawRecord]:
     opener = gzip.open if path.name.lower().endswith(".gz") else open
     ordinal = start
-    checked = False
+    text_field: str | None = None
     logged = 0
     with opener(path, "rb") as handle:
         for line_number, raw in enumerate(handle, start=1):
@@ -210,9 +356,8 @@ def _iter_jsonl(path: Path, text_field: str, id_field: str | None, start: int) -
                     record = RawRecord(ordinal, origin, None, origin, skip="invalid_json")
                     logged = _log_skip(logged, f"{origin}: a JSON {type(obj).__name__}, not an object; skipped")
                 else:
-                    if not checked:
-                        _check_fields(obj.keys(), text_field, id_field, origin)
-                        checked = True
+                    if text_field is None:
+                        text_field = fields.choose(obj.keys(), id_field, origin)
                     record = _record_from_mapping(obj, text_field, id_field, ordinal, origin, repair)
                     if record.skip:
                         logged = _log_skip(logged, f"{origin}: {record.skip} ({text_field!r}); skipped")
@@ -220,14 +365,14 @@ def _iter_jsonl(path: Path, text_field: str, id_field: str | None, start: int) -
             ordinal += 1
 
 
-def _iter_parquet(path: Path, text_field: str, id_field: str | None, start: int) -> Iterator[RawRecord]:
+def _iter_parquet(path: Path, fields: _TextFields, id_field: str | None, start: int) -> Iterator[RawRecord]:
     import pyarrow.parquet as pq
 
     try:
         parquet = pq.ParquetFile(path)
     except Exception as error:  # pyarrow raises ArrowInvalid (a ValueError) or OSError subclasses
         raise CorpusReadError(f"{path}: not a readable Parquet file: {error}") from error
-    _check_fields(parquet.schema_arrow.names, text_field, id_field, str(path))
+    text_field = fields.choose(parquet.schema_arrow.names, id_field, str(path))
     columns = [text_field] + ([id_field] if id_field else [])
     ordinal = start
     row = 0
@@ -248,16 +393,16 @@ def _iter_zip(path: Path, start: int) -> Iterator[RawRecord]:
             yield RawRecord(ordinal, name, text, f"{path}!{name}", repair=repair)
 
 
-def _iter_saved_dataset(path: Path, text_field: str, id_field: str | None, start: int) -> Iterator[RawRecord]:
+def _iter_saved_dataset(path: Path, fields: _TextFields, id_field: str | None, start: int) -> Iterator[RawRecord]:
     import datasets
 
     loaded = datasets.load_from_disk(str(path))
     if isinstance(loaded, datasets.DatasetDict):
         raise CorpusReadError(f"{path}: a DatasetDict with splits {list(loaded)}; give the folder of one split")
-    yield from _iter_dataset(loaded, str(path), text_field, id_field, start)
+    yield from _iter_dataset(loaded, str(path), fields, id_field, start)
 
 
-def _iter_hf(name: str, text_field: str, id_field: str | None, split: str, start: int) -> Iterator[RawRecord]:
+def _iter_hf(name: str, fields: _TextFields, id_field: str | None, split: str, start: int) -> Iterator[RawRecord]:
     import datasets
 
     try:
@@ -267,26 +412,18 @@ def _iter_hf(name: str, text_field: str, id_field: str | None, split: str, start
             f"{name}: could not load the Hugging Face dataset (split {split!r}): {type(error).__name__}: {error}. "
             "Offline, give local JSONL/Parquet files or a folder saved with save_to_disk instead."
         ) from error
-    yield from _iter_dataset(loaded, name, text_field, id_field, start)
+    yield from _iter_dataset(loaded, name, fields, id_field, start)
 
 
-def _iter_dataset(dataset: Any, name: str, text_field: str, id_field: str | None, start: int) -> Iterator[RawRecord]:
+def _iter_dataset(
+    dataset: Any, name: str, fields: _TextFields, id_field: str | None, start: int
+) -> Iterator[RawRecord]:
     names = getattr(dataset, "column_names", None)
-    if names:
-        _check_fields(names, text_field, id_field, name)
+    text_field = fields.choose(names, id_field, name) if names else None
     for ordinal, obj in enumerate(dataset, start=start):
+        if text_field is None:  # a streamed dataset may not know its columns before the first row
+            text_field = fields.choose(obj.keys(), id_field, name)
         yield _record_from_mapping(obj, text_field, id_field, ordinal, f"{name}:row {ordinal - start + 1}", None)
-
-
-def _check_fields(names: Any, text_field: str, id_field: str | None, origin: str) -> None:
-    names = list(names)
-    if text_field not in names:
-        raise CorpusColumnError(
-            f"{origin}: no text field {text_field!r}; the fields are {names}. "
-            "Pass --text-field with the field that holds the text (e.g. --text-field html --html for raw pages)."
-        )
-    if id_field and id_field not in names:
-        raise CorpusColumnError(f"{origin}: no id field {id_field!r}; the fields are {names}. Fix --id-field.")
 
 
 def _record_from_mapping(
@@ -302,7 +439,7 @@ def _record_from_mapping(
         text, repair = decode_bytes(text)
     if not isinstance(text, str):
         return RawRecord(ordinal, doc_id, None, origin, skip="text_not_a_string")
-    return RawRecord(ordinal, doc_id, text, origin, repair=repair)
+    return RawRecord(ordinal, doc_id, text, origin, repair=repair, text_field=text_field)
 
 
 def _log_skip(logged: int, message: str) -> int:
