@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -12,8 +13,19 @@ import pyarrow.parquet as pq
 import pytest
 
 from xprt_st.columns import GROUP_COLUMNS, LABEL
-from xprt_st.mining import GroupBuilder, MiningConfig, MiningConfigError, NoGroupsError, load_passages, merge
+from xprt_st.mining import (
+    CorpusColumnError,
+    GroupBuilder,
+    MiningConfig,
+    MiningConfigError,
+    MiningInputError,
+    NoGroupsError,
+    load_passages,
+    merge,
+    mine,
+)
 from xprt_st.mining.builder import ShardResult
+from xprt_st.mining.reader import input_differences
 from xprt_st.mining.scoring import TfidfScorer, tfidf_cosine
 
 TOPICS = ["river", "violin", "glacier", "tax", "comet", "bakery", "chess", "volcano", "orchid", "railway"]
@@ -257,13 +269,145 @@ def test_random_span_pairs_need_no_encoder_and_share_columns(tmp_path, tiny_mode
     assert stats["passage_coverage"] is None and stats["threshold"] is None
 
 
-def test_giant_documents_are_capped_and_counted(tmp_path, tiny_model):
+def test_giant_documents_are_capped_and_counted_exactly(tmp_path, tiny_model):
+    """A 2 MB document: the figure of what the cap dropped is exact, not a count that stops after one passage."""
     path = tmp_path / "giant.jsonl"
-    giant = "\n\n".join(_paragraph(TOPICS[k % 10], 1, k) for k in range(40))
+    giant = "\n\n".join(_paragraph(TOPICS[k % 10], 1, k) for k in range(14_500))
+    assert len(giant) > 2_000_000
     path.write_text(json.dumps({"text": giant, "id": "giant"}) + "\n")
     stats = GroupBuilder([path], tmp_path / "out", _config(max_passages=6), model=tiny_model, progress=False).run()
-    assert stats["passages"] == 6
-    assert stats["documents_truncated"] == 1 and stats["passages_over_cap"] > 0
+    assert stats["passages"] == 6 and stats["documents_truncated"] == 1
+    kept = load_passages(tmp_path / "out").column("text").to_pylist()
+    non_space = sum(len(word) for word in giant.split())
+    assert stats["characters_over_cap"] == non_space - sum(len(word) for text in kept for word in text.split())
+    assert stats["characters_over_cap"] > 0.99 * non_space
+
+
+def test_a_quantile_over_no_scored_passage_reports_no_threshold(tmp_path, tiny_model):
+    """stats.json must not claim the paper's 0.825 was derived from quantile 0.4 of nothing."""
+    path = tmp_path / "short.jsonl"
+    path.write_text("".join(json.dumps({"text": f"Only one passage here, number {i}."}) + "\n" for i in range(3)))
+    config = MiningConfig(threshold_quantile=0.4, max_tokens=32, min_tokens=8)
+    with pytest.raises(NoGroupsError):
+        GroupBuilder([path], tmp_path / "out", config, model=tiny_model, progress=False).run()
+    stats = json.loads((tmp_path / "out" / "stats.json").read_text())
+    assert stats["threshold"] is None
+    assert stats["threshold_source"] == "quantile 0.4: none, no passage was scored"
+
+
+def _utf16_jsonl(path: Path) -> Path:
+    path.write_text(_corpus(path).read_text(encoding="utf-8"), encoding="utf-16")
+    return path
+
+
+def _empty(path: Path) -> Path:
+    path.write_text("")
+    return path
+
+
+def _single_passages(path: Path) -> Path:
+    path.write_text("".join(json.dumps({"text": f"Just one short passage, number {i}."}) + "\n" for i in range(5)))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("make", "html", "expected"),
+    [
+        (_empty, False, ["held no document", "empty"]),
+        (_utf16_jsonl, False, ["skipped by reason: invalid_json", "UTF-16"]),
+        (_single_passages, False, ["single_passage 5", "--max-tokens"]),
+        (_corpus, True, ["html_no_main_text 10", "drop --html"]),
+    ],
+    ids=["empty-file", "utf16-file", "single-passage-documents", "html-on-plain-text"],
+)
+def test_nothing_to_score_names_the_dominant_skip_and_its_fix(tmp_path, tiny_model, make, html, expected):
+    corpus = make(tmp_path / "corpus.jsonl")
+    config = _config(threshold_quantile=0.4, html=html, id_field=None)
+    with pytest.raises(NoGroupsError) as error:
+        GroupBuilder([corpus], tmp_path / "out", config, model=tiny_model, progress=False).run()
+    message = " ".join(str(error.value).split())
+    for part in expected:
+        assert part in message
+    # Re-thresholding cannot help when nothing was scored: no such advice, and no made-up 0.825.
+    assert "--threshold-quantile" not in message and "0.825" not in message
+
+
+def test_almost_nothing_scored_is_warned_about_even_with_groups(tmp_path, tiny_model, caplog):
+    corpus = _corpus(tmp_path / "corpus.jsonl", documents=1)
+    with corpus.open("a", encoding="utf-8") as handle:
+        handle.write("".join(f"{{not json {i}\n" for i in range(12)))
+    stats = GroupBuilder([corpus], tmp_path / "out", _config(), model=tiny_model, progress=False).run()
+    assert stats["groups"] > 0
+    assert "1 of 13 documents had passages to score" in caplog.text and "invalid_json 12" in caplog.text
+
+
+def test_html_reads_the_text_field_when_there_is_no_html_field(tmp_path, tiny_model):
+    pages = tmp_path / "pages.jsonl"
+    pages.write_text("".join(json.dumps({"text": _page(i), "id": f"p{i}"}) + "\n" for i in range(3)))
+    config = _config(html=True)
+    stats = GroupBuilder([pages], tmp_path / "out", config, model=tiny_model, progress=False).run()
+    assert stats["text_fields"] == {"text": 3} and stats["groups"] > 0
+    assert not any("<p>" in text for text in load_passages(tmp_path / "out").column("text").to_pylist())
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({"body": _page(0)}) + "\n")
+    with pytest.raises(CorpusColumnError, match=r"no text field 'html' \(nor 'text'\); the fields are \['body'\]"):
+        GroupBuilder([other], tmp_path / "o2", config, model=tiny_model, progress=False).run()
+    assert not (tmp_path / "o2").exists()  # refused before anything was written
+
+
+def _page(i: int) -> str:
+    paragraphs = "".join(
+        f"<p>Paragraph {j} of page {i} explains how the {TOPICS[j]} relates to fishing boats and weather.</p>"
+        for j in range(4)
+    )
+    return (
+        f"<html><head><title>Page {i}</title></head><body><nav><a href='/'>Home</a></nav>"
+        f"<article><h1>Page {i}</h1>{paragraphs}</article><footer>Copyright 2024</footer></body></html>"
+    )
+
+
+def test_remining_into_a_folder_of_other_input_is_refused(tmp_path, tiny_model):
+    first = _corpus(tmp_path / "a.jsonl", documents=4)
+    second = _corpus(tmp_path / "b.jsonl", documents=6)
+    out = tmp_path / "out"
+    GroupBuilder([first], out, _config(), model=tiny_model, progress=False).run()
+    with pytest.raises(MiningInputError) as error:
+        GroupBuilder([second], out, _config(), model=tiny_model, progress=False).run()
+    message = str(error.value)
+    assert str(first.resolve()) in message and str(second) in message
+    assert "new --output" in message and "--overwrite" in message
+    stats = GroupBuilder([second], out, _config(), model=tiny_model, progress=False, overwrite=True).run()
+    assert stats["documents"] == 6 and set(datasets.load_from_disk(str(out))[LABEL]) <= set(range(6))
+
+
+def test_resuming_after_the_corpus_was_edited_is_refused(tmp_path, tiny_model, monkeypatch):
+    corpus = _corpus(tmp_path / "corpus.jsonl", documents=6)
+    out = tmp_path / "out"
+
+    def dying_write(self, directory, chunk_index, table, encode_seconds):
+        raise KeyboardInterrupt("simulated kill")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(GroupBuilder, "_write_chunk", dying_write)
+        with pytest.raises(KeyboardInterrupt):
+            GroupBuilder([corpus], out, _config(chunk_size=2), model=tiny_model, progress=False).run()
+    stored = json.loads((out / "mining_config.json").read_text())["inputs"]
+    original = corpus.read_bytes()
+    os.utime(corpus, ns=(1, 1))  # the same bytes at another time (a copy, a rewrite) are the same input
+    assert input_differences(stored, [corpus]) == []
+    corpus.write_bytes(original.replace(b"story", b"tale!"))  # same size, other content
+    with pytest.raises(MiningInputError, match="same size but other content"):
+        GroupBuilder([corpus], out, _config(chunk_size=2), model=tiny_model, progress=False).run()
+
+
+def test_the_default_threshold_is_the_median_centrality(tmp_path, tiny_model):
+    corpus = _corpus(tmp_path / "corpus.jsonl", documents=6)
+    stats = mine(corpus, tmp_path / "out", model=tiny_model, progress=False, max_tokens=32, min_tokens=8)
+    centralities = pq.read_table(tmp_path / "out" / "passages.parquet").column("centrality").to_numpy()
+    assert stats["threshold_source"] == "quantile 0.5 (default)"
+    assert stats["threshold"] == pytest.approx(np.quantile(centralities[np.isfinite(centralities)], 0.5), abs=1e-6)
+    assert merge(tmp_path / "out", MiningConfig(threshold=0.2))["threshold"] == 0.2  # the paper's way still works
+    assert MiningConfig(threshold=0.825, threshold_quantile=None).anchor_quantile is None
 
 
 def test_prompt_is_passed_to_the_encoder_and_prompt_names_are_checked(tmp_path, tiny_model, monkeypatch):

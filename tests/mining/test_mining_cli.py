@@ -13,7 +13,7 @@ from tests.conftest import shared_data
 from xprt_st.cli import app
 from xprt_st.columns import GROUP_COLUMNS, LABEL
 
-runner = CliRunner()
+runner = CliRunner(env={"COLUMNS": "250"})  # wide enough that rich wraps no message or table row
 
 
 def _corpus(path):
@@ -92,3 +92,79 @@ def test_debian_html_pages_mine_without_boilerplate_anchors(tmp_path, minilm):
     assert stats["documents"] == 6 and stats["groups"] > 0
     anchors = datasets.load_from_disk(str(tmp_path / "out"))["anchor"]
     assert not [a for a in anchors if _NAV_FOOTER.search(a)]
+
+
+def _tiny(tiny_model_path) -> list[str]:
+    return ["--model", str(tiny_model_path), "--max-tokens", "32", "--min-tokens", "8", "-q"]
+
+
+def test_mining_other_input_into_a_mined_folder_is_refused_then_overwritten(tmp_path, tiny_model_path):
+    first = _corpus(tmp_path / "first.jsonl")
+    second = tmp_path / "second.jsonl"
+    second.write_text("".join(_corpus(tmp_path / "x.jsonl").read_text().splitlines(keepends=True)[:3]))
+    out = tmp_path / "out"
+    common = ["--output", str(out), "--text-field", "body", *_tiny(tiny_model_path)]
+    assert runner.invoke(app, ["mine", str(first), *common]).exit_code == 0
+    result = runner.invoke(app, ["mine", str(second), *common])
+    message = " ".join(result.output.split())
+    assert result.exit_code == 2, result.output
+    assert "first.jsonl" in message and "second.jsonl" in message
+    assert "new --output" in message and "--overwrite" in message
+    assert json.loads((out / "stats.json").read_text())["documents"] == 6  # the stored run is untouched
+    result = runner.invoke(app, ["mine", str(second), *common, "--overwrite"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "stats.json").read_text())["documents"] == 3
+
+
+def test_outputs_and_inputs_are_checked_before_any_work(tmp_path):
+    corpus = _corpus(tmp_path / "c.jsonl")
+    a_file = tmp_path / "taken.txt"
+    a_file.write_text("keep me")
+    # A model path that does not exist: reaching the model at all would fail with another message.
+    no_model = ["--model", str(tmp_path / "no-such-model"), "-q"]
+    result = runner.invoke(app, ["mine", str(corpus), "--output", str(a_file), "--text-field", "body", *no_model])
+    assert result.exit_code == 2 and "is an existing file, not a folder" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert a_file.read_text() == "keep me"
+
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["mine", str(tmp_path / "missing.jsonl"), "--output", str(out), *no_model])
+    assert result.exit_code == 2 and "missing.jsonl: no such file or folder" in " ".join(result.output.split())
+    result = runner.invoke(app, ["mine", str(corpus), "--output", str(out), "--text-field", "nope", *no_model])
+    assert result.exit_code == 2 and "no text field 'nope'" in result.output
+    assert not out.exists()  # nothing written, so a corrected command with other settings is not refused
+
+
+def test_html_on_records_with_html_in_text_reads_text_and_says_so(tmp_path, tiny_model_path):
+    pages = tmp_path / "pages.jsonl"
+    rows = []
+    for i in range(3):
+        paragraphs = "".join(
+            f"<p>Paragraph {j} of page {i} tells how topic {j} relates to boats, rivers and the weather.</p>"
+            for j in range(4)
+        )
+        rows.append(json.dumps({"text": f"<html><body><article><h1>Page {i}</h1>{paragraphs}</article></body></html>"}))
+    pages.write_text("\n".join(rows) + "\n")
+    result = runner.invoke(
+        app, ["mine", str(pages), "--html", "--output", str(tmp_path / "o"), *_tiny(tiny_model_path)]
+    )
+    assert result.exit_code == 0, result.output
+    assert re.search(r"text read from field: text\s*│\s*3", result.output)
+
+
+def test_default_threshold_is_a_quantile_and_the_papers_value_is_one_flag_away(tmp_path, tiny_model_path):
+    corpus = _corpus(tmp_path / "c.jsonl")
+    out = tmp_path / "out"
+    result = runner.invoke(
+        app, ["mine", str(corpus), "--output", str(out), "--text-field", "body", *_tiny(tiny_model_path)]
+    )
+    assert result.exit_code == 0, result.output
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["threshold_source"] == "quantile 0.5 (default)" and stats["threshold"] < 1.0
+    runner.invoke(app, ["mine", "--merge", str(out), "--threshold", "0.825", "-q"])
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["threshold"] == 0.825 and stats["threshold_source"] == "fixed"
+    result = runner.invoke(app, ["mine", "--merge", str(out), "--threshold", "0.8", "--threshold-quantile", "0.3"])
+    assert result.exit_code == 2 and "not both" in result.output
+    help_text = " ".join(runner.invoke(app, ["mine", "--help"]).output.split())
+    assert "0.825 is the paper's" in help_text and "Default 0.5 (the median)" in help_text

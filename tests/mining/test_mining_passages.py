@@ -65,10 +65,11 @@ def test_duplicates_removed_and_giant_documents_capped(tokenizer):
     result = PassageSplitter(tokenizer, max_tokens=20, min_tokens=1).split(text)
     assert result.duplicates_removed == 1
     assert len(result.passages) == 2
-    giant = "\n\n".join(f"Paragraph {i} has unique words w{i}a w{i}b w{i}c." for i in range(50))
-    capped = PassageSplitter(tokenizer, max_tokens=20, min_tokens=1, max_passages=10).split(giant)
-    assert len(capped.passages) == 10 and capped.truncated and capped.passages_over_cap > 0
-    assert capped.passages[0].startswith("Paragraph 0")
+    paragraphs = [f"Paragraph {i} has unique words w{i}a w{i}b w{i}c." for i in range(50)]
+    capped = PassageSplitter(tokenizer, max_tokens=20, min_tokens=1, max_passages=10).split("\n\n".join(paragraphs))
+    assert capped.passages == paragraphs[:10] and capped.truncated
+    # Exact: every non-space character of the 40 dropped paragraphs, not just "at least one passage".
+    assert capped.characters_over_cap == sum(len("".join(p.split())) for p in paragraphs[10:])
 
 
 def test_empty_text_gives_no_passage(tokenizer):

@@ -13,6 +13,8 @@ from xprt_st.mining.builder import (
     MiningConfig,
     MiningConfigError,
     MiningError,
+    MiningInputError,
+    MiningOutputError,
     NoGroupsError,
     load_passages,
     merge,
@@ -21,8 +23,9 @@ from xprt_st.mining.builder import (
     summary_table,
 )
 from xprt_st.mining.groups import (
-    DEFAULT_THRESHOLD,
+    DEFAULT_THRESHOLD_QUANTILE,
     DEFAULT_TOP_K,
+    PAPER_THRESHOLD,
     DocumentGroups,
     RelatedRanking,
     document_groups,
@@ -30,7 +33,15 @@ from xprt_st.mining.groups import (
     select_anchors,
 )
 from xprt_st.mining.passages import PassageSplitter
-from xprt_st.mining.reader import CorpusColumnError, CorpusError, CorpusReadError, extract_main_text, iter_corpus
+from xprt_st.mining.reader import (
+    CorpusColumnError,
+    CorpusError,
+    CorpusReadError,
+    check_sources,
+    extract_main_text,
+    input_identity,
+    iter_corpus,
+)
 from xprt_st.mining.report import threshold_sweep, write_report
 from xprt_st.mining.scoring import (
     TfidfScorer,
@@ -42,8 +53,9 @@ from xprt_st.mining.scoring import (
 )
 
 __all__ = [
-    "DEFAULT_THRESHOLD",
+    "DEFAULT_THRESHOLD_QUANTILE",
     "DEFAULT_TOP_K",
+    "PAPER_THRESHOLD",
     "CorpusColumnError",
     "CorpusError",
     "CorpusReadError",
@@ -52,15 +64,19 @@ __all__ = [
     "MiningConfig",
     "MiningConfigError",
     "MiningError",
+    "MiningInputError",
+    "MiningOutputError",
     "NoGroupsError",
     "PassageSplitter",
     "RelatedRanking",
     "TfidfScorer",
     "centrality",
+    "check_sources",
     "cosine_matrix",
     "descending_ranks",
     "document_groups",
     "extract_main_text",
+    "input_identity",
     "iter_corpus",
     "load_passages",
     "merge",

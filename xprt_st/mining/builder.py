@@ -20,7 +20,8 @@ Output folder::
     DIR/stats.json             figures of the run (see :func:`merge`), settings, skips by reason
     DIR/groups_meta.jsonl      one line per group: doc id, passage indices, centrality, the three scores
     DIR/passages.parquet       every passage: label, doc id, index, text, centrality, anchor / in-group flags
-    DIR/mining_config.json     the settings that shaped the stored passages and scores (checked on resume)
+    DIR/mining_config.json     the settings that shaped the stored passages and scores, and the input's
+                               identity (paths, sizes, times, SHA-256): both checked on resume
     DIR/shards/shard-SSSSS-of-NNNNN/{split.parquet, chunk-CCCCC/, COMPLETE}
 """
 
@@ -44,7 +45,13 @@ import pyarrow.parquet as pq
 
 from xprt_st.columns import ANCHOR, LABEL
 from xprt_st.mining.ablations import PAIRS, POSITIVES, document_rng, random_related, random_spans
-from xprt_st.mining.groups import DEFAULT_THRESHOLD, DEFAULT_TOP_K, MIN_PASSAGES, RANK_BY, rank_all_passages
+from xprt_st.mining.groups import (
+    DEFAULT_THRESHOLD_QUANTILE,
+    DEFAULT_TOP_K,
+    MIN_PASSAGES,
+    RANK_BY,
+    rank_all_passages,
+)
 from xprt_st.mining.passages import (
     DEFAULT_MAX_PASSAGES,
     DEFAULT_MAX_TOKENS,
@@ -52,7 +59,13 @@ from xprt_st.mining.passages import (
     DEFAULT_OVERLAP_TOKENS,
     PassageSplitter,
 )
-from xprt_st.mining.reader import extract_main_text, iter_corpus
+from xprt_st.mining.reader import (
+    check_sources,
+    extract_main_text,
+    input_differences,
+    input_identity,
+    iter_corpus,
+)
 from xprt_st.mining.scoring import TfidfScorer, tfidf_cosine
 
 logger = logging.getLogger(__name__)
@@ -62,6 +75,9 @@ STATS_FILE = "stats.json"
 CONFIG_FILE = "mining_config.json"
 META_FILE = "groups_meta.jsonl"
 PASSAGES_FILE = "passages.parquet"
+INPUTS_KEY = "inputs"
+"""Key of ``mining_config.json`` that holds the input identity (:func:`~xprt_st.mining.reader.input_identity`)."""
+REPORT_FILE = "report.html"
 
 
 class MiningError(RuntimeError):
@@ -72,13 +88,21 @@ class MiningConfigError(MiningError, ValueError):
     """An invalid setting, or settings that differ from those of the stored run being resumed."""
 
 
+class MiningInputError(MiningConfigError):
+    """The output folder holds a run mined from other input than the one given now."""
+
+
+class MiningOutputError(MiningError, ValueError):
+    """The output folder cannot be created or written (an existing file, a read-only parent)."""
+
+
 class NoGroupsError(MiningError):
     """No passage passed the threshold; ``stats.json`` and the per-passage centralities are written."""
 
 
 @dataclass
 class MiningConfig:
-    """Every setting of a mining run; defaults are the paper's where it has one.
+    """Every setting of a mining run; defaults are the paper's where it has one, except the threshold.
 
     Stage-1 settings (passages, model, ranking, sharding) shape the stored scores and must not change
     when a run resumes; merge settings (threshold, quantile, positive, pairs, seed) may change on
@@ -111,9 +135,12 @@ class MiningConfig:
     chunk_size: int = 1000
     """Documents per checkpoint inside a shard."""
     skip_unreadable: bool = False
-    threshold: float = DEFAULT_THRESHOLD
+    threshold: float | None = None
+    """A fixed centrality threshold for anchors (the paper's is 0.825, set for E5 on FineWeb)."""
     threshold_quantile: float | None = None
-    """When set, the threshold is this quantile of the corpus's centralities (overrides ``threshold``)."""
+    """When set, the threshold is this quantile of the corpus's centralities (overrides ``threshold``).
+    With neither set, it is :data:`~xprt_st.mining.groups.DEFAULT_THRESHOLD_QUANTILE` (0.5): a fixed
+    value suits one model only, while a quantile gives paper-like coverage whichever model mines."""
     positive: str = "mined"
     pairs: str = "mined"
     seed: int = 0
@@ -127,6 +154,25 @@ class MiningConfig:
     @property
     def resolved_text_field(self) -> str:
         return self.text_field or ("html" if self.html else "text")
+
+    @property
+    def fallback_text_field(self) -> str | None:
+        """``"text"`` with ``html`` and no explicit field: raw pages are often stored under ``text``."""
+        return "text" if self.html and self.text_field is None else None
+
+    @property
+    def anchor_quantile(self) -> float | None:
+        """The quantile that sets the threshold: the given one, the default one, or None for a fixed threshold."""
+        if self.threshold_quantile is not None:
+            return self.threshold_quantile
+        return DEFAULT_THRESHOLD_QUANTILE if self.threshold is None else None
+
+    @property
+    def threshold_source(self) -> str:
+        """How the threshold is set, as ``stats.json`` says: ``fixed``, ``quantile Q`` or ``quantile Q (default)``."""
+        if self.threshold_quantile is not None:
+            return f"quantile {self.threshold_quantile}"
+        return f"quantile {DEFAULT_THRESHOLD_QUANTILE} (default)" if self.threshold is None else "fixed"
 
     @property
     def encodes(self) -> bool:
@@ -143,7 +189,7 @@ class MiningConfig:
         ):
             if value not in valid:
                 problems.append(f"{name}={value!r} is not one of {list(valid)}")
-        if not -1.0 <= self.threshold <= 1.0:
+        if self.threshold is not None and not -1.0 <= self.threshold <= 1.0:
             problems.append(f"threshold={self.threshold} is not a cosine in [-1, 1]")
         if self.threshold_quantile is not None and not 0.0 <= self.threshold_quantile <= 1.0:
             problems.append(f"threshold_quantile={self.threshold_quantile} is not in [0, 1]")
@@ -202,6 +248,11 @@ class GroupBuilder:
         config: the settings; defaults are the paper's.
         model: an already loaded SentenceTransformer (else ``config.model`` is loaded on first need).
         progress: show rich progress bars (documents/s, ETA).
+        overwrite: delete a run stored in ``output_dir`` (its mining files only) and mine again, instead
+            of refusing a folder mined from other input or with other settings.
+
+    Before any work (model loading included), the output folder is checked to be creatable, every
+    input to exist and open with the text field, and a stored run to match the input and settings.
     """
 
     def __init__(
@@ -211,6 +262,7 @@ class GroupBuilder:
         config: MiningConfig | None = None,
         model: Any = None,
         progress: bool = True,
+        overwrite: bool = False,
     ) -> None:
         self.corpus = list(corpus)
         self.output_dir = Path(output_dir)
@@ -218,7 +270,9 @@ class GroupBuilder:
         self.config.validate()
         self._model = model
         self.progress = progress
+        self.overwrite = overwrite
         self._pool: Any = None
+        self._prepared = False
 
     # ---------------------------------------------------------------- model
     @property
@@ -291,7 +345,29 @@ class GroupBuilder:
     def shard_complete(self, shard_index: int) -> bool:
         return (self.shard_dir(shard_index) / COMPLETE).is_file()
 
-    def _check_stored_config(self) -> None:
+    def _check_shard_index(self, shard_index: int) -> None:
+        if not 0 <= shard_index < self.config.num_shards:
+            raise MiningConfigError(f"shard_index={shard_index} is not in [0, num_shards={self.config.num_shards})")
+
+    def _prepare(self) -> None:
+        """Validate the output folder and the inputs, clear it with ``overwrite``, check or record the run.
+
+        Nothing is written into the output folder before the inputs are known to be valid, so a typo
+        in a path leaves no ``mining_config.json`` behind to block the corrected command.
+        """
+        if self._prepared:
+            return
+        check_output_dir(self.output_dir)
+        check_sources(
+            self.corpus,
+            text_field=self.config.resolved_text_field,
+            id_field=self.config.id_field,
+            split=self.config.split,
+            skip_unreadable=self.config.skip_unreadable,
+            fallback_text_field=self.config.fallback_text_field,
+        )
+        if self.overwrite:
+            clear_mining_output(self.output_dir)
         self.output_dir.mkdir(parents=True, exist_ok=True)
         path = self.output_dir / CONFIG_FILE
         settings = self.config.stage_settings()
@@ -303,10 +379,31 @@ class GroupBuilder:
                 raise MiningConfigError(
                     f"{self.output_dir} holds a run mined with other settings ({details}). Resume with the same "
                     "settings, change only merge settings (threshold, quantile, positive, pairs, seed) with --merge, "
-                    "or choose a new --output."
+                    "choose a new --output, or pass --overwrite to delete the stored run and mine again."
                 )
+            self._check_stored_inputs(stored, path)
+        else:
+            settings[INPUTS_KEY] = input_identity(self.corpus, self.config.split)
+            _atomic_write_text(path, json.dumps(settings, indent=2, sort_keys=True))
+        self._prepared = True
+
+    def _check_stored_inputs(self, stored: dict[str, Any], path: Path) -> None:
+        """Refuse a rerun into ``output_dir`` (a resume, or a re-merge of complete shards) on other input."""
+        if INPUTS_KEY not in stored:
+            # A run stored before inputs were recorded: record them now so later resumes are checked.
+            logger.warning("%s records no input identity (an older run); recording the current input", path)
+            stored[INPUTS_KEY] = input_identity(self.corpus, self.config.split)
+            _atomic_write_text(path, json.dumps(stored, indent=2, sort_keys=True))
             return
-        _atomic_write_text(path, json.dumps(settings, indent=2, sort_keys=True))
+        differences = input_differences(stored[INPUTS_KEY], self.corpus, self.config.split)
+        if differences:
+            shown = "; ".join(differences[:5]) + (f"; and {len(differences) - 5} more" if len(differences) > 5 else "")
+            raise MiningInputError(
+                f"{self.output_dir} holds a run mined from other input, so its groups are not those of the input "
+                f"given now. Mined from: {_describe_inputs(stored[INPUTS_KEY])}. Given now: "
+                f"{', '.join(str(c) for c in self.corpus)}. Differences: {shown}. Mine into a new --output folder, "
+                "or pass --overwrite to delete the stored run and mine this input."
+            )
 
     # ---------------------------------------------------------------- stage 1
     def run(self, shard_index: int | None = None, merge: bool = True) -> dict[str, Any] | ShardResult:
@@ -314,7 +411,15 @@ class GroupBuilder:
 
         Returns ``stats.json``'s content when a merge ran, else the :class:`ShardResult` of the shard.
         """
+        if self.overwrite and shard_index is not None:
+            raise MiningConfigError(
+                "--overwrite deletes every shard of the folder, which would discard the work of the other shard "
+                "jobs: delete the old run once (or run without --shard-index), then start the shard jobs without it"
+            )
+        if shard_index is not None:
+            self._check_shard_index(shard_index)
         indices = range(self.config.num_shards) if shard_index is None else [shard_index]
+        self._prepare()
         result: ShardResult | None = None
         try:
             for index in indices:
@@ -331,9 +436,10 @@ class GroupBuilder:
 
     def run_shard(self, shard_index: int) -> ShardResult:
         """Mine shard ``shard_index`` of ``num_shards``: resumes at its first missing chunk; a no-op when complete."""
-        if not 0 <= shard_index < self.config.num_shards:
-            raise MiningConfigError(f"shard_index={shard_index} is not in [0, num_shards={self.config.num_shards})")
-        self._check_stored_config()
+        self._check_shard_index(shard_index)
+        if self.overwrite and not self._prepared:
+            raise MiningConfigError("overwrite clears the whole folder: call run(), not run_shard(), with it")
+        self._prepare()
         directory = self.shard_dir(shard_index)
         result = ShardResult(shard_index)
         if self.shard_complete(shard_index):
@@ -378,6 +484,7 @@ class GroupBuilder:
         repairs: Counter[str] = Counter()
         counts: Counter[str] = Counter()
         documents: list[_ShardDocument] = []
+        text_fields: Counter[str] = Counter()
         records = iter_corpus(
             self.corpus,
             text_field=self.config.resolved_text_field,
@@ -385,6 +492,7 @@ class GroupBuilder:
             split=self.config.split,
             skip_unreadable=self.config.skip_unreadable,
             skipped=skipped,
+            fallback_text_field=self.config.fallback_text_field,
         )
         with _progress(self.progress) as progress:
             task = progress.add_task(f"shard {shard_index}: reading", total=None)
@@ -398,6 +506,8 @@ class GroupBuilder:
                 if record.skip or record.text is None:
                     skipped[record.skip or "missing_text_field"] += 1
                     continue
+                if record.text_field is not None:
+                    text_fields[record.text_field] += 1
                 text = record.text
                 if self.config.html:
                     text = extract_main_text(text, record.origin)
@@ -408,7 +518,7 @@ class GroupBuilder:
                 counts["duplicate_passages_removed"] += split.duplicates_removed
                 if split.truncated:
                     counts["documents_truncated"] += 1
-                    counts["passages_over_cap"] += split.passages_over_cap
+                    counts["characters_over_cap"] += split.characters_over_cap
                 if not split.passages:
                     skipped["empty"] += 1
                     continue
@@ -421,6 +531,7 @@ class GroupBuilder:
         result: dict[str, Any] = dict(counts)
         result["skipped"] = dict(skipped)
         result["repairs"] = dict(repairs)
+        result["text_fields"] = dict(text_fields)
         result["documents_with_passages"] = len(documents)
         _atomic_write_parquet(split_path, _split_table(documents))
         _atomic_write_text(counts_path, json.dumps(result, indent=2, sort_keys=True))
@@ -486,6 +597,33 @@ class GroupBuilder:
     def merge(self) -> dict[str, Any]:
         """Build the dataset, side files and ``stats.json`` from the complete shards; see :func:`merge`."""
         return merge(self.output_dir, self.config, progress=self.progress)
+
+
+def check_output_dir(output_dir: Path) -> None:
+    """Raise :class:`MiningOutputError` when ``output_dir`` cannot be a folder this process writes into."""
+    if output_dir.exists() and not output_dir.is_dir():
+        raise MiningOutputError(f"--output {output_dir} is an existing file, not a folder; give a folder path")
+    existing = output_dir
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise MiningOutputError(f"--output {output_dir}: {existing} is a file, so the folder cannot be created")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise MiningOutputError(f"--output {output_dir}: {existing} is not writable; give a folder you can write")
+
+
+def clear_mining_output(output_dir: Path) -> None:
+    """Delete a mining run stored in ``output_dir`` (``--overwrite``): only the files mining writes, never others."""
+    if not output_dir.is_dir():
+        return
+    logger.warning("--overwrite: deleting the mining run stored in %s", output_dir)
+    for name in ("shards", *(p.name for p in output_dir.glob(".dataset.tmp-*"))):
+        if (output_dir / name).is_dir():
+            shutil.rmtree(output_dir / name)
+    for name in (CONFIG_FILE, STATS_FILE, META_FILE, PASSAGES_FILE, REPORT_FILE, "state.json", "dataset_info.json"):
+        (output_dir / name).unlink(missing_ok=True)
+    for path in output_dir.glob("data-*.arrow"):
+        path.unlink()
 
 
 def _slices(documents: list[_ShardDocument], passages_per_call: int) -> list[tuple[int, int]]:
@@ -574,14 +712,13 @@ def load_passages(output_dir: str | Path, num_shards: int | None = None) -> pa.T
     return pa.concat_tables(tables) if tables else _PASSAGE_SCHEMA.empty_table()
 
 
-def effective_threshold(centralities: np.ndarray, threshold: float, quantile: float | None) -> float:
-    """``threshold``, or the ``quantile`` of the finite ``centralities`` when a quantile is given."""
-    finite = centralities[np.isfinite(centralities)]
+def effective_threshold(centralities: np.ndarray, config: MiningConfig) -> float | None:
+    """The fixed threshold, or the quantile of the finite ``centralities``; None when there is none to take."""
+    quantile = config.anchor_quantile
     if quantile is None:
-        return float(threshold)
-    if len(finite) == 0:
-        return float(threshold)
-    return float(np.quantile(finite, quantile))
+        return float(config.threshold) if config.threshold is not None else None
+    finite = centralities[np.isfinite(centralities)]
+    return float(np.quantile(finite, quantile)) if len(finite) else None
 
 
 def merge(output_dir: str | Path, config: MiningConfig | None = None, progress: bool = True) -> dict[str, Any]:
@@ -596,13 +733,18 @@ def merge(output_dir: str | Path, config: MiningConfig | None = None, progress: 
     - ``passages``: passages of all documents after de-duplication and the per-document cap;
     - ``passage_coverage``: passages that appear in at least one group, as anchor or as one of the
       ``top_k`` related passages, over ``passages`` [68%] (padding repeats are counted once);
-    - ``anchors``, ``threshold`` (the effective value), ``threshold_source``, centrality quantiles,
-      ``skipped`` by reason, ``repairs``, and ``settings``.
+    - ``anchors``, ``threshold`` (the effective value; None when a quantile was asked of a corpus where
+      no passage was scored), ``threshold_source``, centrality quantiles, ``skipped`` by reason,
+      ``repairs``, ``text_fields`` (documents read from each field), and ``settings``.
 
     Raises:
-        NoGroupsError: after writing everything, when no passage reached the threshold.
+        NoGroupsError: after writing everything, when no group was formed; the message names the
+            cause: the dominant skip reason and its fix when no document could be scored, else the
+            effective threshold and how to lower it.
     """
     output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        raise MiningError(f"{output_dir} is not a folder written by xprt-st mine; give the --output of a mining run")
     stored = json.loads((output_dir / CONFIG_FILE).read_text()) if (output_dir / CONFIG_FILE).is_file() else None
     if stored is None:
         raise MiningError(f"{output_dir} holds no mining run ({CONFIG_FILE} is missing); run xprt-st mine first")
@@ -620,7 +762,7 @@ def merge(output_dir: str | Path, config: MiningConfig | None = None, progress: 
     columns = table.to_pydict()
     labels = np.asarray(columns["label"], dtype=np.int64)
     centralities = np.asarray(columns["centrality"], dtype=np.float64)
-    threshold = effective_threshold(centralities, config.threshold, config.threshold_quantile)
+    threshold = effective_threshold(centralities, config)
 
     # Row ranges of each document (rows are stored grouped by document, in passage order).
     boundaries = np.flatnonzero(np.diff(labels)) + 1 if len(labels) else np.array([], dtype=np.int64)
@@ -649,7 +791,7 @@ def merge(output_dir: str | Path, config: MiningConfig | None = None, progress: 
         else:
             for i in range(n):
                 row = start + i
-                if not centralities[row] >= threshold:
+                if threshold is None or not centralities[row] >= threshold:
                     continue
                 if config.positive == "random":
                     related = random_related(i, n, top_k, rng)
@@ -703,30 +845,86 @@ def merge(output_dir: str | Path, config: MiningConfig | None = None, progress: 
     side = side.append_column("is_anchor", pa.array(is_anchor)).append_column("in_group", pa.array(in_group))
     _atomic_write_parquet(output_dir / PASSAGES_FILE, side)
     _atomic_write_text(output_dir / STATS_FILE, json.dumps(stats, indent=2, sort_keys=True))
+    scored = sum(1 for start, stop in zip(starts.tolist(), stops.tolist(), strict=True) if stop - start >= MIN_PASSAGES)
+    skips = _skip_diagnosis(stats, scored, stored)
     if stats["groups"] == 0:
+        if scored == 0 or threshold is None or config.pairs != "mined":
+            cause = skips or f"no document had the {MIN_PASSAGES} passages a group needs."
+            raise NoGroupsError(f"no groups in {output_dir}: {cause} stats.json is written.")
         quantiles = stats.get("centrality_quantiles") or {}
         raise NoGroupsError(
-            f"no passage reached the centrality threshold {threshold:.4f} in {output_dir} "
-            f"(centrality quantiles {quantiles}; {stats['passages']} passages). The threshold depends on the model "
-            f"and corpus: re-merge without re-encoding with `xprt-st mine --merge {output_dir} --threshold-quantile "
-            "0.4` (keeps the top 60% of passages) or a lower --threshold. stats.json is written."
+            f"no passage reached the centrality threshold {threshold:.4f} ({stats['threshold_source']}) in "
+            f"{output_dir} (centrality quantiles {quantiles}; {stats['passages']} passages of {scored} scored "
+            f"documents). The threshold depends on the model and corpus: re-merge without re-encoding with "
+            f"`xprt-st mine --merge {output_dir} --threshold-quantile 0.5` (anchors: the more central half of the "
+            "passages) or a lower --threshold. "
+            + (f"Also, {skips[0].lower()}{skips[1:]} " if skips else "")
+            + "stats.json is written."
         )
+    if skips is not None:
+        logger.warning("%s", skips)
     return stats
+
+
+SKIP_FIXES = {
+    "invalid_json": "lines that are not JSON objects: give UTF-8 JSON Lines (a UTF-16 or binary file reads as "
+    "nothing but such lines; re-encode it, e.g. `iconv -f UTF-16 -t UTF-8`)",
+    "missing_text_field": "records without the text field: pass --text-field with the field that holds the text",
+    "text_not_a_string": "records whose text field is not a string: pass --text-field with the field that holds "
+    "the text",
+    "empty": "documents with no text: check --text-field (and --html)",
+    "single_passage": "documents of a single passage, while a group needs 2 passages of one document: give longer "
+    "documents, or cut shorter passages with a lower --max-tokens and --min-tokens",
+    "html_no_main_text": "pages where trafilatura found no main text: drop --html when the input is plain text",
+    "unreadable_source": "sources that could not be read (logged above): fix or remove them",
+}
+"""Each ``stats.json`` skip reason, said in words with its fix (the diagnosis when nothing survives)."""
+
+
+def _skip_diagnosis(stats: dict[str, Any], scored: int, stored: dict[str, Any]) -> str | None:
+    """A sentence naming the dominant skip reason and its fix when (almost) no document could be scored.
+
+    "Almost": fewer than 1 in 10 of the documents read had the 2 passages that scoring needs. None
+    when enough documents were scored, so a problem that remains is the threshold's.
+    """
+    documents = stats["documents"]
+    if documents and scored * 10 >= documents:
+        return None
+    if documents == 0:
+        inputs = _describe_inputs(stored.get(INPUTS_KEY, []))
+        return f"the input held no document (read from {inputs}): are the files empty?"
+    skipped = {reason: count for reason, count in stats.get("skipped", {}).items() if count}
+    if not skipped:
+        return None
+    reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(skipped.items(), key=lambda kv: -kv[1]))
+    dominant = max(skipped, key=lambda reason: skipped[reason])
+    fix = SKIP_FIXES.get(dominant, dominant)
+    return (
+        f"{scored} of {documents} documents had passages to score; skipped by reason: {reasons}. Most skips are {fix}."
+    )
+
+
+def _describe_inputs(identity: list[dict[str, Any]]) -> str:
+    """The inputs of a stored identity in a few words: up to 3 paths or dataset names, then a count."""
+    names = [entry.get("path") or f"dataset {entry.get('dataset')}" for entry in identity]
+    if not names:
+        return "(no input recorded)"
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more files" if len(names) > 3 else "")
 
 
 def _merged_shard_counts(output_dir: Path, num_shards: int) -> dict[str, Any]:
     total: Counter[str] = Counter()
-    skipped: Counter[str] = Counter()
-    repairs: Counter[str] = Counter()
+    by_key: dict[str, Counter[str]] = {"skipped": Counter(), "repairs": Counter(), "text_fields": Counter()}
     encode_seconds = 0.0
     for shard in range(num_shards):
         path = output_dir / "shards" / f"shard-{shard:05d}-of-{num_shards:05d}" / COMPLETE
         counts = json.loads(path.read_text())
-        skipped.update(counts.pop("skipped", {}))
-        repairs.update(counts.pop("repairs", {}))
+        for key, counter in by_key.items():
+            counter.update(counts.pop(key, {}))
         encode_seconds += float(counts.pop("encode_seconds", 0.0))
         total.update({k: v for k, v in counts.items() if isinstance(v, int)})
-    return {**total, "skipped": dict(skipped), "repairs": dict(repairs), "encode_seconds": round(encode_seconds, 3)}
+    merged = {key: dict(counter) for key, counter in by_key.items()}
+    return {**total, **merged, "encode_seconds": round(encode_seconds, 3)}
 
 
 def _stats(
@@ -734,7 +932,7 @@ def _stats(
     counts: dict[str, Any],
     config: MiningConfig,
     stored: dict[str, Any],
-    threshold: float,
+    threshold: float | None,
     centralities: np.ndarray,
     groups: int,
     documents_with_groups: int,
@@ -761,19 +959,27 @@ def _stats(
         "anchors": anchors if config.pairs == "mined" else None,
         "passage_coverage": round(covered / passages, 4) if passages and config.pairs == "mined" else None,
         "groups_with_padded_related": padded_groups,
-        "threshold": round(threshold, 6) if config.pairs == "mined" else None,
-        "threshold_source": (
-            f"quantile {config.threshold_quantile}" if config.threshold_quantile is not None else "fixed"
-        ),
+        "threshold": round(threshold, 6) if config.pairs == "mined" and threshold is not None else None,
+        "threshold_source": _threshold_source(config, threshold),
         "centrality_quantiles": quantiles,
         "duplicate_passages_removed": int(counts.get("duplicate_passages_removed", 0)),
         "documents_truncated": int(counts.get("documents_truncated", 0)),
-        "passages_over_cap": int(counts.get("passages_over_cap", 0)),
+        "characters_over_cap": int(counts.get("characters_over_cap", 0)),
         "skipped": counts.get("skipped", {}),
         "repairs": counts.get("repairs", {}),
+        "text_fields": counts.get("text_fields", {}),
         "encode_seconds": counts.get("encode_seconds", 0.0),
-        "settings": {**stored, **merge_settings},
+        "settings": {**{k: v for k, v in stored.items() if k != INPUTS_KEY}, **merge_settings},
     }
+
+
+def _threshold_source(config: MiningConfig, threshold: float | None) -> str | None:
+    """How the threshold was set; says so when a quantile had no centralities to be taken of."""
+    if config.pairs != "mined":
+        return None
+    if threshold is None and config.anchor_quantile is not None:
+        return f"{config.threshold_source}: none, no passage was scored"
+    return config.threshold_source
 
 
 def _write_dataset(output_dir: Path, rows: dict[str, list[Any]], top_k: int) -> None:
@@ -887,6 +1093,7 @@ SUMMARY_KEYS = (
     "groups_with_padded_related",
     "duplicate_passages_removed",
     "documents_truncated",
+    "characters_over_cap",
 )
 """The ``stats.json`` figures a mining summary shows, in order (the CLI table and the HTML report)."""
 
@@ -909,6 +1116,8 @@ def summary_table(stats: dict[str, Any]) -> Any:
         table.add_row(f"skipped: {reason}", str(count), "")
     for repair, count in sorted((stats.get("repairs") or {}).items()):
         table.add_row(f"repaired: {repair}", str(count), "")
+    for name, count in sorted((stats.get("text_fields") or {}).items()):
+        table.add_row(f"text read from field: {name}", str(count), "")
     return table
 
 
@@ -916,17 +1125,21 @@ def mine(corpus: Sequence[str | Path] | str | Path, output_dir: str | Path, **se
     """Mine ``corpus`` into ``output_dir`` in this process (all shards, then the merge); returns the stats.
 
     ``settings`` are :class:`MiningConfig` fields plus ``model`` as a loaded SentenceTransformer or a
-    name, and ``progress``.
+    name, ``progress`` and ``overwrite`` (see :class:`GroupBuilder`). The defaults are the CLI's:
+    anchors above the median centrality of the corpus unless ``threshold`` or ``threshold_quantile``
+    is given (``threshold=0.825`` is the paper's).
     """
     if isinstance(corpus, str | Path):
         corpus = [corpus]
     progress = settings.pop("progress", True)
+    overwrite = settings.pop("overwrite", False)
     model = settings.pop("model", None)
     if model is not None and not isinstance(model, str | Path):
-        builder = GroupBuilder(corpus, output_dir, MiningConfig(**settings), model=model, progress=progress)
+        config = MiningConfig(**settings)
+        builder = GroupBuilder(corpus, output_dir, config, model=model, progress=progress, overwrite=overwrite)
     else:
         config = MiningConfig(model=None if model is None else str(model), **settings)
-        builder = GroupBuilder(corpus, output_dir, config, progress=progress)
+        builder = GroupBuilder(corpus, output_dir, config, progress=progress, overwrite=overwrite)
     result = builder.run()
     assert isinstance(result, dict)
     return result

@@ -15,7 +15,8 @@ paragraph when the text has blank lines):
   "related" to each other by TF-IDF;
 - a trailing remainder shorter than ``min_tokens`` joins the previous passage when it fits;
 - passages are de-duplicated within the document (case- and whitespace-insensitive), and at most
-  ``max_passages`` (default 256) are kept per document: giant documents are cut, and counted.
+  ``max_passages`` (default 256) are kept per document: giant documents are cut, and counted (the
+  document, and the characters of its text after the last kept passage).
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ class SplitResult:
     token_counts: list[int]
     duplicates_removed: int = 0
     truncated: bool = False
-    passages_over_cap: int = 0
+    characters_over_cap: int = 0
+    """Non-space characters of the text after the last kept passage (0 unless ``truncated``). Exact, unlike
+    a count of the passages past the cap, which would need the whole giant document tokenised."""
 
 
 @dataclass(slots=True)
@@ -90,6 +93,7 @@ class PassageSplitter:
         """The de-duplicated passages of ``text``, in document order."""
         # Tokenising a giant document in full is wasted work: keep a generous prefix (10 chars per token).
         char_cap = self.max_passages * self.max_tokens * 10
+        full_text = text
         cut_chars = len(text) > char_cap
         if cut_chars:
             text = text[:char_cap].rsplit(None, 1)[0]
@@ -99,6 +103,7 @@ class PassageSplitter:
         counts: list[int] = []
         seen: set[str] = set()
         duplicates = 0
+        kept_end = 0
         for group in spans:
             passage = _join(text, group)
             key = " ".join(passage.lower().split())
@@ -110,13 +115,15 @@ class PassageSplitter:
             seen.add(key)
             passages.append(passage)
             counts.append(sum(u.tokens for u in group))
-        over = max(0, len(passages) - self.max_passages)
+            if len(passages) <= self.max_passages:
+                kept_end = max(kept_end, group[-1].end)
+        truncated = cut_chars or len(passages) > self.max_passages
         return SplitResult(
             passages=passages[: self.max_passages],
             token_counts=counts[: self.max_passages],
             duplicates_removed=duplicates,
-            truncated=cut_chars or over > 0,
-            passages_over_cap=over,
+            truncated=truncated,
+            characters_over_cap=sum(map(len, full_text[kept_end:].split())) if truncated else 0,
         )
 
     def _token_counter(self, text: str):
