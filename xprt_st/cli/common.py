@@ -173,7 +173,6 @@ def command_logging(
     verbose: bool = False,
     progress: bool = True,
     show_info: bool = True,
-    console: Console | None = None,
 ) -> Iterator[Path | None]:
     """Route the logging and ``warnings`` of one command; restore everything on exit.
 
@@ -183,9 +182,9 @@ def command_logging(
     - with ``log_dir``, everything from WARNING (xprt-st's from INFO) is appended to
       ``log_dir/xprt-st.log`` (``xprt-st.rankN.log`` on the other processes of a distributed run);
       the file appears with its first record;
-    - the tqdm bars of transformers, datasets and huggingface_hub draw only with ``progress`` and
-      ``verbose`` (the commands draw their own rich progress), and without ``progress`` no tqdm bar
-      draws at all.
+    - tqdm bars (of transformers, datasets, huggingface_hub, sentence-transformers ...) draw only with
+      ``progress`` and ``verbose``: the commands draw their own rich progress, which ``progress``
+      alone keeps.
 
     Libraries that print through their own stderr handlers (transformers, datasets, huggingface_hub)
     are made to propagate into these handlers instead for the duration.
@@ -212,7 +211,7 @@ def command_logging(
                 logger.removeHandler(handler)
             logger.propagate = True
 
-    terminal = RichHandler(console=console or Console(stderr=True), show_path=False, markup=False)
+    terminal = RichHandler(console=Console(stderr=True), show_path=False, markup=False)
     terminal.addFilter(
         _TerminalFilter(
             logging.INFO if show_info or verbose else logging.WARNING, logging.INFO if verbose else logging.ERROR
@@ -233,7 +232,7 @@ def command_logging(
     own.setLevel(logging.INFO)
     saved_showwarning = warnings.showwarning
     warnings.showwarning = _log_warning
-    bars = nullcontext() if progress else _tqdm_disabled()
+    bars = nullcontext() if progress and verbose else _tqdm_disabled()
     try:
         with bars:
             yield log_file
