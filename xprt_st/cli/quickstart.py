@@ -27,10 +27,23 @@ def quickstart(
         int | None,
         typer.Option(min=1, hidden=True, help="Mine only the first N of the 100 shipped pages (tests, quick looks)."),
     ] = None,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Draw progress displays.")] = True,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Also show the libraries' warnings (always in OUTPUT/xprt-st.log).")
+    ] = False,
 ) -> None:
     """Mine shipped Python-docs pages, pre-train briefly (change only the positive), evaluate before/after."""
+    from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
     from xprt_st.mining.builder import summary_table
+    from xprt_st.models import ModelLoadError
     from xprt_st.quickstart import QuickstartConfig, run_quickstart
+
+    try:
+        check_output_folder(output, "--output")
+        check_model(model, "--model")
+    except (OutputPathError, ModelLoadError) as error:
+        console.print(f"[bold red]error:[/bold red] {error}", highlight=False)
+        raise typer.Exit(2) from error
 
     config = QuickstartConfig(
         output=output,
@@ -41,7 +54,8 @@ def quickstart(
         max_documents=max_documents,
     )
     console.rule("[bold]xprt-st quickstart[/bold]: mine -> pre-train -> evaluate")
-    summary = run_quickstart(config)
+    with command_logging("quickstart", output, verbose=verbose, progress=progress, show_info=verbose):
+        summary = run_quickstart(config, progress=progress)
     console.print(summary_table(summary["mining"]))
     table = Table(title="Retrieval before and after pre-training (nDCG@10)")
     table.add_column("model", style="bold")

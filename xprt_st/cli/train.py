@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 from typing import Annotated
@@ -12,8 +11,6 @@ import yaml
 from rich.console import Console
 
 from xprt_st.cli import app
-
-logger = logging.getLogger(__name__)
 
 
 @app.command()
@@ -48,14 +45,23 @@ def train(
     print_recipe: Annotated[
         bool, typer.Option("--print-recipe", help="Print the resolved recipe as YAML and exit.")
     ] = False,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Draw the rich progress display.")] = True,
+    progress: Annotated[
+        bool, typer.Option("--progress/--no-progress", help="Draw the rich progress display (off: log lines).")
+    ] = True,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Also show the libraries' warnings (always in OUTPUT/xprt-st.log).")
+    ] = False,
 ) -> None:
     """Pre-train a sentence-transformers model with a recipe; the result loads with SentenceTransformer(OUTPUT).
 
-    Single process:  xprt-st train --recipe xprt --data mined/ --output runs/xprt
-
-    Several GPUs:    torchrun --nproc_per_node 8 -m xprt_st.training train --recipe xprt --data mined/ --output out/
+    \b
+    Single process:
+      xprt-st train --recipe xprt --data mined/ --output runs/xprt
+    Several GPUs (one process each):
+      torchrun --nproc_per_node 8 -m xprt_st.training train \\
+        --recipe xprt --data mined/ --output runs/xprt
     """
+    from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
     from xprt_st.models import ModelLoadError
     from xprt_st.recipe import RecipeError, load_recipe
     from xprt_st.training.data import MinedDataError
@@ -86,17 +92,22 @@ def train(
     if data is None or output is None:
         console.print("[red]error:[/red] --data and --output are required to train (or pass --print-recipe)")
         raise typer.Exit(2)
-    main_process = int(os.environ.get("RANK", "0")) == 0  # under torchrun / accelerate launch, one process reports
-    logging.basicConfig(
-        level=logging.INFO if main_process else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
-    )
     try:
-        folder = train_recipe(resolved, data=data, output=output, resume=resume, model=model, progress=progress)
-    except (MinedDataError, ModelLoadError, TrainingStateError, OutputFolderError) as error:
+        check_output_folder(output, "--output")
+        if resume is None:  # on resume the starting model is the one the checkpoint records
+            check_model(resolved.training.model, "--model" if model else f"recipe {recipe}: training.model")
+    except (OutputPathError, ModelLoadError) as error:
         console.print(f"[red]error:[/red] {error}", highlight=False)
         raise typer.Exit(2) from error
-    except (NonFiniteLossError, NonFiniteWeightsError) as error:
-        console.print(f"[red]training stopped:[/red] {error}", highlight=False)
-        raise typer.Exit(1) from error
+    main_process = int(os.environ.get("RANK", "0")) == 0  # under torchrun / accelerate launch, one process reports
+    with command_logging("train", output, verbose=verbose, progress=progress, show_info=main_process):
+        try:
+            folder = train_recipe(resolved, data=data, output=output, resume=resume, model=model, progress=progress)
+        except (MinedDataError, ModelLoadError, TrainingStateError, OutputFolderError) as error:
+            console.print(f"[red]error:[/red] {error}", highlight=False)
+            raise typer.Exit(2) from error
+        except (NonFiniteLossError, NonFiniteWeightsError) as error:
+            console.print(f"[red]training stopped:[/red] {error}", highlight=False)
+            raise typer.Exit(1) from error
     if main_process:
         console.print(f"[green]done:[/green] {folder} loads with SentenceTransformer({str(folder)!r})")

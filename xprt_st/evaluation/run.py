@@ -27,7 +27,7 @@ import torch
 from sentence_transformers import SentenceTransformer
 
 from xprt_st.evaluation.local import PER_QUERY_KEY, resolve_tasks, task_label
-from xprt_st.models import DEFAULT_MODEL, load_model
+from xprt_st.models import is_default_model, load_model
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def model_fingerprint(model: SentenceTransformer) -> str:
 
 def model_label(spec: str | Path | SentenceTransformer | None) -> str:
     """The short name of a model in tables: the default's name, or a path's last component."""
-    if spec is None or str(spec) in {DEFAULT_MODEL, "default"}:
+    if not isinstance(spec, SentenceTransformer) and is_default_model(spec):
         return "all-MiniLM-L6-v2"
     if isinstance(spec, SentenceTransformer):
         return spec.model_card_data.model_name or "model"
@@ -282,7 +282,7 @@ def evaluate_models(
     report = EvaluationReport(models=names, tasks=[task_label(task) for task in tasks])
     report.task_objects = {task_label(task): task for task in tasks}
     for spec, label in zip(models, names, strict=True):
-        model = spec if isinstance(spec, SentenceTransformer) else load_model(_model_name(spec), device=device)
+        model = spec if isinstance(spec, SentenceTransformer) else load_model(spec, device=device)
         logger.info("evaluating %s on %s", label, ", ".join(report.tasks))
         scores, per_query = evaluate_model(
             model,
@@ -297,7 +297,3 @@ def evaluate_models(
         for task, values in per_query.items():
             report.per_query.setdefault(task, {})[label] = values
     return report
-
-
-def _model_name(spec: str | Path | None) -> str | Path | None:
-    return None if spec is None or str(spec) == "default" else spec

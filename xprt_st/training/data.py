@@ -22,7 +22,7 @@ from xprt_st.columns import GROUP_COLUMNS, LABEL
 logger = logging.getLogger(__name__)
 
 STATS_FILE = "stats.json"
-MINE_HINT = "create one with `xprt-st mine --corpus CORPUS --output DIR` and pass that DIR as --data"
+MINE_HINT = "create one with `xprt-st mine CORPUS... --output DIR` and pass that DIR as --data"
 
 
 class MinedDataError(ValueError):

@@ -1,6 +1,12 @@
-"""A rich progress display of the training steps and of every loss term."""
+"""How training reports: a rich progress display of the steps and every loss term, or log lines.
+
+Either one replaces the Trainer's tqdm bar and its printed dictionaries, so ``--no-progress`` draws
+no bar at all and still leaves a record of the loss terms in the log.
+"""
 
 from __future__ import annotations
+
+import logging
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -15,6 +21,18 @@ HIDDEN_LOG_KEYS = {
     "train_steps_per_second",
     "train_loss",
 }
+
+logger = logging.getLogger(__name__)
+
+
+def format_terms(logs: dict[str, float]) -> str:
+    """``key=value`` for each loss term, scheduled weight and the learning rate of a Trainer log entry."""
+    shown = []
+    for key, value in logs.items():
+        if key in HIDDEN_LOG_KEYS or not isinstance(value, (int, float)):
+            continue
+        shown.append(f"{key}={value:.3g}" if key == "learning_rate" else f"{key}={value:.4f}")
+    return " ".join(shown)
 
 
 class RichProgressCallback(TrainerCallback):
@@ -61,15 +79,27 @@ class RichProgressCallback(TrainerCallback):
     ) -> None:
         if self.progress is None or self.task is None or not logs:
             return
-        shown = []
-        for key, value in logs.items():
-            if key in HIDDEN_LOG_KEYS or not isinstance(value, (int, float)):
-                continue
-            shown.append(f"{key}={value:.3g}" if key == "learning_rate" else f"{key}={value:.4f}")
-        if shown:
-            self.progress.update(self.task, terms=" ".join(shown))
+        terms = format_terms(logs)
+        if terms:
+            self.progress.update(self.task, terms=terms)
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs) -> None:
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
+
+
+class LogLinesCallback(TrainerCallback):
+    """Without a progress display: one INFO log line per Trainer log entry (main process only)."""
+
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, float] | None = None,
+        **kwargs,
+    ) -> None:
+        terms = format_terms(logs or {})
+        if state.is_world_process_zero and terms:
+            logger.info("step %d/%d: %s", state.global_step, state.max_steps, terms)

@@ -24,7 +24,7 @@ from xprt_st.models import frozen_copy, load_model
 from xprt_st.recipe import Recipe
 from xprt_st.training.data import load_mined
 from xprt_st.training.objectives import build_loss, get_objective
-from xprt_st.training.progress import RichProgressCallback
+from xprt_st.training.progress import LogLinesCallback, RichProgressCallback
 from xprt_st.training.schedules import Schedule, TermScheduleCallback
 from xprt_st.training.trainer import (
     TRAINING_STATE_DIR,
@@ -88,7 +88,7 @@ def train_recipe(
         resume: ``"last"`` or a checkpoint folder; the starting model recorded there is reloaded, so the
             retention teacher is the original starting model, not the checkpoint.
         model: starting model overriding the recipe; refused on resume when it differs from the recorded one.
-        progress: draw the rich progress display.
+        progress: draw the rich progress display; without it, each log entry is a log line.
         callbacks: extra Trainer callbacks.
 
     Returns:
@@ -146,8 +146,7 @@ def train_recipe(
     all_callbacks: list[TrainerCallback] = list(callbacks)
     if schedules:
         all_callbacks.insert(0, TermScheduleCallback(loss, schedules))
-    if progress:
-        all_callbacks.append(RichProgressCallback())
+    all_callbacks.append(RichProgressCallback() if progress else LogLinesCallback())
 
     training = recipe.training
     args = SentenceTransformerTrainingArguments(
@@ -172,7 +171,7 @@ def train_recipe(
         dataloader_drop_last=True,
         dataloader_num_workers=training.dataloader_num_workers,
         report_to=[],
-        disable_tqdm=progress,
+        disable_tqdm=True,  # the rich display or the log lines report instead of tqdm and printed dicts
     )
     trainer = XPRTTrainer(
         model=sentence_model,
@@ -183,9 +182,8 @@ def train_recipe(
         starting_model=starting_model,
         training_metadata={"recipe": recipe.to_dict(), "data": str(mined.path), "mining_stats": mined.stats},
     )
-    if progress:
-        trainer.remove_callback(ProgressCallback)
-        trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    trainer.remove_callback(PrinterCallback)
     if checkpoint is None and (Path(starting_model) / TRAINING_STATE_DIR).is_dir():
         # Continuing pre-training from an exported xprt-st model: warm-start its decoder too.
         trainer.load_training_state(starting_model)
