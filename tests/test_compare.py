@@ -227,7 +227,7 @@ def test_shipped_comparison_configs_validate(config: str, monkeypatch: pytest.Mo
 
 
 def test_a_changed_configuration_is_refused_before_its_old_scores_are_shown(tmp_path: Path) -> None:
-    from xprt_st.compare import check_unchanged, run_compare
+    from xprt_st.compare import run_compare
 
     sts = _write_sts(tmp_path / "sts.tsv")
     raw = {"model": "start-a", "corpus": [{"path": "x.jsonl"}], "tasks": [str(sts)], "recipes": ["xprt"]}
@@ -255,6 +255,8 @@ def test_a_changed_configuration_is_refused_before_its_old_scores_are_shown(tmp_
     assert not (run / "compare.md").exists()
 
     # more seeds, recipes or tasks are not a change of what the existing models and scores are
+    from xprt_st.compare import check_unchanged
+
     first.seeds = [42, 43]
     check_unchanged(first, run)
 

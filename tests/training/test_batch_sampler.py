@@ -10,7 +10,6 @@ from datasets import Dataset, load_from_disk
 from sentence_transformers import SentenceTransformerTrainingArguments
 from training_helpers import make_groups
 
-from xprt_st.training.sampler import DocumentSpreadBatchSampler
 from xprt_st.training.trainer import XPRTTrainer
 
 
@@ -31,12 +30,14 @@ def _args(output: Path, batch_size: int = 4, **overrides) -> SentenceTransformer
     return SentenceTransformerTrainingArguments(**values)
 
 
-def _batches(sampler: DocumentSpreadBatchSampler, epoch: int = 0) -> list[list[int]]:
+def _batches(sampler, epoch: int = 0) -> list[list[int]]:
     sampler.set_epoch(epoch)
     return [list(batch) for batch in sampler]
 
 
 def test_sampler_puts_distinct_documents_in_every_batch_and_is_seeded() -> None:
+    from xprt_st.training.sampler import DocumentSpreadBatchSampler
+
     # 24 groups of 6 documents (4 groups each), batch 6: a full batch must take one group of every document
     rows = make_groups(24)
     rows["label"] = [index % 6 for index in range(24)]
