@@ -270,6 +270,7 @@ def test_a_finished_model_of_an_edited_recipe_is_refused(tmp_path: Path) -> None
     resolved = _resolved_recipe("xprt", config, 42).to_dict()
     (folder / "COMPLETE").write_text(json.dumps({"recipe": "xprt", "seed": 42, "resolved": resolved}))
     _check_complete(folder, resolved)
+    _check_complete(folder, {**resolved, "source": "/elsewhere/xprt.yaml"})  # another checkout of the same recipe
     edited = {**resolved, "objective": {**resolved["objective"], "args": {"cross_weight": 0.5}}}
     with pytest.raises(CompareConfigError, match="differs in: objective"):
         _check_complete(folder, edited)

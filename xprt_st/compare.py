@@ -439,9 +439,13 @@ def _check_complete(folder: Path, resolved: dict[str, Any]) -> None:
     """Refuse a finished model trained with another resolved recipe (e.g. its YAML file was edited since)."""
     marker = json.loads((folder / COMPLETE).read_text(encoding="utf-8") or "{}")
     recorded = marker.get("resolved")
-    if recorded is not None and recorded != json.loads(json.dumps(resolved)):
-        keys = sorted({*recorded, *resolved})
-        changed = [key for key in keys if recorded.get(key) != json.loads(json.dumps(resolved.get(key)))]
+    if recorded is None:  # written before markers recorded the recipe
+        return
+    now = json.loads(json.dumps(resolved))
+    # Where the YAML lives and its prose do not shape the model.
+    keys = sorted({*recorded, *now} - {"source", "description"})
+    changed = [key for key in keys if recorded.get(key) != now.get(key)]
+    if changed:
         raise CompareConfigError(
             f"{folder} was trained with another recipe (differs in: {', '.join(changed)}); its scores would be "
             f"reported as this recipe's. Delete {folder} and its scores under scores/, or use another --output."
