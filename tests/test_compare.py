@@ -224,3 +224,53 @@ def test_shipped_comparison_configs_validate(config: str, monkeypatch: pytest.Mo
     monkeypatch.chdir(root)  # the configs name probe recipes relative to the repository root
     loaded = load_compare_config(root / "benchmarks" / config)  # binds every recipe with the shared overrides
     assert loaded.recipes and loaded.tasks and len(loaded.seeds) >= 2
+
+
+def test_a_changed_configuration_is_refused_before_its_old_scores_are_shown(tmp_path: Path) -> None:
+    from xprt_st.compare import run_compare
+
+    sts = _write_sts(tmp_path / "sts.tsv")
+    raw = {"model": "start-a", "corpus": [{"path": "x.jsonl"}], "tasks": [str(sts)], "recipes": ["xprt"]}
+    raw["training"] = {"max_steps": 10}
+    path = tmp_path / "compare.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    first = load_compare_config(path)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "compare_config.yaml").write_text(yaml.safe_dump(first.to_dict(), sort_keys=False), encoding="utf-8")
+    scores = run / "scores" / first.evaluation_key()
+    (scores / "seed-42").mkdir(parents=True)
+    label = f"STS:{sts.stem}"
+    (scores / "start.json").write_text(json.dumps({"scores": {label: 0.5}, "metrics": {label: "spearman"}}))
+    (scores / "seed-42" / "xprt.json").write_text(json.dumps({"scores": {label: 0.6}}))
+    stored = (run / "compare_config.yaml").read_text()
+
+    changed = load_compare_config(path, overrides={"model": "start-b", "training": {"learning_rate": 1e-5}})
+    assert changed.evaluation_key() == first.evaluation_key()  # the scores folder alone cannot tell
+    with pytest.raises(CompareConfigError) as error:
+        run_compare(changed, run, progress=False, report_only=True)
+    message = str(error.value)
+    assert "model: 'start-a' -> 'start-b'" in message and "learning_rate" in message and "another --output" in message
+    assert (run / "compare_config.yaml").read_text() == stored  # nothing on disk was rewritten
+    assert not (run / "compare.md").exists()
+
+    # more seeds, recipes or tasks are not a change of what the existing models and scores are
+    from xprt_st.compare import check_unchanged
+
+    first.seeds = [42, 43]
+    check_unchanged(first, run)
+
+
+def test_a_finished_model_of_an_edited_recipe_is_refused(tmp_path: Path) -> None:
+    from xprt_st.compare import _check_complete, _resolved_recipe
+
+    config = load_compare_config(_config_stub(tmp_path))
+    folder = tmp_path / "seed-42" / "xprt"
+    folder.mkdir(parents=True)
+    resolved = _resolved_recipe("xprt", config, 42).to_dict()
+    (folder / "COMPLETE").write_text(json.dumps({"recipe": "xprt", "seed": 42, "resolved": resolved}))
+    _check_complete(folder, resolved)
+    _check_complete(folder, {**resolved, "source": "/elsewhere/xprt.yaml"})  # another checkout of the same recipe
+    edited = {**resolved, "objective": {**resolved["objective"], "args": {"cross_weight": 0.5}}}
+    with pytest.raises(CompareConfigError, match="differs in: objective"):
+        _check_complete(folder, edited)

@@ -61,6 +61,21 @@ COMPARISON_RECIPES = (
 
 START_LABEL = "start"
 COMPLETE = "COMPLETE"
+CONFIG_FILE = "compare_config.yaml"
+MODEL_SHAPING_KEYS = (
+    "model",
+    "mining_model",
+    "setting",
+    "training",
+    "retention",
+    "corpus",
+    "corpus_seed",
+    "mining",
+    "data_dir",
+)
+"""Config keys that shape the data, the trained models or the start's scores. A run folder keeps them fixed:
+finished models and scores are found by recipe, seed and evaluation key only, so a change would report the
+old models and scores as the new configuration's. Tasks (the evaluation key), seeds and recipes may change."""
 CORPUS_FILE = "corpus.jsonl.gz"
 TIMINGS_FILE = "timings.json"
 
@@ -386,12 +401,62 @@ def _record_timing(run: Path, key: str, seconds: float) -> None:
     path.write_text(json.dumps(timings, indent=2) + "\n", encoding="utf-8")
 
 
-def _train(recipe_name: str, config: CompareConfig, seed: int, data: Path, output: Path, progress: bool) -> None:
+def check_unchanged(config: CompareConfig, run: Path) -> None:
+    """Refuse ``config`` when ``run`` was made with other :data:`MODEL_SHAPING_KEYS` values, before any work.
+
+    Raises:
+        CompareConfigError: naming every changed key with its old and new value, and what to do.
+    """
+    path = run / CONFIG_FILE
+    if not path.is_file():
+        return
+    try:
+        previous = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as error:
+        raise CompareConfigError(f"{path} is not valid YAML ({error}); restore it or use another --output") from error
+    current = json.loads(json.dumps(config.to_dict()))
+    changed = [
+        f"{key}: {previous[key]!r} -> {current[key]!r}"
+        for key in MODEL_SHAPING_KEYS
+        if key in previous and json.loads(json.dumps(previous[key])) != current[key]
+    ]
+    if changed:
+        raise CompareConfigError(
+            f"{run} was made with other settings ({path}):\n"
+            + "\n".join(f"  - {line}" for line in changed)
+            + f"\nIts mined data, trained models and scores belong to the old values and would be reported as the "
+            f"new ones'. Use another --output, or delete {run} to start over."
+        )
+
+
+def _resolved_recipe(recipe_name: str, config: CompareConfig, seed: int) -> Any:
     from xprt_st.recipe import load_recipe
+
+    return load_recipe(recipe_name, overrides=config.recipe_overrides(seed), setting=config.setting)
+
+
+def _check_complete(folder: Path, resolved: dict[str, Any]) -> None:
+    """Refuse a finished model trained with another resolved recipe (e.g. its YAML file was edited since)."""
+    marker = json.loads((folder / COMPLETE).read_text(encoding="utf-8") or "{}")
+    recorded = marker.get("resolved")
+    if recorded is None:  # written before markers recorded the recipe
+        return
+    now = json.loads(json.dumps(resolved))
+    # Where the YAML lives and its prose do not shape the model.
+    keys = sorted({*recorded, *now} - {"source", "description"})
+    changed = [key for key in keys if recorded.get(key) != now.get(key)]
+    if changed:
+        raise CompareConfigError(
+            f"{folder} was trained with another recipe (differs in: {', '.join(changed)}); its scores would be "
+            f"reported as this recipe's. Delete {folder} and its scores under scores/, or use another --output."
+        )
+
+
+def _train(recipe_name: str, config: CompareConfig, seed: int, data: Path, output: Path, progress: bool) -> None:
     from xprt_st.training import train_recipe
     from xprt_st.training.trainer import last_complete_checkpoint
 
-    recipe = load_recipe(recipe_name, overrides=config.recipe_overrides(seed), setting=config.setting)
+    recipe = _resolved_recipe(recipe_name, config, seed)
     resume = None
     if last_complete_checkpoint(output) is not None:
         resume = "last"
@@ -470,11 +535,15 @@ def _train_and_evaluate(
     cache_dir: Path,
     progress: bool,
 ) -> None:
-    if not (folder / COMPLETE).is_file():
+    resolved = _resolved_recipe(name, config, seed).to_dict()
+    if (folder / COMPLETE).is_file():
+        _check_complete(folder, resolved)
+    else:
         started = time.perf_counter()
         logger.info("seed %d: training %s", seed, label)
         _train(name, config, seed, data, folder, progress)
-        (folder / COMPLETE).write_text(json.dumps({"recipe": name, "seed": seed}) + "\n", encoding="utf-8")
+        marker = {"recipe": name, "seed": seed, "resolved": resolved}
+        (folder / COMPLETE).write_text(json.dumps(marker) + "\n", encoding="utf-8")
         _record_timing(run, f"seed {seed} train {label}", time.perf_counter() - started)
     scores_file = run / "scores" / config.evaluation_key() / f"seed-{seed}" / f"{label}.json"
     if not scores_file.is_file():
@@ -512,14 +581,19 @@ def run_compare(
 
     Returns:
         The scores of every finished model, also in ``output/compare.{md,csv,png}``.
+
+    Raises:
+        CompareConfigError: before any work, when ``output`` was made with other :data:`MODEL_SHAPING_KEYS`
+            values, or holds a finished model of a recipe that resolves differently now.
     """
     from xprt_st.evaluation.local import task_label
     from xprt_st.mining import mine
     from xprt_st.recipe import load_recipe
 
     run = Path(output)
+    check_unchanged(config, run)
     run.mkdir(parents=True, exist_ok=True)
-    (run / "compare_config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
+    (run / CONFIG_FILE).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
     cache_dir = run / "eval-cache" / config.evaluation_key()
     tasks = resolve_compare_tasks(config)
     labels = [task_label(task) for task in tasks]

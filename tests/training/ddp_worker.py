@@ -107,8 +107,7 @@ def main() -> None:
             "saved": sorted(path.name for path in Path(options.output).iterdir()),
         }
         Path(options.output, "result.json").write_text(json.dumps(result, indent=2))
-    dist.barrier()
-    dist.destroy_process_group()
+    # No destroy_process_group() here, as in many user scripts: XPRTTrainer releases the group at exit.
 
 
 if __name__ == "__main__":

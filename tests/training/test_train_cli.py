@@ -138,3 +138,70 @@ def test_no_progress_draws_no_bar_and_logs_terms_and_warnings_to_the_run_log(tin
     assert "step 1/2: loss=" in log and "step 2/2: loss=" in log and " xp=" in log
     if not torch.cuda.is_available():  # the DataLoader warns that pin_memory has no accelerator to pin for
         assert "UserWarning: 'pin_memory'" in log
+
+
+def test_a_trained_folder_starts_another_recipe_with_fresh_modules(tiny_model_path, tmp_path, caplog):
+    data = write_mined(tmp_path / "mined", n_groups=8)
+    common = ["--data", str(data), "--batch-size", "4", "--max-steps", "1", "--save-steps", "1"]
+    step1 = tmp_path / "step1"
+    first = _train("--recipe", "change-only-positive", "--output", str(step1), "--model", str(tiny_model_path), *common)
+    assert first.exit_code == 0, first.output
+    assert load_file(str(step1 / TRAINING_STATE_DIR / LOSS_STATE_FILE)) == {}  # L_xp alone owns no module
+
+    # adoption step 4: the fill-in decoder is added to the step-1 model, built fresh (not "missing" state)
+    step4 = tmp_path / "step4"
+    with caplog.at_level("INFO", logger="xprt_st.training.trainer"):
+        second = _train("--recipe", "xprt", "--output", str(step4), "--model", str(step1), *common)
+    assert second.exit_code == 0, second.output
+    (message,) = [r.getMessage() for r in caplog.records if "is a trained xprt-st model" in r.getMessage()]
+    assert "starts from its encoder;" in message and "decoder" in message and "mlm_head" in message
+    assert json.loads((step4 / TRAINING_STATE_DIR / "config.json").read_text())["starting_model"] == str(step1)
+
+    # a third recipe from the xPRT model takes its trained MLM head, and its own objective's modules fresh
+    from xprt_st.training import XPRTTrainer
+
+    caplog.clear()
+    step5 = tmp_path / "step5"
+    taken = []
+    original = XPRTTrainer.warm_start_loss_modules
+
+    def record(self, folder):
+        taken.extend(original(self, folder))
+        trained = load_file(str(step4 / TRAINING_STATE_DIR / LOSS_STATE_FILE))
+        current = self.loss_owned_state()
+        for name in taken:
+            torch.testing.assert_close(current[name], trained[name[name.index("mlm_head.") :]])
+        return taken
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(XPRTTrainer, "warm_start_loss_modules", record)
+        third = _train("--recipe", "self-only", "--output", str(step5), "--model", str(step4), *common)
+    assert third.exit_code == 0, third.output
+    assert taken and all("mlm_head." in name for name in taken)
+
+
+def test_resume_refuses_other_data_or_batch_layout(tiny_model_path, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # long paths stay on one line of the error
+    data = write_mined(tmp_path / "mined", n_groups=8)
+    other = write_mined(tmp_path / "other", n_groups=12)
+    output = tmp_path / "run"
+    common = ["--recipe", "change-only-positive", "--output", str(output), "--save-steps", "1"]
+    first = _train(
+        *common, "--data", str(data), "--batch-size", "4", "--max-steps", "1", "--model", str(tiny_model_path)
+    )
+    assert first.exit_code == 0, first.output
+
+    def resume(folder, batch_size="4"):
+        result = _train(
+            *common, "--data", str(folder), "--batch-size", batch_size, "--max-steps", "2", "--resume", "last"
+        )
+        return result.exit_code, " ".join(result.output.split())  # rich wraps long messages
+
+    code, said = resume(other)
+    assert code == 2 and f"it was trained on --data {data.resolve()}" in said, said
+    code, said = resume(data, batch_size="2")
+    assert code == 2 and "training.batch_size was 4 when it was written, now 2" in said, said
+    (data / "stats.json").write_text(json.dumps({**json.loads((data / "stats.json").read_text()), "groups": 12}))
+    code, said = resume(data)  # the same folder, mined again
+    assert code == 2 and "changed since the checkpoint was written" in said and "groups 8 -> 12" in said, said
+    assert not (output / "checkpoint-2").exists()  # refused before any step

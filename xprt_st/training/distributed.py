@@ -13,6 +13,8 @@ another name such as ``encoder``). Ownership is decided by tensor identity, so a
 
 from __future__ import annotations
 
+import atexit
+import gc
 import logging
 from collections.abc import Iterator
 
@@ -83,6 +85,19 @@ def broadcast_tensors(tensors: list[Tensor], src: int = 0) -> None:
             dist.broadcast(tensor.data, src=src)
 
 
+def all_gather_labels(labels: Tensor) -> Tensor:
+    """``labels`` of every process concatenated in rank order (the batch the loss gathers negatives from).
+
+    Processes train equal batches (``dataloader_drop_last``), so a plain ``all_gather`` fits.
+    """
+    size = world_size()
+    if size == 1:
+        return labels
+    parts = [torch.empty_like(labels) for _ in range(size)]
+    dist.all_gather(parts, labels.contiguous())
+    return torch.cat(parts)
+
+
 def all_reduce_gradients(parameters: list[nn.Parameter]) -> None:
     """Average the gradients of ``parameters`` over all processes, as DDP does for the model's own.
 
@@ -121,6 +136,32 @@ def _buckets(grads: list[Tensor], max_elements: int = 25_000_000) -> Iterator[li
         count += grad.numel()
     if bucket:
         yield bucket
+
+
+_EXIT_HOOK_REGISTERED = False
+
+
+def release_process_group_at_exit() -> None:
+    """Free the process group while the interpreter is still alive (registered once per process).
+
+    A trainer that is kept alive by reference cycles holds its ``DistributedDataParallel`` wrapper, whose
+    reducer holds the gloo process group and the tensors of its last collectives. Left to interpreter
+    shutdown, the group's worker threads release those tensors after Python has begun finalising: taking
+    the GIL then ends the thread inside C++ and the process aborts (``terminate called without an active
+    exception``, SIGABRT), so ``torchrun`` reports a failed job after a finished run. The exit hook runs
+    before finalisation: it collects the cycles and destroys the group (a no-op when the script already did).
+    """
+    global _EXIT_HOOK_REGISTERED
+    if not _EXIT_HOOK_REGISTERED:
+        atexit.register(_release_process_group)
+        _EXIT_HOOK_REGISTERED = True
+
+
+def _release_process_group() -> None:
+    gc.collect()
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    gc.collect()
 
 
 def any_process(flag: bool, device: torch.device | str = "cpu") -> bool:

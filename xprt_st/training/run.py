@@ -11,10 +11,12 @@ This is what ``xprt-st train`` calls; it is usable from Python and notebooks too
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from sentence_transformers import SentenceTransformerTrainingArguments
 from transformers import TrainerCallback, set_seed
@@ -22,7 +24,7 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from xprt_st.models import frozen_copy, load_model
 from xprt_st.recipe import Recipe
-from xprt_st.training.data import load_mined
+from xprt_st.training.data import STATS_FILE, load_mined
 from xprt_st.training.objectives import build_loss, get_objective
 from xprt_st.training.progress import LogLinesCallback, RichProgressCallback
 from xprt_st.training.schedules import Schedule, TermScheduleCallback
@@ -58,6 +60,58 @@ def resolve_checkpoint(output: Path, resume: str | Path | None) -> Path | None:
         )
     read_training_config(checkpoint)
     return checkpoint
+
+
+RESUME_FIXED = ("batch_size", "gradient_accumulation_steps", "seed")
+"""``training.*`` values a resumed run must share with its checkpoint: they fix which groups each step trains on."""
+DATA_IDENTITY = ("groups", "documents", "settings")
+"""Entries of the mining statistics that identify the data a run trained on (timings are left out)."""
+
+
+def check_resume_inputs(
+    checkpoint: Path,
+    recorded: dict[str, Any],
+    recipe: Recipe,
+    data: Path,
+    mining_stats: dict[str, Any],
+    world_size: int,
+) -> None:
+    """Refuse to resume ``checkpoint`` on other data, another batch layout or another number of processes.
+
+    The Trainer resumes by skipping the batches already trained on; with another data folder, re-mined data, a
+    changed batch size, accumulation or seed, or another world size, those would be other groups and the run
+    would silently train on a mix. Values the checkpoint does not record (older versions) are not checked.
+
+    Raises:
+        TrainingStateError: listing every difference, with the value to pass to resume.
+    """
+    problems: list[str] = []
+    recorded_data = recorded.get("data")
+    if recorded_data is not None and Path(recorded_data).resolve() != data.resolve():
+        problems.append(f"it was trained on --data {recorded_data}, not {data} (pass --data {recorded_data})")
+    elif "mining_stats" in recorded:
+        before, now = (
+            {key: json.loads(json.dumps(stats.get(key))) for key in DATA_IDENTITY}
+            for stats in (recorded["mining_stats"], mining_stats)
+        )
+        changed = [f"{key} {before[key]!r} -> {now[key]!r}" for key in DATA_IDENTITY if before[key] != now[key]]
+        if changed:
+            problems.append(
+                f"the data in {data} changed since the checkpoint was written ({STATS_FILE}: {'; '.join(changed)}); "
+                "resume needs the data the run started on"
+            )
+    trained = recorded.get("recipe", {}).get("training", {})
+    for key in RESUME_FIXED:
+        now = getattr(recipe.training, key)
+        if key in trained and trained[key] != now:
+            problems.append(f"training.{key} was {trained[key]!r} when it was written, now {now!r}")
+    if recorded.get("world_size") not in (None, world_size):
+        problems.append(f"it ran on {recorded['world_size']} process(es), not {world_size}")
+    if problems:
+        raise TrainingStateError(
+            f"cannot resume {checkpoint}: " + "; ".join(problems) + ". Resume with the same inputs, or train into a "
+            "new --output."
+        )
 
 
 def _check_fresh_output(output: Path) -> None:
@@ -119,6 +173,8 @@ def train_recipe(
         requires=recipe.data.requires,
         min_rows=recipe.training.batch_size * world,
     )
+    if checkpoint is not None:
+        check_resume_inputs(checkpoint, recorded, recipe, mined.path, mined.stats, world)
 
     set_seed(recipe.training.seed)
     sentence_model = load_model(starting_model)
@@ -180,13 +236,19 @@ def train_recipe(
         loss=loss,
         callbacks=all_callbacks,
         starting_model=starting_model,
-        training_metadata={"recipe": recipe.to_dict(), "data": str(mined.path), "mining_stats": mined.stats},
+        training_metadata={
+            "recipe": recipe.to_dict(),
+            "data": str(mined.path.resolve()),
+            "mining_stats": mined.stats,
+            "world_size": world,
+        },
     )
     trainer.remove_callback(ProgressCallback)
     trainer.remove_callback(PrinterCallback)
     if checkpoint is None and (Path(starting_model) / TRAINING_STATE_DIR).is_dir():
-        # Continuing pre-training from an exported xprt-st model: warm-start its decoder too.
-        trainer.load_training_state(starting_model)
+        # A new run from a model trained by xprt-st (any recipe): its encoder and MLM head carry over, the rest
+        # of the objective starts fresh. Only a resumed checkpoint restores a run's own loss state.
+        trainer.warm_start_loss_modules(starting_model)
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     trainer.save_model(str(output))
     logger.info("saved the final model to %s (training state in %s/%s)", output, output, TRAINING_STATE_DIR)

@@ -12,7 +12,13 @@ and keeps them out of the serving model:
 - under ``torchrun`` / ``accelerate launch`` the loss-owned tensors start identical on every process
   (broadcast from rank 0) and their gradients are averaged before clipping and the optimizer step;
 - a non-finite loss stops training on every process with a message naming the terms, and a checkpoint
-  whose weights are not finite is never written.
+  whose weights are not finite is never written;
+- batches spread documents (:class:`~xprt_st.training.sampler.DocumentSpreadBatchSampler`) when the
+  dataset has a ``label`` column, and a warning names the share of rows left without any negative.
+
+The ``training_state/`` of the final output folder serves one purpose: a NEW run that starts from that
+folder takes its MLM head (:meth:`XPRTTrainer.warm_start_loss_modules`); only ``--resume`` of a
+``checkpoint-N`` folder restores a run's whole state.
 """
 
 from __future__ import annotations
@@ -21,24 +27,33 @@ import json
 import logging
 import math
 import os
+import weakref
 from pathlib import Path
 from typing import Any
 
 import torch
+from datasets import Dataset
 from safetensors.torch import load_file, save_file
 from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
 from sentence_transformers.base.model import BaseModel
+from sentence_transformers.base.sampler import BatchSamplers
 from torch import Tensor, nn
+from torch.utils.data import BatchSampler
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from xprt_st import __version__
+from xprt_st.columns import LABEL
 from xprt_st.training.distributed import (
+    all_gather_labels,
     all_reduce_gradients,
     any_process,
     broadcast_tensors,
     loss_owned_parameters,
     loss_owned_state,
+    release_process_group_at_exit,
+    world_size,
 )
+from xprt_st.training.sampler import DocumentSpreadBatchSampler, documents_fill_a_batch
 from xprt_st.training.schedules import TermScheduleCallback
 
 logger = logging.getLogger(__name__)
@@ -49,6 +64,11 @@ LOSS_STATE_FILE = "loss_modules.safetensors"
 TRAINING_CONFIG_FILE = "config.json"
 TRAINING_STATE_FORMAT = 1
 CARD_SECTION_TITLE = "## xPRT pre-training"
+NO_NEGATIVE_WARN_SHARE = 0.25
+"""Share of trained rows without any negative (every group in the batch from their document) that is warned about."""
+WARM_START_MODULES = ("mlm_head",)
+"""Loss-owned modules a NEW run takes from a trained folder: the MLM head belongs with the encoder's
+vocabulary; every other module (decoder, projections) is built fresh for the new objective."""
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -129,15 +149,24 @@ def loss_terms(loss: nn.Module) -> list[tuple[str, nn.Module]]:
 
 
 class _LossStateSyncCallback(TrainerCallback):
-    """Broadcast loss-owned tensors from rank 0 when training starts (what DDP does for the model)."""
+    """Broadcast loss-owned tensors from rank 0 when training starts (what DDP does for the model).
+
+    It holds the trainer weakly: a strong reference would make trainer -> callbacks -> trainer a cycle that
+    keeps the DDP wrapper and its process group alive until interpreter shutdown.
+    """
 
     def __init__(self, trainer: XPRTTrainer) -> None:
         super().__init__()
-        self.trainer = trainer
+        self._trainer = weakref.ref(trainer)
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs) -> None:
-        self.trainer._owned_parameters = self.trainer.loss_owned_parameters()
-        broadcast_tensors(list(self.trainer.loss_owned_state().values()))
+        trainer = self._trainer()
+        if trainer is None:
+            return
+        trainer._owned_parameters = trainer.loss_owned_parameters()
+        broadcast_tensors(list(trainer.loss_owned_state().values()))
+        if world_size() > 1:
+            release_process_group_at_exit()
 
 
 class XPRTTrainer(SentenceTransformerTrainer):
@@ -183,6 +212,9 @@ class XPRTTrainer(SentenceTransformerTrainer):
         self.training_metadata = dict(training_metadata or {})
         self._owned_parameters: list[nn.Parameter] = self.loss_owned_parameters()
         self._last_terms: dict[str, float] = {}
+        self._rows_seen = 0
+        self._rows_without_negative = 0
+        self._warned_no_negative = False
         self.add_callback(_LossStateSyncCallback(self))
         self.model.model_card_data.set_losses([module for _, module in loss_terms(self._loss_root())])
 
@@ -260,6 +292,45 @@ class XPRTTrainer(SentenceTransformerTrainer):
                 tensor.copy_(saved[name].to(device=tensor.device, dtype=tensor.dtype))
         logger.info("restored %d loss-owned tensors from %s", len(current), path)
 
+    def warm_start_loss_modules(self, model_dir: str | Path) -> list[str]:
+        """Start a NEW run's loss modules from the trained xprt-st folder ``model_dir``, where they carry over.
+
+        The encoder comes with the folder itself. Of its ``training_state/``, only the MLM head is taken (matched
+        by its path below ``mlm_head.`` and its shape, whatever loss it was trained in); the decoder and every
+        other module the new objective needs start fresh, and the log says which. A mismatch is never an error
+        here: restoring a run's own state is :meth:`load_training_state`, used by resume.
+
+        Returns:
+            The names of the loss-owned tensors that were copied.
+        """
+        path = Path(model_dir) / TRAINING_STATE_DIR / LOSS_STATE_FILE
+        current = self.loss_owned_state()
+        saved = load_file(str(path)) if path.is_file() else {}
+        recorded = Path(model_dir) / TRAINING_STATE_DIR / TRAINING_CONFIG_FILE
+        trained_with = json.loads(recorded.read_text(encoding="utf-8")).get("loss", "?") if recorded.is_file() else "?"
+        by_key = {key: tensor for name, tensor in saved.items() if (key := _warm_start_key(name)) is not None}
+        taken = [
+            name
+            for name, tensor in current.items()
+            if (key := _warm_start_key(name)) in by_key and by_key[key].shape == tensor.shape
+        ]
+        with torch.no_grad():
+            for name in taken:
+                tensor = current[name]
+                tensor.copy_(by_key[_warm_start_key(name)].to(device=tensor.device, dtype=tensor.dtype))
+        fresh = sorted({name.split(".", 1)[0] for name in current if name not in taken})
+        logger.info(
+            "%s is a trained xprt-st model (loss %s): this new run starts from its encoder%s; fresh for %s: %s. "
+            "Its other training state is not used (only --resume of a checkpoint-N folder restores a run's own "
+            "state).",
+            model_dir,
+            trained_with.rsplit(".", 1)[-1],
+            f" and its MLM head ({len(taken)} tensors)" if taken else "",
+            type(self._loss_root()).__name__,
+            ", ".join(fresh) if fresh else "nothing",
+        )
+        return taken
+
     def _non_finite_tensor(self) -> str | None:
         """Name of the first model or loss-owned tensor with a NaN or infinite value, else None."""
         named = [(f"model.{name}", tensor) for name, tensor in self.model.state_dict().items()]
@@ -298,6 +369,62 @@ class XPRTTrainer(SentenceTransformerTrainer):
         super()._load_from_checkpoint(checkpoint_path)
         self.load_training_state(checkpoint_path)
 
+    def get_batch_sampler(
+        self,
+        dataset: Dataset,
+        batch_size: int,
+        drop_last: bool,
+        valid_label_columns: list[str] | None = None,
+        generator: torch.Generator | None = None,
+        seed: int = 0,
+    ) -> BatchSampler | None:
+        """The default sampler becomes :class:`DocumentSpreadBatchSampler` for group datasets (with ``label``).
+
+        A sampler chosen in the training arguments is kept. When the dataset has fewer documents than a batch
+        holds, no batch can spread them: the plain random order is kept and a warning says so.
+        """
+        default = self.args.batch_sampler in (BatchSamplers.BATCH_SAMPLER, BatchSamplers.BATCH_SAMPLER.value)
+        if default and isinstance(dataset, Dataset) and LABEL in dataset.column_names:
+            if documents_fill_a_batch(dataset, batch_size):
+                return DocumentSpreadBatchSampler(
+                    dataset,
+                    batch_size,
+                    drop_last,
+                    valid_label_columns=valid_label_columns,
+                    generator=generator,
+                    seed=seed,
+                )
+            logger.warning(
+                "the training data has fewer documents than the %d groups of a batch, so batches must repeat "
+                "documents and same-document groups are no negatives for each other; use more documents or a "
+                "smaller batch size",
+                batch_size,
+            )
+        return super().get_batch_sampler(dataset, batch_size, drop_last, valid_label_columns, generator, seed)
+
+    def _count_rows_without_negative(self, labels: Tensor | None) -> None:
+        """Count rows whose batch (on every process) holds no group of another document, and warn once.
+
+        For such a row every in-batch candidate is masked as same-document: contrastive terms are 0 for it.
+        """
+        if labels is None or labels.dim() != 1 or labels.is_floating_point():
+            return
+        everywhere = all_gather_labels(labels)
+        without = int((everywhere[None, :] == labels[:, None]).all(dim=1).sum())
+        self._rows_seen += labels.numel()
+        self._rows_without_negative += without
+        share = self._rows_without_negative / self._rows_seen
+        if not self._warned_no_negative and without and share >= NO_NEGATIVE_WARN_SHARE:
+            self._warned_no_negative = True
+            logger.warning(
+                "%d of the %d rows trained so far (%.0f%%) had no negative: every other group in their batch "
+                "comes from the same document, so in-batch contrastive terms are 0 for them. Mine more documents, "
+                "lower the batch size, or keep the default DocumentSpreadBatchSampler.",
+                self._rows_without_negative,
+                self._rows_seen,
+                100 * share,
+            )
+
     def training_step(
         self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: Tensor | int | None = None
     ) -> Tensor:
@@ -324,6 +451,8 @@ class XPRTTrainer(SentenceTransformerTrainer):
         num_items_in_batch: Any = None,
     ) -> Tensor | tuple[Tensor, dict[str, Any]]:
         self._last_terms = {}
+        if self.model.training:
+            self._count_rows_without_negative(inputs.get(LABEL))
         result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         loss = result[0] if isinstance(result, tuple) else result
         if self.model.training and any_process(not bool(torch.isfinite(loss.detach()).all()), device=loss.device):
@@ -353,7 +482,8 @@ class XPRTTrainer(SentenceTransformerTrainer):
         lines.append(f"- **Starting model:** `{self.starting_model}`")
         lines.append(
             f"- **Loss-owned modules** (not part of this model; in `{TRAINING_STATE_DIR}/`): "
-            f"{len(self.loss_owned_state())} tensors, kept so pre-training can continue."
+            f"{len(self.loss_owned_state())} tensors. A new run from this folder takes its MLM head and builds "
+            "the rest fresh; resuming this run uses its `checkpoint-N` folders."
         )
         recipe = self.training_metadata.get("recipe")
         if recipe:
@@ -397,6 +527,17 @@ def _name_or_path(model: nn.Module) -> str:
     first = model[0] if isinstance(model, SentenceTransformer) else None
     auto_model = getattr(first, "auto_model", None)
     return str(getattr(getattr(auto_model, "config", None), "_name_or_path", "") or "unknown")
+
+
+def _warm_start_key(name: str) -> str | None:
+    """The path of a loss-owned tensor below a module a new run takes over (``mlm_head.``), else None."""
+    for module in WARM_START_MODULES:
+        prefix = f"{module}."
+        if name.startswith(prefix):
+            return name
+        if f".{prefix}" in name:
+            return prefix + name.split(f".{prefix}", 1)[1]
+    return None
 
 
 def _config_dict(module: nn.Module) -> dict[str, Any]:
