@@ -14,6 +14,7 @@ from xprt_st.evaluation.bootstrap import (
     Interval,
     PairedItems,
     paired_interval,
+    paired_items,
     pooled_interval,
     retrieval_items,
     seeds_verdict,
@@ -123,3 +124,19 @@ def test_misaligned_or_too_small_inputs_are_refused_before_resampling() -> None:
         sts_items([1.0, 2.0, 3.0], [0.1, 0.2], [0.3, 0.1, 0.2])
     with pytest.raises(ValueError, match="method"):
         paired_interval(retrieval_items({"a": 0.1, "b": 0.2}, {"a": 0.0, "b": 0.1}), method="studentized")
+
+
+def test_stored_records_pair_across_mtebs_six_decimal_cache_rounding() -> None:
+    fresh = {"kind": "sts", "gold": [0.8400000000000001, 0.2, 0.5], "cosine": [0.9, 0.1, 0.4]}
+    cached = {"kind": "sts", "gold": [0.84, 0.2, 0.5], "cosine": [0.5, 0.3, 0.2]}
+    items = paired_items(fresh, cached)
+    assert items.difference() == pytest.approx(1.0 - 0.5)
+    with pytest.raises(ValueError, match="different STS pairs"):
+        paired_items(fresh, {**cached, "gold": [0.84, 0.2, 0.6]})
+    with pytest.raises(ValueError, match="kinds"):
+        paired_items(fresh, {"kind": "retrieval", "ndcg_at_10": {"q": 0.1}})
+    queries = paired_items(
+        {"kind": "retrieval", "ndcg_at_10": {"q1": 0.5, "q2": 0.25}},
+        {"kind": "retrieval", "ndcg_at_10": {"q1": 0.25, "q2": 0.25}},
+    )
+    assert queries.difference() == pytest.approx(0.125)

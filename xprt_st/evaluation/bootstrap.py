@@ -286,3 +286,25 @@ def interval_fields(interval: Interval | None, scale: float = 1.0) -> dict[str, 
         "ci_high": f"{scale * interval.high:.6f}",
         "verdict": interval.verdict,
     }
+
+
+def paired_items(model: Mapping[str, Any], reference: Mapping[str, Any]) -> PairedItems:
+    """Pair two stored per-item records of one task (see ``xprt_st.compare``'s scores files).
+
+    A record is ``{"kind": "retrieval", "ndcg_at_10": {query id: value}}`` or
+    ``{"kind": "sts", "cosine": [...], "gold": [...]}``.
+
+    Raises:
+        ValueError: the records are of different kinds or were computed on different items.
+    """
+    kinds = (model.get("kind"), reference.get("kind"))
+    if kinds[0] != kinds[1] or kinds[0] not in {"retrieval", "sts"}:
+        raise ValueError(f"cannot pair per-item records of kinds {kinds}; both must be 'retrieval' or both 'sts'")
+    if kinds[0] == "retrieval":
+        return retrieval_items(model["ndcg_at_10"], reference["ndcg_at_10"])
+    # mteb's result cache rounds every stored score to 6 decimals, so a cached record and a fresh one
+    # of the same pairs agree only to that precision; gold scores are compared and used at it.
+    gold, other = np.round(np.asarray(model["gold"], dtype=float), 6), np.asarray(reference["gold"], dtype=float)
+    if gold.shape != other.shape or not np.allclose(gold, other, rtol=0, atol=1e-6):
+        raise ValueError("the two models were scored on different STS pairs (gold scores differ); re-evaluate both")
+    return sts_items(gold, model["cosine"], reference["cosine"])
