@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from xprt_st.cli import app
 
@@ -48,7 +47,7 @@ def compare(
 
     xprt-st compare --config benchmarks/compare-cpu.yaml --output runs/compare-cpu
     """
-    from xprt_st.compare import CompareConfigError, load_compare_config, run_compare
+    from xprt_st.compare import CompareConfigError, gain_table, load_compare_config, run_compare
 
     console = Console(stderr=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -71,12 +70,5 @@ def compare(
         raise typer.Exit(2) from error
     result = run_compare(resolved, output, progress=progress, report_only=report_only)
 
-    table = Table(title="Mean gain over the starting model (×100, mean over tasks)")
-    table.add_column("model", style="bold")
-    for seed in result.seeds:
-        table.add_column(f"seed {seed}", justify="right")
-    for name in result.models[1:]:
-        cells = [f"{100 * result.gain(s, name):+.2f}" if name in result.scores[s] else "" for s in result.seeds]
-        table.add_row(name, *cells)
-    Console().print(table)
+    Console().print(gain_table(result))
     console.print(f"[green]done:[/green] {output}/compare.md, compare.csv, compare.png")
