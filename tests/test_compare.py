@@ -317,3 +317,61 @@ def test_shipped_comparison_configs_validate(config: str, monkeypatch: pytest.Mo
     monkeypatch.chdir(root)  # the configs name probe recipes relative to the repository root
     loaded = load_compare_config(root / "benchmarks" / config)  # binds every recipe with the shared overrides
     assert loaded.recipes and loaded.tasks and len(loaded.seeds) >= 2
+
+
+def _build_script():
+    """benchmarks/build_unsupervised_start.py as a module (benchmarks/ is not a package)."""
+    import importlib.util
+
+    path = Path(__file__).parents[1] / "benchmarks" / "build_unsupervised_start.py"
+    spec = importlib.util.spec_from_file_location("build_unsupervised_start", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_unsupervised_start_build_stops_when_flat_and_records_its_curve(tmp_path: Path, tiny_model_path: Path) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    from xprt_st.training.pretrain_mlm import SmallBertConfig, pretrain_small_bert
+
+    script = _build_script()
+    texts = [json.loads(line)["text"] for line in _write_corpus(tmp_path).read_text().splitlines()]
+    small = SmallBertConfig(layers=1, hidden=32, heads=2, intermediate=64, max_seq_length=32, steps=2, batch_size=4)
+    bert = tmp_path / "small-bert"
+    pretrain_small_bert(texts, bert, small, device="cpu", progress=False)
+    raw = yaml.safe_load(_config(tmp_path, bert).read_text())
+    raw |= {"mining_model": str(tiny_model_path), "recipes": ["xprt"]}  # the build trains its own recipe only
+    # min_delta 1.0 (a full point of score on the 0-1 scale) cannot be reached: flat at the first evaluation
+    raw["stopping"] = {"eval_every": 2, "min_delta": 1.0, "patience": 1}
+    raw["training"] |= {"max_steps": 6}
+    path = tmp_path / "start.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    output = tmp_path / "start"
+    config, stopping = script.load_config(path, {})
+    assert config.recipes == ["random-span-contrastive"] and config.training["save_total_limit"] is None
+    record = script.build(config, stopping, output, progress=False)
+
+    assert record == json.loads((output / "unsupervised_start.json").read_text())
+    assert record["recipe"] == "random-span-contrastive" and record["setting"] == "from-bert"
+    assert record["stopped"] == "flat" and record["steps"] == 2
+    assert [point["step"] for point in record["curve"]] == [0, 2]
+    assert record["contrastive_tokens_seen"] == 2 * 2 * 2 * 32  # steps x batch x two spans x 32 tokens
+    assert set(record["final_scores"]) == set(record["curve"][0]["scores"]) and len(record["final_scores"]) == 2
+    assert record["small_bert"]["steps"] == 2
+    assert (output / "data" / "pairs-random-span" / "stats.json").is_file()
+    SentenceTransformer(str(output / "model"))  # the start of the comparison loads as a plain model
+
+    # a second call finds the build complete: nothing is trained again
+    stamp = (output / "model" / "model.safetensors").stat().st_mtime_ns
+    assert script.build(config, stopping, output, progress=False)["curve"] == record["curve"]
+    assert (output / "model" / "model.safetensors").stat().st_mtime_ns == stamp
+
+    # a start that is not a finished small BERT is refused before any work
+    raw["model"] = str(tmp_path / "no-such-bert")
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    with pytest.raises(CompareConfigError, match=r"pretrain_small_bert\.py"):
+        script.build(*script.load_config(path, {}), tmp_path / "other", progress=False)
+    assert not (tmp_path / "other").exists()
+    with pytest.raises(CompareConfigError, match=r"stopping\.typo"):
+        script.load_config(path, {"typo": 1})
