@@ -322,10 +322,12 @@ def test_shipped_comparison_configs_validate(config: str, monkeypatch: pytest.Mo
 def _build_script():
     """benchmarks/build_unsupervised_start.py as a module (benchmarks/ is not a package)."""
     import importlib.util
+    import sys
 
     path = Path(__file__).parents[1] / "benchmarks" / "build_unsupervised_start.py"
     spec = importlib.util.spec_from_file_location("build_unsupervised_start", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their annotations through the module's entry
     spec.loader.exec_module(module)
     return module
 
