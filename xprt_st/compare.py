@@ -18,7 +18,9 @@ One run, driven by a :class:`CompareConfig` (``benchmarks/compare-cpu.yaml``, ``
    with mteb's result cache keyed by the weights (``RUN/eval-cache``), plus one ``RUN/scores/*.json``
    per model; finished evaluations are never repeated.
 5. **Report**: ``RUN/compare.md`` (per-seed tables, the gain over the start averaged over tasks, and
-   its spread across seeds), ``RUN/compare.csv`` (long format) and ``RUN/compare.png``.
+   its spread across seeds; every gain with its paired bootstrap 95% interval over queries or STS pairs
+   and a verdict over seeds, :mod:`xprt_st.evaluation.bootstrap`), ``RUN/compare.csv`` (long format, with
+   the intervals) and ``RUN/compare.png``. The scores files keep each model's per-item scores for this.
 
 Example:
     >>> from xprt_st.compare import load_compare_config, run_compare

@@ -424,6 +424,7 @@ class CompareResult:
         """
         from rich import box
         from rich.console import Group
+        from rich.markup import escape
         from rich.table import Table
         from rich.text import Text
 
@@ -437,7 +438,7 @@ class CompareResult:
         scores = table(f"finetune-compare on {self.task}: nDCG@10 ×100, {n_test} test queries")
         for role in ROLES:
             scores.add_column(role, justify="right", no_wrap=True)
-        gains = table("gain of pre-training ×100 [paired bootstrap 95% CI]")
+        gains = table(escape("gain of pre-training ×100 [paired bootstrap 95% CI]"))
         gains.add_column("before fine-tuning", justify="right", no_wrap=True)
         gains.add_column("after fine-tuning", justify="right", no_wrap=True)
         for row in self.rows:

@@ -21,6 +21,7 @@ from xprt_st.evaluation.bootstrap import (
     spearman,
     sts_items,
 )
+from xprt_st.evaluation.local import make_retrieval_task
 
 # At most one scipy batch, so scipy draws all indices in one call that the hand computation repeats.
 B = 200
@@ -140,3 +141,19 @@ def test_stored_records_pair_across_mtebs_six_decimal_cache_rounding() -> None:
         {"kind": "retrieval", "ndcg_at_10": {"q1": 0.25, "q2": 0.25}},
     )
     assert queries.difference() == pytest.approx(0.125)
+
+
+def test_stored_per_item_scores_reproduce_mtebs_scores(tiny_model, tmp_path, stsb_writer, beir_folder) -> None:
+    from xprt_st.evaluation.local import make_sts_task, read_beir_folder, read_sts_file
+    from xprt_st.evaluation.run import evaluate_model
+
+    sts = make_sts_task(read_sts_file(stsb_writer(tmp_path / "sts.csv")), "toy-sts")
+    beir = make_retrieval_task(read_beir_folder(beir_folder), "toy-beir")
+    pairs: dict = {}
+    scores, per_query = evaluate_model(tiny_model, [sts, beir], label="tiny", cache_dir=None, per_pair=pairs)
+    assert set(pairs) == {"toy-sts"} and set(per_query) == {"toy-beir"}
+    stored = pairs["toy-sts"]
+    assert len(stored["cosine"]) == len(stored["gold"]) == len(sts.sts)
+    # Spearman of the kept pairs is mteb's main score; the mean of the kept queries is its nDCG@10
+    assert float(spearman(np.array(stored["gold"]), np.array(stored["cosine"]))) == pytest.approx(scores[0].score)
+    assert np.mean(list(per_query["toy-beir"].values())) == pytest.approx(scores[1].score, abs=1e-5)  # mteb rounds

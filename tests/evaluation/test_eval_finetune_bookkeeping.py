@@ -236,3 +236,4 @@ def test_result_table_is_readable_at_80_columns_with_every_arguana_domain() -> N
         assert f"{100 * row.gain_after:+.2f} [{100 * row.after_low:+.2f}, {100 * row.after_high:+.2f}]" in text
         assert f"{row.domain}: {row.flag}" in text
     assert "pretrained+ft" in text and "before fine-tuning" in text and "after fine-tuning: loss:" in text
+    assert "[paired bootstrap 95% CI]" in text  # the title's brackets are text, not rich markup
