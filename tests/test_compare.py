@@ -17,8 +17,10 @@ from xprt_st.compare import (
     CompareResult,
     _claim,
     data_variant,
+    gain_table,
     load_compare_config,
     markdown_report,
+    write_report,
 )
 
 runner = CliRunner()
@@ -106,10 +108,21 @@ def test_compare_cli_end_to_end_and_resume(tmp_path: Path, tiny_model_path: Path
     with (run / "compare.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert {row["model"] for row in rows} == {"start", "change-only-positive", "random-span-contrastive"}
-    assert len(rows) == 3 * 2
+    assert len(rows) == 3 * (2 + 1)  # two tasks and the mean over tasks
     assert all(float(row["delta_vs_start"]) == 0.0 for row in rows if row["model"] == "start")
+    # every difference to the start has its paired bootstrap interval: queries (BEIR) and pairs (STS) are kept
+    (scores_dir,) = (run / "scores").iterdir()
+    stored = json.loads((scores_dir / "seed-1" / "change-only-positive.json").read_text())["per_item"]
+    assert {record["kind"] for record in stored.values()} == {"retrieval", "sts"}
+    assert all(len(r["cosine"]) == len(r["gold"]) == 6 for r in stored.values() if r["kind"] == "sts")
+    for row in rows:
+        if row["model"] != "start":
+            assert float(row["ci_low"]) <= float(row["delta_vs_start"]) + 1e-9 <= float(row["ci_high"]) + 2e-9
+            assert row["verdict"] in {"gain", "loss", "no clear difference"}
     markdown = (run / "compare.md").read_text()
-    assert "| change-only-positive |" in markdown and "gain vs start" in markdown
+    assert "| change-only-positive |" in markdown and "gain vs start [95% CI]" in markdown
+    assert "Verdict per task across seeds" in markdown and "paired bootstrap" in markdown
+    assert "95% CI" in result.output and "verdict" in result.output
 
     # a second run finds everything complete: nothing is trained or evaluated again
     timings = (run / "timings.json").read_text()
@@ -169,8 +182,88 @@ def test_gain_and_spread_by_hand(tmp_path: Path) -> None:
     assert result.gain(2, "xprt") == pytest.approx(0.005)
     config = load_compare_config(_config_stub(tmp_path))
     table = markdown_report(result, config)
-    # mean gain +0.75, spread 0.50 (×100); per task a +1.00, b +0.50
-    assert "| xprt | +1.00 | +0.50 | +0.75 | 0.50 | a +1.00, b +0.50 |" in table
+    # mean gain +0.75, spread 0.50 (×100); per task a +1.00, b +0.50; no per-item scores: no interval, no verdict
+    assert "| xprt | +1.00 (no interval) | +0.50 (no interval) | +0.75 | 0.50 | n/a | a +1.00, b +0.50 |" in table
+
+
+def _hand_result() -> CompareResult:
+    """Two seeds of one model against the start on a retrieval task (4 queries) and an STS task (5 pairs)."""
+    start_queries = {"q1": 0.5, "q2": 0.2, "q3": 0.9, "q4": 0.4}
+    gold = [0.0, 1.0, 2.0, 3.0, 4.0]
+    start_cosine = [0.1, 0.3, 0.2, 0.5, 0.4]  # Spearman 0.8 with gold
+    seed_items = {
+        # seed 1: +0.1 on every query (degenerate: the interval is exactly [+0.1, +0.1]); STS perfect
+        1: ({q: v + 0.1 for q, v in start_queries.items()}, [0.1, 0.2, 0.3, 0.4, 0.5]),
+        # seed 2: identical to the start on retrieval (interval [0, 0]); STS unchanged
+        2: (dict(start_queries), list(start_cosine)),
+    }
+    scores, per_item = {}, {}
+    start = {"a": sum(start_queries.values()) / 4, "b": 0.8}
+    for seed, (queries, cosine) in seed_items.items():
+        scores[seed] = {"start": start, "xprt": {"a": sum(queries.values()) / 4, "b": 1.0 if seed == 1 else 0.8}}
+        per_item[seed] = {
+            "start": {
+                "a": {"kind": "retrieval", "ndcg_at_10": start_queries},
+                "b": {"kind": "sts", "cosine": start_cosine, "gold": gold},
+            },
+            "xprt": {
+                "a": {"kind": "retrieval", "ndcg_at_10": queries},
+                "b": {"kind": "sts", "cosine": cosine, "gold": gold},
+            },
+        }
+    return CompareResult(
+        tasks=["a", "b"],
+        metrics={"a": "ndcg_at_10", "b": "cosine_spearman"},
+        models=["start", "xprt"],
+        seeds=[1, 2],
+        scores=scores,
+        per_item=per_item,
+    )
+
+
+def test_report_states_each_seeds_interval_and_flags_disagreeing_seeds(tmp_path: Path) -> None:
+    result = _hand_result()
+    retrieval = result.interval(1, "xprt", "a")
+    assert (retrieval.estimate, retrieval.low, retrieval.high) == pytest.approx((0.1, 0.1, 0.1))
+    assert result.interval(2, "xprt", "a").verdict == "no clear difference"
+    assert result.interval(1, "xprt", "b").estimate == pytest.approx(1.0 - 0.8)
+    # the mean over tasks of seed 1: (0.1 + 0.2) / 2, its interval from resampling each task within itself
+    pooled = result.interval(1, "xprt")
+    assert pooled.estimate == pytest.approx(0.15) and pooled.low <= 0.15 <= pooled.high
+    assert result.verdict("xprt", "a") == "seeds disagree"  # seed 1 gains, seed 2 does not: no gain claimed
+    assert result.verdict("xprt", "b") in {"seeds disagree", "no clear difference"}
+
+    config = load_compare_config(_config_stub(tmp_path))
+    markdown = markdown_report(result, config)
+    assert "| xprt | +10.00 [+10.00, +10.00] gain |" in markdown
+    assert "| xprt | seeds disagree |" in markdown
+    run = tmp_path / "report"
+    run.mkdir()
+    write_report(result, run, config)
+    with (run / "compare.csv").open() as handle:
+        rows = {(r["seed"], r["model"], r["task"]): r for r in csv.DictReader(handle)}
+    assert rows[("1", "xprt", "a")]["verdict"] == "gain"
+    assert float(rows[("1", "xprt", "a")]["ci_low"]) == pytest.approx(0.1)
+    assert rows[("2", "xprt", "a")]["verdict"] == "no clear difference"
+    assert float(rows[("1", "xprt", "mean over tasks")]["delta_vs_start"]) == pytest.approx(0.15)
+    assert rows[("1", "start", "a")]["verdict"] == ""
+
+
+def test_printed_gain_table_is_readable_at_80_columns() -> None:
+    from rich.console import Console
+
+    result = _hand_result()
+    result.models.append("random-span-contrastive")  # the longest recipe name
+    for seed in result.seeds:
+        result.scores[seed]["random-span-contrastive"] = result.scores[seed]["xprt"]
+        result.per_item[seed]["random-span-contrastive"] = result.per_item[seed]["xprt"]
+    console = Console(width=80, record=True)
+    console.print(gain_table(result))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "…" not in text
+    for cell in ("random-span-contrastive", "seeds disagree", "+15.00", "[+0.00, +0.00]", "no clear difference"):
+        assert cell in text, cell
 
 
 def _config_stub(tmp_path: Path) -> Path:
@@ -274,3 +367,63 @@ def test_a_finished_model_of_an_edited_recipe_is_refused(tmp_path: Path) -> None
     edited = {**resolved, "objective": {**resolved["objective"], "args": {"cross_weight": 0.5}}}
     with pytest.raises(CompareConfigError, match="differs in: objective"):
         _check_complete(folder, edited)
+
+
+def _build_script():
+    """benchmarks/build_unsupervised_start.py as a module (benchmarks/ is not a package)."""
+    import importlib.util
+    import sys
+
+    path = Path(__file__).parents[1] / "benchmarks" / "build_unsupervised_start.py"
+    spec = importlib.util.spec_from_file_location("build_unsupervised_start", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their annotations through the module's entry
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_unsupervised_start_build_stops_when_flat_and_records_its_curve(tmp_path: Path, tiny_model_path: Path) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    from xprt_st.training.pretrain_mlm import SmallBertConfig, pretrain_small_bert
+
+    script = _build_script()
+    texts = [json.loads(line)["text"] for line in _write_corpus(tmp_path).read_text().splitlines()]
+    small = SmallBertConfig(layers=1, hidden=32, heads=2, intermediate=64, max_seq_length=32, steps=2, batch_size=4)
+    bert = tmp_path / "small-bert"
+    pretrain_small_bert(texts, bert, small, device="cpu", progress=False)
+    raw = yaml.safe_load(_config(tmp_path, bert).read_text())
+    raw |= {"mining_model": str(tiny_model_path), "recipes": ["xprt"]}  # the build trains its own recipe only
+    # min_delta 1.0 (a full point of score on the 0-1 scale) cannot be reached: flat at the first evaluation
+    raw["stopping"] = {"eval_every": 2, "min_delta": 1.0, "patience": 1}
+    raw["training"] |= {"max_steps": 6}
+    path = tmp_path / "start.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    output = tmp_path / "start"
+    config, stopping = script.load_config(path, {})
+    assert config.recipes == ["random-span-contrastive"] and config.training["save_total_limit"] is None
+    record = script.build(config, stopping, output, progress=False)
+
+    assert record == json.loads((output / "unsupervised_start.json").read_text())
+    assert record["recipe"] == "random-span-contrastive" and record["setting"] == "from-bert"
+    assert record["stopped"] == "flat" and record["steps"] == 2
+    assert [point["step"] for point in record["curve"]] == [0, 2]
+    assert record["contrastive_tokens_seen"] == 2 * 2 * 2 * 32  # steps x batch x two spans x 32 tokens
+    assert set(record["final_scores"]) == set(record["curve"][0]["scores"]) and len(record["final_scores"]) == 2
+    assert record["small_bert"]["steps"] == 2
+    assert (output / "data" / "pairs-random-span" / "stats.json").is_file()
+    SentenceTransformer(str(output / "model"))  # the start of the comparison loads as a plain model
+
+    # a second call finds the build complete: nothing is trained again
+    stamp = (output / "model" / "model.safetensors").stat().st_mtime_ns
+    assert script.build(config, stopping, output, progress=False)["curve"] == record["curve"]
+    assert (output / "model" / "model.safetensors").stat().st_mtime_ns == stamp
+
+    # a start that is not a finished small BERT is refused before any work
+    raw["model"] = str(tmp_path / "no-such-bert")
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    with pytest.raises(CompareConfigError, match=r"pretrain_small_bert\.py"):
+        script.build(*script.load_config(path, {}), tmp_path / "other", progress=False)
+    assert not (tmp_path / "other").exists()
+    with pytest.raises(CompareConfigError, match=r"stopping\.typo"):
+        script.load_config(path, {"typo": 1})

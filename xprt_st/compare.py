@@ -18,7 +18,9 @@ One run, driven by a :class:`CompareConfig` (``benchmarks/compare-cpu.yaml``, ``
    with mteb's result cache keyed by the weights (``RUN/eval-cache``), plus one ``RUN/scores/*.json``
    per model; finished evaluations are never repeated.
 5. **Report**: ``RUN/compare.md`` (per-seed tables, the gain over the start averaged over tasks, and
-   its spread across seeds), ``RUN/compare.csv`` (long format) and ``RUN/compare.png``.
+   its spread across seeds; every gain with its paired bootstrap 95% interval over queries or STS pairs
+   and a verdict over seeds, :mod:`xprt_st.evaluation.bootstrap`), ``RUN/compare.csv`` (long format, with
+   the intervals) and ``RUN/compare.png``. The scores files keep each model's per-item scores for this.
 
 Example:
     >>> from xprt_st.compare import load_compare_config, run_compare
@@ -42,9 +44,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from xprt_st.evaluation.bootstrap import Interval
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +85,8 @@ finished models and scores are found by recipe, seed and evaluation key only, so
 old models and scores as the new configuration's. Tasks (the evaluation key), seeds and recipes may change."""
 CORPUS_FILE = "corpus.jsonl.gz"
 TIMINGS_FILE = "timings.json"
+MEAN_TASK = "mean over tasks"
+"""The ``task`` of compare.csv's rows that hold the mean over tasks and its pooled interval."""
 
 
 class CompareConfigError(ValueError):
@@ -375,6 +384,12 @@ class CompareResult:
     models: list[str]
     seeds: list[int]
     scores: dict[int, dict[str, dict[str, float]]]
+    per_item: dict[int, dict[str, dict[str, dict[str, Any]]]] = field(default_factory=dict)
+    """``per_item[seed][model][task]``: the stored per-item record (:func:`xprt_st.evaluation.bootstrap.paired_items`);
+    absent for scores written before per-item scores were kept: their differences have no interval."""
+    _intervals: dict[tuple[int, str, str | None], Interval | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def gain(self, seed: int, model: str) -> float:
         """Mean over tasks of (model - start)."""
@@ -392,6 +407,32 @@ class CompareResult:
         """Mean over the seeds that have ``model`` of (model - start) on one task."""
         rows = [self.scores[s] for s in self.seeds if model in self.scores[s]]
         return statistics.fmean(row[model][task] - row[START_LABEL][task] for row in rows)
+
+    def interval(self, seed: int, model: str, task: str | None = None) -> Interval | None:
+        """Paired bootstrap 95% interval of (model - start) in one seed: on ``task``, or (None) the mean over tasks.
+
+        None when a needed per-item record is missing. The mean over tasks is resampled within each
+        task jointly (:func:`xprt_st.evaluation.bootstrap.pooled_interval`).
+        """
+        key = (seed, model, task)
+        if key not in self._intervals:
+            from xprt_st.evaluation.bootstrap import paired_interval, paired_items, pooled_interval
+
+            rows = self.per_item.get(seed, {})
+            start, mine = rows.get(START_LABEL, {}), rows.get(model, {})
+            needed = self.tasks if task is None else [task]
+            if model == START_LABEL or any(t not in start or t not in mine for t in needed):
+                self._intervals[key] = None
+            else:
+                items = [paired_items(mine[t], start[t]) for t in needed]
+                self._intervals[key] = paired_interval(items[0]) if task is not None else pooled_interval(items)
+        return self._intervals[key]
+
+    def verdict(self, model: str, task: str | None = None) -> str:
+        """Verdict over the seeds that have ``model`` (gain, loss, no clear difference, seeds disagree, n/a)."""
+        from xprt_st.evaluation.bootstrap import seeds_verdict
+
+        return seeds_verdict([self.interval(s, model, task) for s in self.seeds if model in self.scores[s]])
 
 
 def _record_timing(run: Path, key: str, seconds: float) -> None:
@@ -491,10 +532,22 @@ def _evaluate(
         "model": str(model_spec) if model_spec is not None else "default",
         "scores": {task: report.score(label, task) for task in report.tasks},
         "metrics": {task: report.metric(task) for task in report.tasks},
+        "per_item": _per_item(report, label),
     }
     scores_file.parent.mkdir(parents=True, exist_ok=True)
     scores_file.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
     return payload
+
+
+def _per_item(report: Any, label: str) -> dict[str, dict[str, Any]]:
+    """Each task's per-item scores (queries' nDCG@10, pairs' cosine and gold): what the report's bootstrap resamples."""
+    items: dict[str, dict[str, Any]] = {}
+    for task in report.tasks:
+        if label in report.per_query.get(task, {}):
+            items[task] = {"kind": "retrieval", "ndcg_at_10": report.per_query[task][label]}
+        elif label in report.per_pair.get(task, {}):
+            items[task] = {"kind": "sts", **report.per_pair[task][label]}
+    return items
 
 
 def _claim(lock: Path) -> Path | None:
@@ -666,21 +719,26 @@ def collect_results(run: Path, config: CompareConfig, tasks: list[str]) -> Compa
     start = json.loads(start_file.read_text(encoding="utf-8"))
     metrics = start["metrics"]
     scores: dict[int, dict[str, dict[str, float]]] = {}
+    per_item: dict[int, dict[str, dict[str, dict[str, Any]]]] = {}
     models = [START_LABEL]
     seeds = []
     for seed in config.seeds:
         rows = {START_LABEL: start["scores"]}
+        items = {START_LABEL: start.get("per_item", {})}
         for name in config.recipes:
             label = Path(name).stem
             path = run / "scores" / config.evaluation_key() / f"seed-{seed}" / f"{label}.json"
             if path.is_file():
-                rows[label] = json.loads(path.read_text(encoding="utf-8"))["scores"]
+                payload = json.loads(path.read_text(encoding="utf-8"))
+                rows[label] = payload["scores"]
+                items[label] = payload.get("per_item", {})
                 if label not in models:
                     models.append(label)
         if len(rows) > 1:
             scores[seed] = rows
+            per_item[seed] = items
             seeds.append(seed)
-    return CompareResult(tasks=tasks, metrics=metrics, models=models, seeds=seeds, scores=scores)
+    return CompareResult(tasks=tasks, metrics=metrics, models=models, seeds=seeds, scores=scores, per_item=per_item)
 
 
 # ------------------------------------------------------------------------------------------ report
@@ -688,17 +746,35 @@ def _spread(values: list[float]) -> float:
     return max(values) - min(values) if len(values) > 1 else float("nan")
 
 
+READING = (
+    "Intervals: paired bootstrap 95% percentile intervals (scipy.stats.bootstrap, {n} resamples, seed {seed}) "
+    "over the evaluation items, both models scored on the same resample: queries for retrieval (mean of "
+    "per-query nDCG@10 differences), sentence pairs for STS (Spearman of each model recomputed on the "
+    "resampled pairs). The mean over tasks resamples each task's items within that task, jointly. "
+    "Verdict: *gain* only when the interval lies above 0 (in every seed), *loss* only when it lies below 0 "
+    "(in every seed); *no clear difference* when it includes 0; *seeds disagree* when seeds give different "
+    "verdicts; *n/a* when per-item scores are missing (scores evaluated before they were kept)."
+)
+"""How to read the intervals and verdicts; printed under the report's tables."""
+
+
+def _cell(interval: Interval | None, value: float) -> str:
+    """``+0.75 [-0.20, +1.60]`` (×100), or the bare difference when there is no interval."""
+    return f"{100 * value:+.2f} " + (interval.format_bounds() if interval is not None else "(no interval)")
+
+
 def markdown_report(result: CompareResult, config: CompareConfig) -> str:
-    """Per-seed tables (scores ×100), then the average gain over the start per recipe with its spread."""
+    """Per-seed tables (scores ×100) with each gain's 95% interval, then the gains across seeds and their verdicts."""
+    from xprt_st.evaluation.bootstrap import N_RESAMPLES, SEED
+
     lines = []
-    head = ["model", *[f"{t} ({result.metrics[t]})" for t in result.tasks], "mean", "gain vs start"]
+    head = ["model", *[f"{t} ({result.metrics[t]})" for t in result.tasks], "mean", "gain vs start [95% CI]"]
     for seed in result.seeds:
         lines += [f"### Seed {seed}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for model in result.models:
-            if model not in result.scores[seed]:
-                continue
+        models = [m for m in result.models if m in result.scores[seed]]
+        for model in models:
             row = result.scores[seed][model]
-            gain = "" if model == START_LABEL else f"{100 * result.gain(seed, model):+.2f}"
+            gain = "" if model == START_LABEL else _cell(result.interval(seed, model), result.gain(seed, model))
             cells = [
                 model,
                 *[f"{100 * row[t]:.2f}" for t in result.tasks],
@@ -706,35 +782,108 @@ def markdown_report(result: CompareResult, config: CompareConfig) -> str:
                 gain,
             ]
             lines.append("| " + " | ".join(cells) + " |")
+        lines += [
+            "",
+            f"Seed {seed}: gain over the start per task (×100) [95% CI], verdict:",
+            "",
+            "| model | " + " | ".join(result.tasks) + " |",
+            "|" + "---|" * (len(result.tasks) + 1),
+        ]
+        for model in models[1:]:
+            cells = []
+            for task in result.tasks:
+                interval = result.interval(seed, model, task)
+                delta = result.scores[seed][model][task] - result.scores[seed][START_LABEL][task]
+                cells.append(_cell(interval, delta) + (f" {interval.verdict}" if interval is not None else ""))
+            lines.append(f"| {model} | " + " | ".join(cells) + " |")
         lines.append("")
     lines += [
         "### Average gain over the start (mean over tasks, ×100), across seeds",
         "",
         "| model | "
-        + " | ".join(f"seed {s}" for s in result.seeds)
-        + " | mean | spread (max-min) | per task (mean over seeds) |",
-        "|" + "---|" * (len(result.seeds) + 4),
+        + " | ".join(f"seed {s} [95% CI]" for s in result.seeds)
+        + " | mean | spread (max-min) | verdict | per task (mean over seeds) |",
+        "|" + "---|" * (len(result.seeds) + 5),
     ]
     for model in result.models[1:]:
-        gains = [result.gain(s, model) if model in result.scores[s] else None for s in result.seeds]
+        seed_cells = [
+            _cell(result.interval(s, model), result.gain(s, model)) if model in result.scores[s] else ""
+            for s in result.seeds
+        ]
         present = result.seed_gains(model)
         per_task = [f"{t} {100 * result.task_gain(model, t):+.2f}" for t in result.tasks]
         spread = _spread(present)
         lines.append(
             f"| {model} | "
-            + " | ".join("" if g is None else f"{100 * g:+.2f}" for g in gains)
+            + " | ".join(seed_cells)
             + f" | {100 * statistics.fmean(present):+.2f} | "
             + ("n/a" if spread != spread else f"{100 * spread:.2f}")
-            + " | "
+            + f" | {result.verdict(model)} | "
             + ", ".join(per_task)
             + " |"
         )
-    lines.append("")
+    lines += [
+        "",
+        "### Verdict per task across seeds",
+        "",
+        "| model | " + " | ".join(result.tasks) + " |",
+        "|" + "---|" * (len(result.tasks) + 1),
+    ]
+    for model in result.models[1:]:
+        lines.append(f"| {model} | " + " | ".join(result.verdict(model, t) for t in result.tasks) + " |")
+    lines += ["", READING.format(n=N_RESAMPLES, seed=SEED), ""]
     return "\n".join(lines)
 
 
+def gain_table(result: CompareResult) -> Table:
+    """The table ``xprt-st compare`` prints: each model's mean gain per seed with its 95% interval and verdict.
+
+    One row per (model, seed), then an ``all seeds`` row with the mean gain and the verdict over seeds;
+    five narrow columns, so it stays readable at 80 columns.
+    """
+    from rich import box
+    from rich.table import Table
+
+    # Column rules only between sections: the longest recipe name and verdict then fit 80 columns uncut.
+    table = Table(
+        title="Gain over the starting model (×100, mean over tasks), paired bootstrap 95% CI",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+    )
+    table.add_column("model", style="bold", no_wrap=True)
+    table.add_column("seed", justify="right", no_wrap=True)
+    table.add_column("gain", justify="right", no_wrap=True)
+    table.add_column("95% CI", justify="right", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    for model in result.models[1:]:
+        seeds = [s for s in result.seeds if model in result.scores[s]]
+        for index, seed in enumerate(seeds):
+            interval = result.interval(seed, model)
+            table.add_row(
+                model if index == 0 else "",
+                str(seed),
+                f"{100 * result.gain(seed, model):+.2f}",
+                interval.format_bounds() if interval is not None else "n/a",
+                interval.verdict if interval is not None else "n/a",
+                end_section=len(seeds) == 1,
+            )
+        if len(seeds) > 1:
+            mean = statistics.fmean(result.seed_gains(model))
+            table.add_row("", "all", f"{100 * mean:+.2f}", "", result.verdict(model), end_section=True)
+    return table
+
+
 def write_report(result: CompareResult, run: Path, config: CompareConfig) -> dict[str, Path]:
-    """Write ``compare.md``, ``compare.csv`` (seed, model, task, metric, score) and ``compare.png``."""
+    """Write ``compare.md``, ``compare.csv`` and ``compare.png``.
+
+    The CSV is long format: one row per (seed, model, task) with the score, the difference to the
+    start and its 95% interval and verdict (``ci_low``, ``ci_high``, ``verdict``; empty for the start
+    and where per-item scores are missing), plus one row per (seed, model) whose task is
+    ``mean over tasks`` (metric ``mean``): the mean score, the mean gain and its pooled interval.
+    """
+    from xprt_st.evaluation.bootstrap import interval_fields
+
     paths = {"md": run / "compare.md", "csv": run / "compare.csv", "png": run / "compare.png"}
     header = [
         f"# Objective comparison ({', '.join(result.models[1:])})",
@@ -747,12 +896,36 @@ def write_report(result: CompareResult, run: Path, config: CompareConfig) -> dic
     paths["md"].write_text("\n".join(header) + markdown_report(result, config), encoding="utf-8")
     with paths["csv"].open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["seed", "model", "task", "metric", "score", "delta_vs_start"])
+        writer.writerow(["seed", "model", "task", "metric", "score", "delta_vs_start", "ci_low", "ci_high", "verdict"])
         for seed in result.seeds:
             for model, row in result.scores[seed].items():
                 for task in result.tasks:
                     delta = row[task] - result.scores[seed][START_LABEL][task]
-                    writer.writerow([seed, model, task, result.metrics[task], f"{row[task]:.6f}", f"{delta:.6f}"])
+                    interval = interval_fields(result.interval(seed, model, task))
+                    writer.writerow(
+                        [
+                            seed,
+                            model,
+                            task,
+                            result.metrics[task],
+                            f"{row[task]:.6f}",
+                            f"{delta:.6f}",
+                            *interval.values(),
+                        ]
+                    )
+                gain = result.gain(seed, model) if model != START_LABEL else 0.0
+                interval = interval_fields(result.interval(seed, model))
+                writer.writerow(
+                    [
+                        seed,
+                        model,
+                        MEAN_TASK,
+                        "mean",
+                        f"{result.mean(seed, model):.6f}",
+                        f"{gain:.6f}",
+                        *interval.values(),
+                    ]
+                )
     _plot(result, paths["png"])
     return paths
 

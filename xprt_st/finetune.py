@@ -4,8 +4,9 @@ The paper measured xPRT without fine-tuning; a search team fine-tunes anyway. Th
 the base model and the pre-trained model under identical settings and seeds with
 MultipleNegativesRankingLoss, evaluates the four models (``base``, ``pretrained``, ``base+ft``,
 ``pretrained+ft``) on the same held-out queries, and reports the gain of pre-training before and
-after fine-tuning, overall and per sub-domain, flagging sub-domains that lose (the paper saw drops
-on domains far from web text: TREC-COVID, FiQA).
+after fine-tuning, overall and per sub-domain, each gain with a paired bootstrap 95% interval over
+the test queries (:mod:`xprt_st.evaluation.bootstrap`), flagging sub-domains that lose (the paper
+saw drops on domains far from web text: TREC-COVID, FiQA).
 
 Labelled data, in order of preference:
 
@@ -31,11 +32,15 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sentence_transformers import SentenceTransformer
 
+from xprt_st.evaluation.bootstrap import LOSS, Interval, paired_interval, retrieval_items
 from xprt_st.evaluation.local import BEIRData, TaskLoadError, make_retrieval_task
+
+if TYPE_CHECKING:
+    from rich.console import Group
 
 logger = logging.getLogger(__name__)
 
@@ -248,7 +253,10 @@ class GainRow:
     """Scores of the four models on one sub-domain and the gains of pre-training.
 
     ``gain_before`` = pretrained - base; ``gain_after`` = (pretrained+ft) - (base+ft);
-    ``flag`` names where pre-training loses by more than the tolerance.
+    ``flag`` names where pre-training loses by more than the tolerance, and says so when the loss's
+    95% interval includes 0. ``*_low`` / ``*_high`` bound each gain's paired bootstrap 95% interval
+    over the sub-domain's test queries and ``verdict_*`` reads it (gain, loss, no clear difference);
+    NaN and ``""`` when there is no interval (no per-query scores, or a single query).
     """
 
     domain: str
@@ -260,6 +268,41 @@ class GainRow:
     gain_before: float
     gain_after: float
     flag: str
+    before_low: float = math.nan
+    before_high: float = math.nan
+    after_low: float = math.nan
+    after_high: float = math.nan
+    verdict_before: str = ""
+    verdict_after: str = ""
+
+
+def gain_intervals(
+    per_query: Mapping[str, Mapping[str, float]], domains: Mapping[str, str] | None = None
+) -> dict[str, tuple[Interval | None, Interval | None]]:
+    """Paired bootstrap 95% intervals of the gain before and after fine-tuning, overall and per sub-domain.
+
+    Both gains are means of per-query nDCG@10 differences on the same test queries
+    (pretrained - base; pretrained+ft - base+ft), so the queries of each sub-domain are resampled with
+    :func:`xprt_st.evaluation.bootstrap.paired_interval`. A sub-domain with one query has no interval (None).
+
+    Args:
+        per_query: role (:data:`ROLES`) -> query id -> nDCG@10, the same queries for every role.
+        domains: query id -> sub-domain; None or empty: overall only.
+    """
+    groups: dict[str, list[str]] = {OVERALL: sorted(per_query["base"])}
+    for qid in groups[OVERALL] if domains else []:
+        groups.setdefault(domains.get(qid, NO_DOMAIN), []).append(qid)
+    intervals = {}
+    for name, ids in groups.items():
+        pair = []
+        for model, reference in (("pretrained", "base"), ("pretrained+ft", "base+ft")):
+            if len(ids) < 2:
+                pair.append(None)
+                continue
+            items = retrieval_items({q: per_query[model][q] for q in ids}, {q: per_query[reference][q] for q in ids})
+            pair.append(paired_interval(items))
+        intervals[name] = (pair[0], pair[1])
+    return intervals
 
 
 def compare_gains(
@@ -267,6 +310,7 @@ def compare_gains(
     counts: Mapping[str, int] | None = None,
     *,
     tolerance: float = 0.0,
+    intervals: Mapping[str, tuple[Interval | None, Interval | None]] | None = None,
 ) -> list[GainRow]:
     """Gain rows, overall first then sub-domains by name, from role -> domain -> score.
 
@@ -274,6 +318,7 @@ def compare_gains(
         scores: for each role in :data:`ROLES`, a mapping domain -> mean score.
         counts: domain -> number of test queries (for the table).
         tolerance: a gain below ``-tolerance`` is flagged as a loss.
+        intervals: domain -> (interval of the gain before, after) fine-tuning (:func:`gain_intervals`).
     """
     missing = [role for role in ROLES if role not in scores]
     if missing:
@@ -284,8 +329,15 @@ def compare_gains(
         values = {role: scores[role].get(domain, math.nan) for role in ROLES}
         before = values["pretrained"] - values["base"]
         after = values["pretrained+ft"] - values["base+ft"]
-        losses = [name for name, gain in (("before", before), ("after", after)) if gain < -tolerance]
+        pair = (intervals or {}).get(domain, (None, None))
+        # A loss whose interval includes 0 is still named (the point estimate lost) but marked as such.
+        losses = [
+            name + (" (95% CI includes 0)" if interval is not None and interval.verdict != LOSS else "")
+            for name, gain, interval in (("before", before, pair[0]), ("after", after, pair[1]))
+            if gain < -tolerance
+        ]
         flag = f"loses {' and '.join(losses)} fine-tuning" if losses else ""
+        bounds = [(i.low, i.high, i.verdict) if i is not None else (math.nan, math.nan, "") for i in pair]
         rows.append(
             GainRow(
                 domain=domain,
@@ -297,6 +349,12 @@ def compare_gains(
                 gain_before=before,
                 gain_after=after,
                 flag=flag,
+                before_low=bounds[0][0],
+                before_high=bounds[0][1],
+                after_low=bounds[1][0],
+                after_high=bounds[1][1],
+                verdict_before=bounds[0][2],
+                verdict_after=bounds[1][2],
             )
         )
     return rows
@@ -358,23 +416,59 @@ class CompareResult:
                 writer.writerow(asdict(row))
         return path
 
-    def rich_table(self):
-        """One row per sub-domain: the four nDCG@10 values, the two gains, and the flag in red."""
-        from rich.table import Table
+    def rich_table(self) -> Group:
+        """The printed result, readable at 80 columns: scores, gains with their 95% intervals, then flags.
 
-        table = Table(title=f"finetune-compare on {self.task} (nDCG@10, {len(self.plan.test_query_ids)} test queries)")
-        for name in ("domain", "n", *ROLES, "gain before FT", "gain after FT", "flag"):
-            table.add_column(name, justify="left" if name in {"domain", "flag"} else "right")
+        Two narrow tables (one row per sub-domain each) instead of one wide one, so no domain name or
+        flag is cut; verdicts and flags are spelled out in full below them.
+        """
+        from rich import box
+        from rich.console import Group
+        from rich.markup import escape
+        from rich.table import Table
+        from rich.text import Text
+
+        def table(title: str) -> Table:
+            grid = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+            grid.add_column("domain", no_wrap=True)
+            grid.add_column("n", justify="right", no_wrap=True)
+            return grid
+
+        n_test = len(self.plan.test_query_ids)
+        scores = table(f"finetune-compare on {self.task}: nDCG@10 ×100, {n_test} test queries")
+        for role in ROLES:
+            scores.add_column(role, justify="right", no_wrap=True)
+        gains = table(escape("gain of pre-training ×100 [paired bootstrap 95% CI]"))
+        gains.add_column("before fine-tuning", justify="right", no_wrap=True)
+        gains.add_column("after fine-tuning", justify="right", no_wrap=True)
         for row in self.rows:
-            table.add_row(
+            values = (row.base, row.pretrained, row.base_ft, row.pretrained_ft)
+            scores.add_row(row.domain, str(row.n_queries), *(f"{100 * value:.2f}" for value in values))
+            gains.add_row(
                 row.domain,
                 str(row.n_queries),
-                *(f"{value:.4f}" for value in (row.base, row.pretrained, row.base_ft, row.pretrained_ft)),
-                f"{row.gain_before:+.4f}",
-                f"{row.gain_after:+.4f}",
-                f"[red]{row.flag}[/red]" if row.flag else "",
+                _gain_cell(row.gain_before, row.before_low, row.before_high),
+                _gain_cell(row.gain_after, row.after_low, row.after_high),
             )
-        return table
+        notes = [Text("")]
+        for stage, attribute in (("before", "verdict_before"), ("after", "verdict_after")):
+            by_verdict: dict[str, list[str]] = {}
+            for row in self.rows:
+                by_verdict.setdefault(getattr(row, attribute) or "no interval", []).append(row.domain)
+            parts = [f"{verdict}: {', '.join(names)}" for verdict, names in sorted(by_verdict.items())]
+            notes.append(Text(f"{stage} fine-tuning: " + "; ".join(parts)))
+        notes.append(Text("(gain or loss only where the 95% interval excludes 0)", style="dim"))
+        for row in self.rows:
+            if row.flag:
+                notes.append(Text(f"{row.domain}: {row.flag}", style="red"))
+        return Group(scores, Text(""), gains, *notes)
+
+
+def _gain_cell(gain: float, low: float, high: float) -> str:
+    """``+1.23 [-0.40, +2.85]`` (×100), or the bare gain without an interval."""
+    if math.isnan(low):
+        return f"{100 * gain:+.2f}"
+    return f"{100 * gain:+.2f} [{100 * low:+.2f}, {100 * high:+.2f}]"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -522,5 +616,6 @@ def finetune_compare(
         _, values = evaluate_model(loaded[role], [test_task], label=role, batch_size=eval_batch_size, cache_dir=None)
         per_query[role] = values[f"{task}-test"]
     scores = {role: domain_means(per_query[role], domains) for role in ROLES}
-    rows = compare_gains(scores, domain_counts(plan.test_query_ids, domains), tolerance=tolerance)
+    counts = domain_counts(plan.test_query_ids, domains)
+    rows = compare_gains(scores, counts, tolerance=tolerance, intervals=gain_intervals(per_query, domains))
     return CompareResult(task=task, plan=plan, settings=settings, models=names, rows=rows, per_query=per_query)

@@ -129,6 +129,9 @@ def test_finetune_compare_identical_models_gain_nothing(tiny_model_path: Path, t
     # same start, same settings and seed: identical fine-tuning, so no gain before or after
     for row in rows.values():
         assert row["gain_before"] == 0.0 and row["gain_after"] == 0.0 and row["flag"] == ""
+        # and the paired bootstrap interval of a zero difference on every query is exactly [0, 0]
+        assert (row["before_low"], row["before_high"], row["verdict_after"]) == (0.0, 0.0, "no clear difference")
+    assert "+0.00 [+0.00, +0.00]" in result.output and "95% CI" in result.output
     # fine-tuning did change the model
     assert payload["per_query_ndcg_at_10"]["base"] != payload["per_query_ndcg_at_10"]["base+ft"]
     assert (out / "finetune_compare.csv").is_file()

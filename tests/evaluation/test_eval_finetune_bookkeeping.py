@@ -20,6 +20,7 @@ from xprt_st.finetune import (
     compare_gains,
     domain_counts,
     domain_means,
+    gain_intervals,
     plan_folds,
     query_domains,
     read_pairs,
@@ -148,3 +149,91 @@ def test_read_pairs_jsonl_tsv_and_bad_lines(tmp_path: Path) -> None:
         read_pairs(jsonl)
     with pytest.raises(TaskLoadError, match="does not exist"):
         read_pairs(tmp_path / "nope.jsonl")
+
+
+# The sub-domains of ArguAna's test queries (``--domain-pattern '^test-([a-z]+)-'``), the longest first.
+ARGUANA_DOMAINS = (
+    "international",
+    "environment",
+    "philosophy",
+    "education",
+    "religion",
+    "politics",
+    "economy",
+    "culture",
+    "society",
+    "digital",
+    "science",
+    "health",
+    "sport",
+    "free",
+    "law",
+)
+
+
+def _per_query(domains: dict[str, str]) -> dict[str, dict[str, float]]:
+    """Per-query nDCG@10 of the four roles: pre-training gains on even queries, loses on odd ones."""
+    per_query: dict[str, dict[str, float]] = {role: {} for role in ROLES}
+    for index, qid in enumerate(sorted(domains)):
+        base = 0.3 + 0.01 * (index % 7)
+        per_query["base"][qid] = base
+        per_query["pretrained"][qid] = base + (0.1 if index % 2 == 0 else -0.05)
+        per_query["base+ft"][qid] = base + 0.2
+        per_query["pretrained+ft"][qid] = base + 0.2 - 0.02  # loses 0.02 on every query after fine-tuning
+    return per_query
+
+
+def test_gain_intervals_pair_the_queries_of_each_sub_domain() -> None:
+    domains = {"q1": "law", "q2": "law", "q3": "law", "q4": "sport", "q5": "free"}
+    per_query = _per_query(domains)
+    intervals = gain_intervals(per_query, domains)
+    assert set(intervals) == {OVERALL, "law", "sport", "free"}
+    before, after = intervals[OVERALL]
+    # after fine-tuning every query loses exactly 0.02: the interval is exactly [-0.02, -0.02]
+    assert (after.estimate, after.low, after.high) == pytest.approx((-0.02, -0.02, -0.02))
+    assert after.verdict == "loss" and after.n_items == 5
+    assert before.estimate == pytest.approx((3 * 0.1 - 2 * 0.05) / 5) and before.low < 0 < before.high
+    assert intervals["sport"] == (None, None)  # one query: nothing to resample
+    assert gain_intervals(per_query, None).keys() == {OVERALL}
+
+
+def test_loss_flags_say_when_the_interval_includes_zero() -> None:
+    domains = {f"q{i}": "law" if i < 4 else "sport" for i in range(8)}
+    per_query = _per_query(domains)
+    scores = {role: domain_means(per_query[role], domains) for role in ROLES}
+    rows = compare_gains(scores, domain_counts(sorted(domains), domains), intervals=gain_intervals(per_query, domains))
+    law = next(row for row in rows if row.domain == "law")
+    # before: +0.1, -0.05, +0.1, -0.05 -> mean +0.025, no clear gain; after: a clear loss of 0.02
+    assert law.verdict_before == "no clear difference" and law.before_low < 0 < law.before_high
+    assert law.verdict_after == "loss" and law.after_high == pytest.approx(-0.02)
+    assert law.flag == "loses after fine-tuning"
+    scores["pretrained"]["law"] = scores["base"]["law"] - 0.01  # a small loss whose interval includes 0
+    flagged = next(r for r in compare_gains(scores, intervals=gain_intervals(per_query, domains)) if r.domain == "law")
+    assert flagged.flag == "loses before (95% CI includes 0) and after fine-tuning"
+
+
+def test_result_table_is_readable_at_80_columns_with_every_arguana_domain() -> None:
+    from rich.console import Console
+
+    domains = {f"test-{name}-q{i}": name for name in ARGUANA_DOMAINS for i in range(3)}
+    per_query = _per_query(domains)
+    scores = {role: domain_means(per_query[role], domains) for role in ROLES}
+    counts = domain_counts(sorted(domains), domains)
+    result = CompareResult(
+        task="arguana",
+        plan=FoldPlan("split of the task's queries", [], sorted(domains), 0, 0, 0.5),
+        settings=FinetuneSettings(),
+        models={"base": "all-MiniLM-L6-v2"},
+        rows=compare_gains(scores, counts, intervals=gain_intervals(per_query, domains)),
+    )
+    console = Console(width=80, record=True)
+    console.print(result.rich_table())
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "…" not in text and "..." not in text
+    for row in result.rows:  # every name, gain cell and flag appears whole
+        assert row.domain in text, row.domain
+        assert f"{100 * row.gain_after:+.2f} [{100 * row.after_low:+.2f}, {100 * row.after_high:+.2f}]" in text
+        assert f"{row.domain}: {row.flag}" in text
+    assert "pretrained+ft" in text and "before fine-tuning" in text and "after fine-tuning: loss:" in text
+    assert "[paired bootstrap 95% CI]" in text  # the title's brackets are text, not rich markup

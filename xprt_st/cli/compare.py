@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from xprt_st.cli import app
 
@@ -51,7 +50,7 @@ def compare(
       --output runs/compare-cpu
     """
     from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
-    from xprt_st.compare import CompareConfigError, load_compare_config, run_compare
+    from xprt_st.compare import CompareConfigError, gain_table, load_compare_config, run_compare
     from xprt_st.models import ModelLoadError
 
     console = Console(stderr=True)
@@ -80,12 +79,5 @@ def compare(
     with command_logging("compare", output, verbose=verbose, progress=progress):
         result = run_compare(resolved, output, progress=progress, report_only=report_only)
 
-    table = Table(title="Mean gain over the starting model (×100, mean over tasks)")
-    table.add_column("model", style="bold")
-    for seed in result.seeds:
-        table.add_column(f"seed {seed}", justify="right")
-    for name in result.models[1:]:
-        cells = [f"{100 * result.gain(s, name):+.2f}" if name in result.scores[s] else "" for s in result.seeds]
-        table.add_row(name, *cells)
-    Console().print(table)
+    Console().print(gain_table(result))
     console.print(f"[green]done:[/green] {output}/compare.md, compare.csv, compare.png")

@@ -51,6 +51,8 @@ RETRIEVAL_MAIN_SCORE = "ndcg_at_10"
 STS_MAIN_SCORE = "cosine_spearman"
 PER_QUERY_KEY = "per_query_ndcg_at_10"
 """Key under which :class:`LocalRetrievalTask` stores each query's nDCG@10 in mteb's scores."""
+PER_PAIR_KEY = "per_pair_cosine"
+"""Key under which :class:`LocalSTSTask` stores each pair's cosine similarity and gold score (for bootstraps)."""
 
 
 class TaskLoadError(ValueError):
@@ -436,6 +438,16 @@ class LocalSTSTask(AbsTaskSTS):
             }
         )
         self.data_loaded = True
+
+    def _calculate_scores(self, scores: Any, normalized_scores: list[float]) -> dict[str, Any]:
+        # Spearman of the whole set has no per-pair parts, so a paired bootstrap over pairs needs the
+        # pairs themselves: each one's cosine similarity and gold score, in the order of the data.
+        metrics = dict(super()._calculate_scores(scores, normalized_scores))
+        metrics[PER_PAIR_KEY] = {
+            "cosine": [float(value) for value in scores["cosine_scores"]],
+            "gold": [float(value) for value in normalized_scores],
+        }
+        return metrics
 
 
 def _fingerprint(*parts: object) -> str:

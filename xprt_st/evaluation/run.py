@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from sentence_transformers import SentenceTransformer
 
-from xprt_st.evaluation.local import PER_QUERY_KEY, resolve_tasks, task_label
+from xprt_st.evaluation.local import PER_PAIR_KEY, PER_QUERY_KEY, resolve_tasks, task_label
 from xprt_st.models import is_default_model, load_model
 
 logger = logging.getLogger(__name__)
@@ -91,6 +91,8 @@ class EvaluationReport:
         tasks: task labels in the order given.
         scores: one :class:`TaskScore` per model and task.
         per_query: task label -> model label -> query id -> nDCG@10 (local retrieval tasks only).
+        per_pair: task label -> model label -> ``{"cosine": [...], "gold": [...]}``, one value per pair in
+            the task's order (local STS tasks only): what a paired bootstrap over pairs resamples.
         task_objects: task label -> the mteb task (local tasks keep their data for analyses).
     """
 
@@ -98,6 +100,7 @@ class EvaluationReport:
     tasks: list[str]
     scores: list[TaskScore] = field(default_factory=list)
     per_query: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
+    per_pair: dict[str, dict[str, dict[str, list[float]]]] = field(default_factory=dict)
     task_objects: dict[str, Any] = field(default_factory=dict)
 
     def score(self, model: str, task: str) -> float:
@@ -201,8 +204,12 @@ def evaluate_model(
     cache_dir: str | Path | None = None,
     overwrite: bool = False,
     show_progress: bool = False,
+    per_pair: dict[str, dict[str, list[float]]] | None = None,
 ) -> tuple[list[TaskScore], dict[str, dict[str, float]]]:
-    """Run mteb on one loaded model; return its main scores and per-query nDCG@10 per task label."""
+    """Run mteb on one loaded model; return its main scores and per-query nDCG@10 per task label.
+
+    ``per_pair``, when given, is filled with each local STS task's per-pair cosine and gold scores.
+    """
     import mteb
     from mteb.models import SentenceTransformerEncoderWrapper
 
@@ -233,6 +240,8 @@ def evaluate_model(
         scores.append(TaskScore(label, task_label(task), main, value, f"{key_name}@{revision}", name))
         if PER_QUERY_KEY in split_scores[0]:
             per_query[task_label(task)] = {qid: float(v) for qid, v in split_scores[0][PER_QUERY_KEY].items()}
+        if per_pair is not None and PER_PAIR_KEY in split_scores[0]:
+            per_pair[task_label(task)] = split_scores[0][PER_PAIR_KEY]
     return scores, per_query
 
 
@@ -284,6 +293,7 @@ def evaluate_models(
     for spec, label in zip(models, names, strict=True):
         model = spec if isinstance(spec, SentenceTransformer) else load_model(spec, device=device)
         logger.info("evaluating %s on %s", label, ", ".join(report.tasks))
+        pairs: dict[str, dict[str, list[float]]] = {}
         scores, per_query = evaluate_model(
             model,
             tasks,
@@ -292,8 +302,11 @@ def evaluate_models(
             cache_dir=cache_dir,
             overwrite=overwrite,
             show_progress=show_progress,
+            per_pair=pairs,
         )
         report.scores.extend(scores)
         for task, values in per_query.items():
             report.per_query.setdefault(task, {})[label] = values
+        for task, values in pairs.items():
+            report.per_pair.setdefault(task, {})[label] = values
     return report
