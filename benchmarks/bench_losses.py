@@ -32,9 +32,10 @@ from importlib.resources import files
 
 import torch
 from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+from torch.profiler import record_function
 
 from xprt_st.columns import GROUP_COLUMNS
-from xprt_st.losses import RetroMAELoss, XPRTLoss
+from xprt_st.losses import RetroMAELoss, XPRTLoss, _vocab
 from xprt_st.models import load_model
 
 CONFIGS = (
@@ -45,7 +46,9 @@ CONFIGS = (
     "xprt_sampled",
     "xprt_no_retention",
     "retromae",
+    "xprt_floor",
 )
+PRECISIONS = ("fp32", "bf16")
 DESCRIPTIONS = {
     "mnrl": "MultipleNegativesRankingLoss on (anchor, positive): the reference",
     "positive_only": "XPRTLoss, L_xp only: change only the positive",
@@ -54,6 +57,8 @@ DESCRIPTIONS = {
     "xprt_sampled": "XPRTLoss, all terms, retention on, a sample of the fill-in positions scored (--prediction-ratio)",
     "xprt_no_retention": "XPRTLoss, all terms, no retention (paper's from-BERT setting)",
     "retromae": "RetroMAELoss on the anchor column (enhanced decoding + encoder MLM)",
+    "xprt_floor": "XPRTLoss, all terms, retention on, the vocabulary projection replaced by a free stand-in: "
+    "the pass floor, measured",
 }
 
 
@@ -91,11 +96,19 @@ def build(name: str, model, prediction_ratio: float) -> torch.nn.Module:
         return XPRTLoss(model, retention_weight=None)
     if name == "retromae":
         return RetroMAELoss(model, pooling="model")
+    if name == "xprt_floor":
+        _vocab._apply = _no_vocabulary_projection  # this child process only
+        return XPRTLoss(model)
     raise ValueError(f"unknown configuration {name!r}; valid: {', '.join(CONFIGS)}")
 
 
+def _no_vocabulary_projection(head, hidden: torch.Tensor, targets, teacher_hidden) -> torch.Tensor:
+    """A stand-in for ``_vocab._apply`` that costs nothing but keeps the decoder's and head transform's backward."""
+    return hidden.float().square().mean()
+
+
 def make_step(
-    name: str, base_model, groups: int, tokens: int, device: str, prediction_ratio: float
+    name: str, base_model, groups: int, tokens: int, device: str, prediction_ratio: float, precision: str = "fp32"
 ) -> Callable[[], None]:
     model = copy.deepcopy(base_model)
     model.max_seq_length = tokens
@@ -111,12 +124,17 @@ def make_step(
     labels = torch.arange(groups, device=device)
     optimizer = torch.optim.AdamW([p for p in loss.parameters() if p.requires_grad], lr=1e-5)
 
+    autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "bf16")
+
     def step() -> None:
-        value = loss([dict(f) for f in features], labels)
-        value = torch.stack(list(value.values())).sum() if isinstance(value, dict) else value
+        with autocast:  # as the trainer's bf16=True: the forward under autocast, backward and step outside
+            value = loss([dict(f) for f in features], labels)
+            value = torch.stack(list(value.values())).sum() if isinstance(value, dict) else value
         optimizer.zero_grad(set_to_none=True)
-        value.backward()
-        optimizer.step()
+        with record_function("backward"):
+            value.backward()
+        with record_function("optimizer step"):
+            optimizer.step()
         if device == "cuda":
             torch.cuda.synchronize()
 
@@ -128,12 +146,30 @@ def current_rss_kib() -> int:
         return int(handle.read().split()[1]) * resource.getpagesize() // 1024
 
 
+def split_config(spec: str) -> tuple[str, str]:
+    """``"xprt"`` -> ("xprt", "fp32"); ``"xprt:bf16"`` -> ("xprt", "bf16")."""
+    name, _, precision = spec.partition(":")
+    return name, precision or "fp32"
+
+
+def machine() -> str:
+    """The CPU model, core count and load average, printed next to the figures (ratios move with the hardware)."""
+    model = next(
+        (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "unknown"
+    )
+    text = f"cpu={model!r} cores={os.cpu_count()} threads={torch.get_num_threads()} load={os.getloadavg()}"
+    if torch.cuda.is_available():
+        text += f" gpu={torch.cuda.get_device_name()!r}"
+    return text
+
+
 def run_child(
-    name: str, groups: int, tokens: int, warmup: int, reps: int, device: str, prediction_ratio: float
+    spec: str, groups: int, tokens: int, warmup: int, reps: int, device: str, prediction_ratio: float
 ) -> None:
     """Subprocess entry: time ``reps`` steps after ``warmup`` and print JSON with the median and peak memory."""
     torch.manual_seed(0)
-    step = make_step(name, load_model(None, device=device), groups, tokens, device, prediction_ratio)
+    name, precision = split_config(spec)
+    step = make_step(name, load_model(None, device=device), groups, tokens, device, prediction_ratio, precision)
     for _ in range(warmup):
         step()
     if device == "cuda":
@@ -141,16 +177,17 @@ def run_child(
         baseline = torch.cuda.memory_allocated()
     else:
         baseline = current_rss_kib()
-    times = []
+    times, cpu_times = [], []
     for _ in range(reps):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         step()
         times.append(time.perf_counter() - start)
+        cpu_times.append(time.process_time() - cpu_start)
     if device == "cuda":
         peak_mib = (torch.cuda.max_memory_allocated() - baseline) / 2**20
     else:
         peak_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - baseline) / 1024
-    print(json.dumps({"median_s": statistics.median(times), "times": times, "peak_mib": peak_mib}))
+    print(json.dumps({"times": times, "cpu_times": cpu_times, "peak_mib": peak_mib}))
 
 
 def main() -> None:
@@ -163,7 +200,8 @@ def main() -> None:
     parser.add_argument(
         "--configs",
         default="mnrl,positive_only,xprt,xprt_sampled,retromae",
-        help=f"comma-separated, the first is the reference; available: {','.join(CONFIGS)}",
+        help=f"comma-separated, each NAME or NAME:bf16 (the step's forward under bf16 autocast; default fp32); "
+        f"ratios are to the first configuration of the same precision, else the first; available: {','.join(CONFIGS)}",
     )
     parser.add_argument(
         "--prediction-ratio", type=float, default=0.25, help="XPRTLoss.prediction_ratio of xprt_sampled"
@@ -175,45 +213,77 @@ def main() -> None:
         help="run every configuration once per round, in turn, and pool the rounds' timed steps: load that drifts "
         "during the run then weighs on every configuration alike",
     )
+    parser.add_argument("--json", help="also write the results (and the machine) to this JSON file")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         run_child(args.child, args.groups, args.tokens, args.warmup, args.reps, args.device, args.prediction_ratio)
         return
-    names = args.configs.split(",")
-    unknown = sorted(set(names) - set(CONFIGS))
-    if unknown:
-        parser.error(f"unknown configuration(s) {', '.join(unknown)}; valid: {', '.join(CONFIGS)}")
-    times: dict[str, list[float]] = {name: [] for name in names}
-    peaks: dict[str, float] = {name: 0.0 for name in names}
+    specs = args.configs.split(",")
+    bad = sorted(
+        spec for spec in specs if split_config(spec)[0] not in CONFIGS or split_config(spec)[1] not in PRECISIONS
+    )
+    if bad:
+        parser.error(
+            f"unknown configuration(s) {', '.join(bad)}; valid: {', '.join(CONFIGS)}, "
+            f"optionally with :{' or :'.join(PRECISIONS)}"
+        )
+    machine_before = machine()
+    times: dict[str, list[float]] = {spec: [] for spec in specs}
+    cpu_times: dict[str, list[float]] = {spec: [] for spec in specs}
+    peaks: dict[str, float] = {spec: 0.0 for spec in specs}
     for _ in range(args.rounds):
-        for name in names:
+        for spec in specs:
             child = subprocess.run(
-                [sys.executable, __file__, "--child", name, "--groups", str(args.groups), "--tokens", str(args.tokens),
+                [sys.executable, __file__, "--child", spec, "--groups", str(args.groups), "--tokens", str(args.tokens),
                  "--warmup", str(args.warmup), "--reps", str(args.reps), "--device", args.device,
                  "--prediction-ratio", str(args.prediction_ratio)],
                 capture_output=True, text=True, check=True, env=CHILD_ENV,
             )  # fmt: skip
             result = json.loads(child.stdout.strip().splitlines()[-1])
-            times[name] += result["times"]
-            peaks[name] = max(peaks[name], result["peak_mib"])
-            logging.getLogger(__name__).info("%s: %s", name, result)
-    results = {name: {"median_s": statistics.median(times[name]), "peak_mib": peaks[name]} for name in names}
+            times[spec] += result["times"]
+            cpu_times[spec] += result["cpu_times"]
+            peaks[spec] = max(peaks[spec], result["peak_mib"])
+            logging.getLogger(__name__).info("%s: %s", spec, result)
+    results = {
+        spec: {
+            "median_s": statistics.median(times[spec]),
+            "median_cpu_s": statistics.median(cpu_times[spec]),
+            "peak_mib": peaks[spec],
+        }
+        for spec in specs
+    }
 
-    reference = results[names[0]]
+    def reference(spec: str) -> str:
+        precision = split_config(spec)[1]
+        return next((other for other in specs if split_config(other)[1] == precision), specs[0])
+
+    for spec, result in results.items():
+        ref = results[reference(spec)]
+        result["reference"] = reference(spec)
+        result["time_ratio"] = result["median_s"] / ref["median_s"]
+        result["cpu_ratio"] = result["median_cpu_s"] / ref["median_cpu_s"] if ref["median_cpu_s"] > 0 else float("nan")
+        result["memory_ratio"] = result["peak_mib"] / ref["peak_mib"] if ref["peak_mib"] > 0 else float("nan")
+    print(f"before: {machine_before}")
+    print(f"after:  {machine()}")
     print(
         f"device={args.device} groups={args.groups} tokens={args.tokens} reps={args.reps} warmup={args.warmup} "
         f"rounds={args.rounds} prediction_ratio={args.prediction_ratio}"
     )
-    print(f"{'configuration':26} {'step s':>8} {'x ref':>6} {'peak MiB':>9} {'x ref':>6}  description")
-    for name in names:
-        result = results[name]
-        time_ratio = result["median_s"] / reference["median_s"]
-        memory_ratio = result["peak_mib"] / reference["peak_mib"] if reference["peak_mib"] > 0 else float("nan")
+    print(
+        f"{'configuration':26} {'step s':>8} {'x ref':>6} {'cpu s':>8} {'x ref':>6} {'peak MiB':>9} {'x ref':>6}"
+        "  description"
+    )
+    for spec, result in results.items():
         print(
-            f"{name:26} {result['median_s']:8.3f} {time_ratio:6.2f} {result['peak_mib']:9.0f} {memory_ratio:6.2f}"
-            f"  {DESCRIPTIONS[name]}"
+            f"{spec:26} {result['median_s']:8.3f} {result['time_ratio']:6.2f} {result['median_cpu_s']:8.3f} "
+            f"{result['cpu_ratio']:6.2f} {result['peak_mib']:9.0f} {result['memory_ratio']:6.2f}"
+            f"  {DESCRIPTIONS[split_config(spec)[0]]}"
         )
+    if args.json:
+        summary = {"machine_before": machine_before, "machine_after": machine(), "args": vars(args), "results": results}
+        with open(args.json, "w") as handle:
+            json.dump(summary, handle, indent=2)
 
 
 if __name__ == "__main__":

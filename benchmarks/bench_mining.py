@@ -57,6 +57,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--model", default=None, help="default: the packaged all-MiniLM-L6-v2")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument(
+        "--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: the model's weights in bfloat16"
+    )
     args = parser.parse_args()
 
     import pyarrow.parquet as pq
@@ -65,6 +68,10 @@ def main() -> None:
     from xprt_st.models import load_model
 
     model = load_model(args.model, device=None)
+    if args.precision == "bf16":
+        import torch
+
+        model = model.to(torch.bfloat16)  # mining and the encode-only floor alike
     model.encode(["warm up the model once"] * 4, batch_size=4)
     work = Path(tempfile.mkdtemp(prefix="bench-mining-"))
     corpus = _corpus(work, args.documents)
@@ -96,6 +103,7 @@ def main() -> None:
         "passages_encoded": len(passages),
         "batch_size": args.batch_size,
         "device": str(model.device),
+        "precision": args.precision,
         "mining_seconds": round(mining, 2),
         "floor_seconds": round(floor, 2),
         "mining_passages_per_second": round(len(passages) / mining, 1),
