@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-CLI = "import sys; from xprt_st.cli import app; sys.argv[0] = 'xprt-st'; app()"
+CLI = [sys.executable, "-m", "xprt_st.cli"]
 """``xprt-st`` from the checkout being tested (the script on PATH may belong to another install)."""
 
 SIZES: dict[str, dict[str, Any]] = {
@@ -115,9 +115,9 @@ def stage_train(out: Path, sizes: dict[str, Any]) -> dict[str, Any]:
 
     corpus = _corpus(out, sizes["train_documents"])
     mined, run = out / "mined", out / "run"
-    mine = [sys.executable, "-c", CLI, "mine", str(corpus), "--output", str(mined), "--threshold-quantile", "0.4"]
+    mine = [*CLI, "mine", str(corpus), "--output", str(mined), "--threshold-quantile", "0.4"]
     _run([*mine, "--device", sizes["device"], "--quiet"], out / "mine.log", sizes["stage_timeout"])
-    train = [sys.executable, "-c", CLI, "train", "--recipe", "xprt", "--data", str(mined), "--output", str(run)]
+    train = [*CLI, "train", "--recipe", "xprt", "--data", str(mined), "--output", str(run)]
     start = time.perf_counter()
     _run([*train, *sizes["train"], "--precision", "bf16", "--no-progress"], out / "train.log", sizes["stage_timeout"])
     seconds = time.perf_counter() - start
