@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 from sentence_transformers import SentenceTransformerTrainingArguments
 from transformers import TrainerCallback, set_seed
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
@@ -218,6 +219,8 @@ def train_recipe(
         max_grad_norm=training.max_grad_norm,
         bf16=training.precision == "bf16",
         fp16=training.precision == "fp16",
+        # transformers refuses bf16 without a GPU unless told to train on the CPU, where bf16 autocast works
+        use_cpu=training.precision == "bf16" and not torch.cuda.is_available(),
         seed=training.seed,
         data_seed=training.seed,
         save_strategy="steps",
