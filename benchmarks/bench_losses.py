@@ -1,7 +1,12 @@
 """Time and peak memory of one training step per loss, as ratios to a plain MultipleNegativesRankingLoss step.
 
 Run:  python benchmarks/bench_losses.py [--groups 32] [--tokens 128] [--reps 5] [--rounds 1] [--device cpu|cuda]
-      [--configs mnrl,positive_only,xprt,xprt_sampled,retromae] [--prediction-ratio 0.25]
+      [--configs mnrl,positive_only,xprt,xprt_sampled,retromae] [--prediction-ratio 0.25] [--json out.json]
+
+A configuration ``NAME:bf16`` runs the step's forward under bf16 autocast (as ``--precision bf16`` trains);
+ratios are to the first configuration of the same precision. ``xprt_floor`` is xPRT with the vocabulary
+projection replaced by a free stand-in: the measured pass floor. Each step's process CPU time is reported
+next to its wall time: on a shared machine the CPU-time ratio does not depend on the other jobs' load.
 
 All steps use the same batch (real Python-docs passages shipped with the package, cut into windows that
 fill ``--tokens``) and the real offline model (``xprt_st.models.load_model(None)``, all-MiniLM-L6-v2).
