@@ -193,7 +193,7 @@ def test_shards_run_as_separate_jobs_then_merge(tmp_path, tiny_model):
     labels = [json.loads(line)["label"] % 3 for line in (out / "groups_meta.jsonl").open()]
     assert set(labels) == {0, 1, 2}
     sharded_anchors = sorted(datasets.load_from_disk(str(out))["anchor"])
-    assert sharded_anchors == sorted(datasets.load_from_disk(str(single))["anchor"])  # same anchors; IDF per shard
+    assert sharded_anchors == sorted(datasets.load_from_disk(str(single))["anchor"])  # same anchors and IDF
 
 
 def test_changed_settings_on_resume_are_refused(tmp_path, tiny_model):

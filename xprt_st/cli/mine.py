@@ -97,6 +97,16 @@ def mine(
     num_shards: Annotated[int, typer.Option(help="Number of shards (one job each).")] = 1,
     shard_index: Annotated[int | None, typer.Option(help="Run only this shard; default all.")] = None,
     chunk_size: Annotated[int, typer.Option(help="Documents per checkpoint inside a shard.")] = 1000,
+    engine: Annotated[str, typer.Option(help="local (one process, the reference) | ray (a Ray cluster).")] = "local",
+    num_workers: Annotated[
+        int | None, typer.Option(help="Ray encoder workers; default one per GPU, or one per CPU without GPUs.")
+    ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            envvar="RAY_ADDRESS", help="Ray cluster to attach to (HOST:PORT); default a local one for this command."
+        ),
+    ] = None,
     skip_unreadable: Annotated[bool, typer.Option(help="Count unreadable files instead of failing.")] = False,
     report: Annotated[bool, typer.Option("--report", help="Also write DIR/report.html (like inspect).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
@@ -140,8 +150,26 @@ def mine(
             if not corpus or output is None:
                 raise typer.BadParameter("give CORPUS... and --output DIR (or --merge DIR)")
             folder = output
-            builder = GroupBuilder(corpus, output, config, progress=not quiet, overwrite=overwrite)
-            result = builder.run(shard_index=shard_index)
+            if engine == "ray":
+                if shard_index is not None:
+                    raise typer.BadParameter("--shard-index is for --engine local; the Ray engine runs every shard")
+                from xprt_st.mining.ray_engine import RayEngine
+
+                ray_engine = RayEngine(
+                    corpus,
+                    output,
+                    config,
+                    num_workers=num_workers,
+                    address=ray_address,
+                    progress=not quiet,
+                    overwrite=overwrite,
+                )
+                result = ray_engine.run()
+            elif engine != "local":
+                raise typer.BadParameter(f"--engine {engine!r} is not one of ['local', 'ray']")
+            else:
+                builder = GroupBuilder(corpus, output, config, progress=not quiet, overwrite=overwrite)
+                result = builder.run(shard_index=shard_index)
             if isinstance(result, ShardResult):
                 console.print(
                     f"shard {result.shard_index} complete (chunks computed {result.chunks_computed}, reused "

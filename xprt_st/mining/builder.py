@@ -4,7 +4,9 @@ The work is split in two stages so that nothing expensive is ever done twice:
 
 1. **Shard stage** (one job per shard, any scheduler): read the documents of the shard
    (``ordinal % num_shards == shard_index``), extract HTML, cut passages and save them
-   (``split.parquet``); fit TF-IDF on all passages of the shard; then, chunk by chunk of
+   (``split.parquet``) with their hashed document frequencies (``document_frequencies.npz``); sum
+   those of every shard into one corpus-wide TF-IDF (a shard splits the shards nobody has split
+   yet, see :meth:`GroupBuilder.corpus_tfidf`); then, chunk by chunk of
    ``chunk_size`` documents, encode the passages and store, for EVERY passage, its centrality and its
    ``top_k`` related passages as if it were an anchor. Every file is written to a temporary name and
    renamed; a chunk counts as done only once its folder is renamed into place, and the shard once
@@ -22,7 +24,7 @@ Output folder::
     DIR/passages.parquet       every passage: label, doc id, index, text, centrality, anchor / in-group flags
     DIR/mining_config.json     the settings that shaped the stored passages and scores, and the input's
                                identity (paths, sizes, times, SHA-256): both checked on resume
-    DIR/shards/shard-SSSSS-of-NNNNN/{split.parquet, chunk-CCCCC/, COMPLETE}
+    DIR/shards/shard-SSSSS-of-NNNNN/{split.parquet, document_frequencies.npz, chunk-CCCCC/, COMPLETE}
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ from xprt_st.mining.reader import (
     iter_corpus,
 )
 from xprt_st.mining.scoring import TfidfScorer, tfidf_cosine
+from xprt_st.mining.tfidf import N_FEATURES
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +81,13 @@ PASSAGES_FILE = "passages.parquet"
 INPUTS_KEY = "inputs"
 """Key of ``mining_config.json`` that holds the input identity (:func:`~xprt_st.mining.reader.input_identity`)."""
 REPORT_FILE = "report.html"
+DF_FILE = "document_frequencies.npz"
+TFIDF_SCHEME = f"corpus-hashed-{N_FEATURES}"
+"""Recorded in ``mining_config.json``: runs scored with another TF-IDF (e.g. per shard) are not resumed."""
+
+
+SPLIT_ROW_GROUP = 1024
+"""Rows (documents) per Parquet row group of the files this module writes."""
 
 
 class MiningError(RuntimeError):
@@ -207,6 +217,7 @@ class MiningConfig:
         settings = {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
         settings["text_field"] = self.resolved_text_field
         settings["encodes"] = self.encodes
+        settings["tfidf"] = TFIDF_SCHEME
         return settings
 
 
@@ -450,12 +461,14 @@ class GroupBuilder:
         for stale in directory.glob("*.tmp*"):
             shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
         documents, counts = self._split_stage(shard_index, directory)
+        if self.config.encodes and not (directory / DF_FILE).is_file():
+            TfidfScorer().partial_fit([p for doc in documents for p in doc.passages]).save(directory / DF_FILE)
         num_chunks = max(1, -(-len(documents) // self.config.chunk_size))
         chunk_counts: Counter[str] = Counter()
         todo = [c for c in range(num_chunks) if not (directory / f"chunk-{c:05d}").is_dir()]
         result.chunks_reused = [c for c in range(num_chunks) if c not in todo]
         if todo:
-            scorer = TfidfScorer().fit([p for doc in documents for p in doc.passages] or [""])
+            scorer = self.corpus_tfidf() if self.config.encodes else TfidfScorer()
             with _progress(self.progress) as progress:
                 task = progress.add_task(f"shard {shard_index}: encoding", total=len(documents))
                 for c in range(num_chunks):
@@ -472,6 +485,23 @@ class GroupBuilder:
         result.counts = counts
         _atomic_write_text(directory / COMPLETE, json.dumps(counts, indent=2, sort_keys=True))
         return result
+
+    def corpus_tfidf(self) -> TfidfScorer:
+        """The TF-IDF of the whole corpus: the document frequencies of every shard's passages, summed.
+
+        A shard whose counts are missing is split here first (its ``split.parquet`` is written
+        atomically and reused by its own job), so one job per shard still scores with corpus-wide
+        IDF, and the groups do not depend on ``num_shards``.
+        """
+        scorer = TfidfScorer()
+        for index in range(self.config.num_shards):
+            path = self.shard_dir(index) / DF_FILE
+            if not path.is_file():
+                self.shard_dir(index).mkdir(parents=True, exist_ok=True)
+                documents, _ = self._split_stage(index, self.shard_dir(index))
+                TfidfScorer().partial_fit([p for doc in documents for p in doc.passages]).save(path)
+            scorer.update(TfidfScorer.load(path))
+        return scorer
 
     def _split_stage(self, shard_index: int, directory: Path) -> tuple[list[_ShardDocument], dict[str, Any]]:
         """Read the shard's documents and cut passages, or load them from ``split.parquet`` when resuming."""
@@ -1018,7 +1048,8 @@ def _atomic_write_text(path: Path, text: str) -> None:
 
 def _atomic_write_parquet(path: Path, table: pa.Table) -> None:
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    pq.write_table(table, tmp)
+    # Small row groups let a Ray worker read one chunk's rows of a big split file without the rest.
+    pq.write_table(table, tmp, row_group_size=SPLIT_ROW_GROUP)
     os.replace(tmp, path)
 
 
@@ -1127,19 +1158,31 @@ def mine(corpus: Sequence[str | Path] | str | Path, output_dir: str | Path, **se
     ``settings`` are :class:`MiningConfig` fields plus ``model`` as a loaded SentenceTransformer or a
     name, ``progress`` and ``overwrite`` (see :class:`GroupBuilder`). The defaults are the CLI's:
     anchors above the median centrality of the corpus unless ``threshold`` or ``threshold_quantile``
-    is given (``threshold=0.825`` is the paper's).
+    is given (``threshold=0.825`` is the paper's). ``engine="ray"`` (with ``num_workers`` and
+    ``ray_address``) runs on a Ray cluster instead (:class:`~xprt_st.mining.ray_engine.RayEngine`),
+    with the same output.
     """
     if isinstance(corpus, str | Path):
         corpus = [corpus]
     progress = settings.pop("progress", True)
     overwrite = settings.pop("overwrite", False)
     model = settings.pop("model", None)
+    engine = settings.pop("engine", "local")
+    ray_settings = {"num_workers": settings.pop("num_workers", None), "address": settings.pop("ray_address", None)}
     if model is not None and not isinstance(model, str | Path):
         config = MiningConfig(**settings)
-        builder = GroupBuilder(corpus, output_dir, config, model=model, progress=progress, overwrite=overwrite)
     else:
-        config = MiningConfig(model=None if model is None else str(model), **settings)
-        builder = GroupBuilder(corpus, output_dir, config, progress=progress, overwrite=overwrite)
+        config, model = MiningConfig(model=None if model is None else str(model), **settings), None
+    if engine == "ray":
+        from xprt_st.mining.ray_engine import RayEngine
+
+        engine_run = RayEngine(
+            corpus, output_dir, config, model=model, progress=progress, overwrite=overwrite, **ray_settings
+        )
+        return engine_run.run()
+    if engine != "local":
+        raise MiningConfigError(f"engine={engine!r} is not one of ['local', 'ray']")
+    builder = GroupBuilder(corpus, output_dir, config, model=model, progress=progress, overwrite=overwrite)
     result = builder.run()
     assert isinstance(result, dict)
     return result

@@ -1,5 +1,8 @@
 """The paper's scoring formulas as pure array functions: centrality, TF-IDF cosine, reciprocal-rank fusion.
 
+The corpus-wide TF-IDF (:class:`TfidfScorer`, fitted by summing hashed document frequencies over any
+split of the corpus) lives in :mod:`xprt_st.mining.tfidf` and is re-exported here.
+
 Nothing here loads a model or touches a file; the builder hands in arrays and gets arrays back, so
 each formula is tested against hand-computed values (``tests/mining/test_mining_scoring.py``).
 """
@@ -10,7 +13,20 @@ from collections.abc import Sequence
 
 import numpy as np
 from scipy import sparse
-from sklearn.feature_extraction.text import TfidfVectorizer
+
+from xprt_st.mining.tfidf import TfidfScorer
+
+__all__ = [
+    "RRF_K",
+    "RRF_WEIGHTS",
+    "TfidfScorer",
+    "centrality",
+    "cosine_matrix",
+    "descending_ranks",
+    "l2_normalize",
+    "reciprocal_rank_fusion",
+    "tfidf_cosine",
+]
 
 RRF_K = 10
 """The paper's reciprocal-rank-fusion constant ``k``."""
@@ -47,49 +63,6 @@ def cosine_matrix(embeddings: np.ndarray) -> np.ndarray:
     """``(n, n)`` pairwise cosines of the passage vectors of one document."""
     unit = l2_normalize(embeddings)
     return unit @ unit.T
-
-
-class TfidfScorer:
-    """TF-IDF vectors whose IDF comes from a whole corpus (or shard), never from one document.
-
-    ``tfidf(t, p) = tf(t, p) * idf(t)`` with ``idf(t) = ln((1 + N) / (1 + df(t))) + 1``, where ``N`` is
-    the number of passages the scorer was fitted on and ``df(t)`` the number of those passages that
-    contain term ``t``; vectors are L2-normalised so ``cos(p, q) = tfidf(p) . tfidf(q)``. Words are
-    lower-cased unicode word tokens of 2+ characters (scikit-learn's default analyser).
-
-    Fitting on the corpus matters: a word shared by every passage of one document (the page's topic
-    word) is rare in the corpus, so it still counts; a per-document IDF would zero it out.
-    """
-
-    def __init__(self) -> None:
-        self._vectorizer = TfidfVectorizer(lowercase=True, dtype=np.float64)
-        self.fitted = False
-
-    def fit(self, passages: Sequence[str]) -> TfidfScorer:
-        """Count document frequencies over ``passages`` (all passages of the corpus or shard)."""
-        if not passages:
-            raise ValueError("TfidfScorer.fit needs at least one passage; the corpus or shard is empty")
-        try:
-            self._vectorizer.fit(passages)
-            self.fitted = True
-        except ValueError as error:  # only stop words / no word characters anywhere
-            if "empty vocabulary" not in str(error):
-                raise
-            self.fitted = False
-        return self
-
-    def transform(self, passages: Sequence[str]) -> sparse.csr_matrix:
-        """``(n, vocab)`` L2-normalised TF-IDF rows; all-zero rows when the corpus had no words."""
-        if not self.fitted:
-            return sparse.csr_matrix((len(passages), 1), dtype=np.float64)
-        return self._vectorizer.transform(passages).tocsr()
-
-    @property
-    def idf(self) -> dict[str, float]:
-        """The fitted IDF per term (for inspection and tests)."""
-        if not self.fitted:
-            return {}
-        return dict(zip(self._vectorizer.get_feature_names_out(), self._vectorizer.idf_, strict=True))
 
 
 def tfidf_cosine(vectors: sparse.spmatrix | np.ndarray) -> np.ndarray:
