@@ -168,3 +168,33 @@ def test_default_threshold_is_a_quantile_and_the_papers_value_is_one_flag_away(t
     assert result.exit_code == 2 and "not both" in result.output
     help_text = " ".join(runner.invoke(app, ["mine", "--help"]).output.split())
     assert "0.825 is the paper's" in help_text and "Default 0.5 (the median)" in help_text
+
+
+def test_mine_sends_library_warnings_to_the_run_log_and_shows_them_with_verbose(tmp_path, tiny_model_path, monkeypatch):
+    import logging
+    import warnings
+
+    import xprt_st.models
+
+    original = xprt_st.models.load_model
+
+    def noisy_load_model(*args, **kwargs):
+        # a message of its own per run: Python shows a warning once per message and place
+        warnings.warn(f"tag-mine a library's user warning {kwargs['device']}", UserWarning, stacklevel=1)
+        logging.getLogger("transformers.modeling_utils").warning("tag-mine a transformers warning")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(xprt_st.models, "load_model", noisy_load_model)
+    corpus = _corpus(tmp_path / "c.jsonl")
+    common = ["--model", str(tiny_model_path), "--max-tokens", "32", "--min-tokens", "8", "--text-field", "body"]
+    for verbose in (False, True):
+        out = tmp_path / f"out-{verbose}"
+        device = f"cpu:{int(verbose)}"  # passed through to load_model, so each run warns with its own message
+        args = ["mine", str(corpus), "--output", str(out), *common, "--device", device, *(["-v"] if verbose else [])]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        log = (out / "xprt-st.log").read_text(encoding="utf-8")
+        for text in (f"tag-mine a library's user warning {device}", "tag-mine a transformers warning"):
+            assert text in log
+            assert (text in result.output) is verbose, (verbose, text)
+        assert "xPRT mining summary" in result.output

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -10,6 +9,7 @@ import typer
 from rich.console import Console
 
 from xprt_st.cli import app
+from xprt_st.cli.common import OutputPathError, check_output_folder, command_logging
 from xprt_st.mining.builder import (
     GroupBuilder,
     MiningConfig,
@@ -110,83 +110,96 @@ def mine(
     skip_unreadable: Annotated[bool, typer.Option(help="Count unreadable files instead of failing.")] = False,
     report: Annotated[bool, typer.Option("--report", help="Also write DIR/report.html (like inspect).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Also show the libraries' warnings (always in DIR/xprt-st.log).")
+    ] = False,
 ) -> None:
     """Turn a document corpus into xPRT training groups (anchor + related passages of the same page)."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        if threshold is not None and threshold_quantile is not None:
-            raise typer.BadParameter("give --threshold or --threshold-quantile, not both")
-        config = MiningConfig(
-            text_field=text_field,
-            id_field=id_field,
-            html=html,
-            split=split,
-            model=model,
-            prompt=prompt,
-            prompt_name=prompt_name,
-            device=device,
-            batch_size=batch_size,
-            max_tokens=max_tokens,
-            min_tokens=min_tokens,
-            overlap_tokens=overlap_tokens,
-            max_passages=max_passages,
-            top_k=top_k,
-            rank_by=rank_by,
-            num_shards=num_shards,
-            chunk_size=chunk_size,
-            skip_unreadable=skip_unreadable,
-            threshold=threshold,
-            threshold_quantile=threshold_quantile,
-            positive=positive,
-            pairs=pairs,
-            seed=seed,
-        )
-        if merge_dir is not None:
-            if corpus or output is not None or overwrite:
-                raise typer.BadParameter("--merge DIR re-merges a stored run: give no CORPUS, --output or --overwrite")
-            folder = merge_dir
-            stats = merge(merge_dir, config, progress=not quiet)
-        else:
-            if not corpus or output is None:
-                raise typer.BadParameter("give CORPUS... and --output DIR (or --merge DIR)")
-            folder = output
-            if engine == "ray":
-                if shard_index is not None:
-                    raise typer.BadParameter("--shard-index is for --engine local; the Ray engine runs every shard")
-                from xprt_st.mining.ray_engine import RayEngine
-
-                ray_engine = RayEngine(
-                    corpus,
-                    output,
-                    config,
-                    num_workers=num_workers,
-                    address=ray_address,
-                    progress=not quiet,
-                    overwrite=overwrite,
-                )
-                result = ray_engine.run()
-            elif engine != "local":
-                raise typer.BadParameter(f"--engine {engine!r} is not one of ['local', 'ray']")
+    # Library warnings go to the run's log file when the folder can hold one; a bad --output is left to
+    # the miner's own check, which names it before any work.
+    log_dir = merge_dir if merge_dir is not None else output
+    if log_dir is not None:
+        try:
+            check_output_folder(log_dir, "--output")
+        except OutputPathError:
+            log_dir = None
+    with command_logging("mine", log_dir, verbose=verbose, progress=not quiet, show_info=False):
+        try:
+            if threshold is not None and threshold_quantile is not None:
+                raise typer.BadParameter("give --threshold or --threshold-quantile, not both")
+            config = MiningConfig(
+                text_field=text_field,
+                id_field=id_field,
+                html=html,
+                split=split,
+                model=model,
+                prompt=prompt,
+                prompt_name=prompt_name,
+                device=device,
+                batch_size=batch_size,
+                max_tokens=max_tokens,
+                min_tokens=min_tokens,
+                overlap_tokens=overlap_tokens,
+                max_passages=max_passages,
+                top_k=top_k,
+                rank_by=rank_by,
+                num_shards=num_shards,
+                chunk_size=chunk_size,
+                skip_unreadable=skip_unreadable,
+                threshold=threshold,
+                threshold_quantile=threshold_quantile,
+                positive=positive,
+                pairs=pairs,
+                seed=seed,
+            )
+            if merge_dir is not None:
+                if corpus or output is not None or overwrite:
+                    raise typer.BadParameter(
+                        "--merge DIR re-merges a stored run: give no CORPUS, --output or --overwrite"
+                    )
+                folder = merge_dir
+                stats = merge(merge_dir, config, progress=not quiet)
             else:
-                builder = GroupBuilder(corpus, output, config, progress=not quiet, overwrite=overwrite)
-                result = builder.run(shard_index=shard_index)
-            if isinstance(result, ShardResult):
-                console.print(
-                    f"shard {result.shard_index} complete (chunks computed {result.chunks_computed}, reused "
-                    f"{result.chunks_reused}); the merge runs when every shard is complete, or: "
-                    f"xprt-st mine --merge {output}"
-                )
-                return
-            stats = result
-    except NoGroupsError as error:
-        console.print(f"[bold red]no groups:[/] {error}")
-        raise typer.Exit(1) from error
-    except (MiningError, CorpusError, ValueError) as error:
-        console.print(f"[bold red]error:[/] {error}")
-        raise typer.Exit(2) from error
-    Console().print(summary_table(stats))
-    if report:
-        console.print(f"report: {write_report(folder)}")
+                if not corpus or output is None:
+                    raise typer.BadParameter("give CORPUS... and --output DIR (or --merge DIR)")
+                folder = output
+                if engine == "ray":
+                    if shard_index is not None:
+                        raise typer.BadParameter("--shard-index is for --engine local; the Ray engine runs every shard")
+                    from xprt_st.mining.ray_engine import RayEngine
+
+                    ray_engine = RayEngine(
+                        corpus,
+                        output,
+                        config,
+                        num_workers=num_workers,
+                        address=ray_address,
+                        progress=not quiet,
+                        overwrite=overwrite,
+                    )
+                    result = ray_engine.run()
+                elif engine != "local":
+                    raise typer.BadParameter(f"--engine {engine!r} is not one of ['local', 'ray']")
+                else:
+                    builder = GroupBuilder(corpus, output, config, progress=not quiet, overwrite=overwrite)
+                    result = builder.run(shard_index=shard_index)
+                if isinstance(result, ShardResult):
+                    console.print(
+                        f"shard {result.shard_index} complete (chunks computed {result.chunks_computed}, reused "
+                        f"{result.chunks_reused}); the merge runs when every shard is complete, or: "
+                        f"xprt-st mine --merge {output}"
+                    )
+                    return
+                stats = result
+        except NoGroupsError as error:
+            console.print(f"[bold red]no groups:[/] {error}")
+            raise typer.Exit(1) from error
+        except (MiningError, CorpusError, ValueError) as error:
+            console.print(f"[bold red]error:[/] {error}")
+            raise typer.Exit(2) from error
+        Console().print(summary_table(stats))
+        if report:
+            console.print(f"report: {write_report(folder)}")
 
 
 @app.command()
