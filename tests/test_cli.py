@@ -4,6 +4,7 @@ terminal but in the run's log file."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import re
@@ -150,14 +151,19 @@ def _no_work(monkeypatch: pytest.MonkeyPatch) -> None:
     def started(*args, **kwargs):
         raise AssertionError("the command started its work before checking its inputs")
 
-    for module, name in (
+    targets = (
         ("xprt_st.training.run", "train_recipe"),
         ("xprt_st.evaluation.run", "evaluate_models"),
         ("xprt_st.evaluation.local", "resolve_tasks"),
         ("xprt_st.finetune", "finetune_compare"),
         ("xprt_st.compare", "run_compare"),
         ("xprt_st.quickstart", "run_quickstart"),
-    ):
+    )
+    # Import every module first: one first imported while another's function is patched would keep the
+    # patched function under its own name (``from ... import``) after the test, and break later tests.
+    for module, _ in targets:
+        importlib.import_module(module)
+    for module, name in targets:
         monkeypatch.setattr(f"{module}.{name}", started)
 
 
@@ -203,7 +209,7 @@ def test_an_output_that_is_a_file_fails_before_any_work(
     assert result.exit_code == 2, result.output
     flat = _flat(result.output)
     assert f"{OUTPUT_OPTIONS[command]} {output}" in flat
-    assert ("is a file, so no folder can be created" if inside else "is a file, not a folder") in flat
+    assert ("is a file, so no folder can be created" if inside else "is an existing file, not a folder") in flat
     assert "Traceback" not in result.output
     assert taken.read_text() == "keep me\n"
 

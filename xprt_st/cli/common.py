@@ -24,6 +24,8 @@ from typing import Any
 
 from rich.console import Console
 
+from xprt_st.paths import output_folder_problem
+
 LOG_FILE_NAME = "xprt-st.log"
 """Name of the log file a command writes into its output folder."""
 
@@ -39,23 +41,15 @@ class OutputPathError(ValueError):
 def check_output_folder(path: Path, option: str) -> Path:
     """Fail before any work when ``path`` cannot become (or already is not) a writable folder.
 
-    The folder itself may be missing (commands create it); it must not be a file, no parent may be a
-    file, and the nearest existing parent must be writable.
+    The folder itself may be missing (commands create it); see :func:`xprt_st.paths.output_folder_problem`.
 
     Raises:
         OutputPathError: naming the option, the path and what to do instead.
     """
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise OutputPathError(f"{option} {path} is a file, not a folder; give a folder (it is created when missing)")
-    existing = path
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise OutputPathError(f"{option} {path}: {existing} is a file, so no folder can be created inside it")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise OutputPathError(f"{option} {path}: {existing} is not writable; choose a folder you can write to")
-    return path
+    problem = output_folder_problem(path, option)
+    if problem is not None:
+        raise OutputPathError(problem)
+    return Path(path)
 
 
 def check_model(name: str | Path | None, option: str) -> None:

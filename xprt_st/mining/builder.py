@@ -70,6 +70,7 @@ from xprt_st.mining.reader import (
 )
 from xprt_st.mining.scoring import TfidfScorer, tfidf_cosine
 from xprt_st.mining.tfidf import N_FEATURES
+from xprt_st.paths import output_folder_problem
 
 logger = logging.getLogger(__name__)
 
@@ -631,15 +632,9 @@ class GroupBuilder:
 
 def check_output_dir(output_dir: Path) -> None:
     """Raise :class:`MiningOutputError` when ``output_dir`` cannot be a folder this process writes into."""
-    if output_dir.exists() and not output_dir.is_dir():
-        raise MiningOutputError(f"--output {output_dir} is an existing file, not a folder; give a folder path")
-    existing = output_dir
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise MiningOutputError(f"--output {output_dir}: {existing} is a file, so the folder cannot be created")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise MiningOutputError(f"--output {output_dir}: {existing} is not writable; give a folder you can write")
+    problem = output_folder_problem(output_dir, "--output")
+    if problem is not None:
+        raise MiningOutputError(problem)
 
 
 def clear_mining_output(output_dir: Path) -> None:
