@@ -138,3 +138,12 @@ def test_max_documents_is_hidden_and_validated(tmp_path: Path) -> None:
     result = runner.invoke(app, ["quickstart", "--output", str(tmp_path / "run"), "--max-documents", "0"])
     assert result.exit_code == 2
     assert not (tmp_path / "run").exists()
+
+
+def test_the_terminal_shows_no_library_warning_and_the_run_log_keeps_them(quickstart_run: tuple[Path, Any]) -> None:
+    output, result = quickstart_run
+    for noise in ("Warning", "pin_memory", "FutureWarning", "it/s]", "Computing widget examples"):
+        assert noise not in result.output, noise
+    log = (output / "xprt-st.log").read_text(encoding="utf-8")
+    assert "xprt-st quickstart" in log.splitlines()[0]
+    assert "Warning" in log  # the libraries' warnings (pin_memory without an accelerator, mteb's) were kept there
