@@ -146,4 +146,7 @@ def test_the_terminal_shows_no_library_warning_and_the_run_log_keeps_them(quicks
         assert noise not in result.output, noise
     log = (output / "xprt-st.log").read_text(encoding="utf-8")
     assert "xprt-st quickstart" in log.splitlines()[0]
-    assert "Warning" in log  # the libraries' warnings (pin_memory without an accelerator, mteb's) were kept there
+    import torch
+
+    if not torch.cuda.is_available():  # the DataLoader warns that pin_memory has no accelerator to pin for
+        assert "UserWarning: 'pin_memory'" in log
