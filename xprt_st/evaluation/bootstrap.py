@@ -210,19 +210,8 @@ def paired_interval(
     aligned arrays at those indices.
     """
     _check(confidence, n_resamples, method)
-    result = stats.bootstrap(
-        items.data(),
-        items.statistic,
-        paired=True,
-        vectorized=True,
-        n_resamples=n_resamples,
-        batch=_BATCH,
-        confidence_level=confidence,
-        method=method,
-        rng=np.random.default_rng(seed),
-    )
-    low, high = result.confidence_interval
-    return Interval(float(items.difference()), float(low), float(high), confidence, len(items), n_resamples, method)
+    low, high = _scipy_interval(items.data(), items.statistic, True, confidence, n_resamples, method, seed)
+    return Interval(float(items.difference()), low, high, confidence, len(items), n_resamples, method)
 
 
 def pooled_interval(
@@ -249,10 +238,26 @@ def pooled_interval(
     def statistic(*drawn: np.ndarray, axis: int = -1) -> np.ndarray:
         return np.mean([items.difference(index) for items, index in zip(tasks, drawn, strict=True)], axis=0)
 
+    low, high = _scipy_interval(indices, statistic, False, confidence, n_resamples, method, seed)
+    estimate = float(np.mean([items.difference() for items in tasks]))
+    n_items = sum(len(items) for items in tasks)
+    return Interval(estimate, low, high, confidence, n_items, n_resamples, method)
+
+
+def _scipy_interval(
+    data: Sequence[np.ndarray],
+    statistic: Any,
+    paired: bool,
+    confidence: float,
+    n_resamples: int,
+    method: str,
+    seed: int,
+) -> tuple[float, float]:
+    """``scipy.stats.bootstrap``'s interval with the settings every interval here shares (vectorized, seeded)."""
     result = stats.bootstrap(
-        indices,
+        data,
         statistic,
-        paired=False,
+        paired=paired,
         vectorized=True,
         n_resamples=n_resamples,
         batch=_BATCH,
@@ -261,9 +266,7 @@ def pooled_interval(
         rng=np.random.default_rng(seed),
     )
     low, high = result.confidence_interval
-    estimate = float(np.mean([items.difference() for items in tasks]))
-    n_items = sum(len(items) for items in tasks)
-    return Interval(estimate, float(low), float(high), confidence, n_items, n_resamples, method)
+    return float(low), float(high)
 
 
 def seeds_verdict(intervals: Sequence[Interval | None]) -> str:
