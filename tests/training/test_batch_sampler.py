@@ -8,26 +8,14 @@ from pathlib import Path
 import torch
 from datasets import Dataset, load_from_disk
 from sentence_transformers import SentenceTransformerTrainingArguments
-from training_helpers import make_groups
+from training_helpers import cpu_training_args, make_groups
 
 from xprt_st.training.trainer import XPRTTrainer
 
 
 def _args(output: Path, batch_size: int = 4, **overrides) -> SentenceTransformerTrainingArguments:
-    values = dict(
-        output_dir=str(output),
-        max_steps=2,
-        per_device_train_batch_size=batch_size,
-        learning_rate=1e-3,
-        save_strategy="no",
-        seed=7,
-        report_to=[],
-        dataloader_drop_last=True,
-        use_cpu=True,
-        disable_tqdm=True,
-    )
-    values.update(overrides)
-    return SentenceTransformerTrainingArguments(**values)
+    values = dict(max_steps=2, per_device_train_batch_size=batch_size, save_strategy="no")
+    return cpu_training_args(output, **{**values, **overrides})
 
 
 def _batches(sampler, epoch: int = 0) -> list[list[int]]:

@@ -10,6 +10,7 @@ import torch
 from datasets import load_from_disk
 from safetensors.torch import load_file
 from sentence_transformers import SentenceTransformer, SentenceTransformerTrainingArguments
+from training_helpers import cpu_training_args
 from transformers import TrainerCallback
 
 from xprt_st.training.schedules import RETENTION_SCHEDULE, TermScheduleCallback
@@ -45,21 +46,7 @@ class _RecordTerms(TrainerCallback):
 
 
 def _args(output: Path, **overrides) -> SentenceTransformerTrainingArguments:
-    values = dict(
-        output_dir=str(output),
-        max_steps=4,
-        per_device_train_batch_size=4,
-        learning_rate=1e-3,
-        save_steps=2,
-        logging_steps=1,
-        seed=7,
-        report_to=[],
-        dataloader_drop_last=True,
-        use_cpu=True,
-        disable_tqdm=True,
-    )
-    values.update(overrides)
-    return SentenceTransformerTrainingArguments(**values)
+    return cpu_training_args(output, **overrides)
 
 
 def _trainer(model, loss, data, output: Path, extra_callbacks=(), **overrides):

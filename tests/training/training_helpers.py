@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import torch
+from sentence_transformers import SentenceTransformerTrainingArguments
 from torch import Tensor, nn
 
 TEXT_COLUMNS = ("anchor", "positive", "related_2", "related_3", "related_4")
@@ -119,3 +120,22 @@ class ToyProjectionLoss(nn.Module):
     @property
     def citation(self) -> str:
         return "@misc{toy, title={Toy loss}}"
+
+
+def cpu_training_args(output: Path, **overrides) -> SentenceTransformerTrainingArguments:
+    """Small deterministic CPU training arguments (seed 7, equal batches, no reports or bars); ``overrides`` win."""
+    values = dict(
+        output_dir=str(output),
+        max_steps=4,
+        per_device_train_batch_size=4,
+        learning_rate=1e-3,
+        save_steps=2,
+        logging_steps=1,
+        seed=7,
+        report_to=[],
+        dataloader_drop_last=True,
+        use_cpu=True,
+        disable_tqdm=True,
+    )
+    values.update(overrides)
+    return SentenceTransformerTrainingArguments(**values)
