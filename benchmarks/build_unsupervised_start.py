@@ -12,8 +12,9 @@ Override: ... --max-steps 600 --eval-every 100   (any of the config's ``stopping
 
 Stages, each skipped when its output is complete (a killed build continues where it stopped):
 
-1. **Corpus and pairs**: the config's seeded corpus sample (as ``xprt-st compare`` writes it), its passages
-   (mined with ``mining_model``), re-merged as random-span pairs into ``OUTPUT/data/pairs-random-span``.
+1. **Corpus and pairs**: the config's seeded corpus sample (as ``xprt-st compare`` writes it), cut into
+   passages with ``mining_model``'s tokenizer and drawn as random-span pairs into
+   ``OUTPUT/data/pairs-random-span`` (nothing is encoded: random spans need no embedding).
 2. **Contrastive training** from ``model`` (the small BERT; it must hold ``pretraining.json``) with the
    ``from-bert`` setting's schedule and the config's ``training`` overrides, into ``OUTPUT/model``. Every
    ``stopping.eval_every`` steps the checkpoint is evaluated on the config's tasks (the small BERT itself
@@ -45,7 +46,6 @@ from xprt_st.compare import (
     CompareConfigError,
     build_corpus,
     data_variant,
-    prepare_variant,
     resolve_compare_tasks,
 )
 
@@ -169,18 +169,18 @@ def build(config: CompareConfig, stopping: Stopping, output: Path, progress: boo
     timings: dict[str, float] = {}
     started = time.perf_counter()
     build_corpus(config, output / "corpus")
-    mined = output / "mined"
-    mine(
-        [output / "corpus" / CORPUS_FILE],
-        mined,
-        model=config.mining_model or config.model,
-        progress=progress,
-        **config.mining,
-    )
     recipe = load_recipe(RECIPE, overrides=config.recipe_overrides(config.seeds[0]), setting=config.setting)
     variant, options = data_variant(recipe.data.requires)
     data = output / "data" / variant
-    pairs = prepare_variant(mined, data, options, config.corpus_seed, progress)
+    # Random-span pairs need no encoder (MiningConfig.encodes): mining only cuts the passages whose lengths the
+    # spans take, with the mining model's tokenizer, and draws the spans with the corpus seed.
+    pairs = mine(
+        [output / "corpus" / CORPUS_FILE],
+        data,
+        model=config.mining_model or config.model,
+        progress=progress,
+        **{**config.mining, **options, "seed": config.corpus_seed},
+    )
     timings["corpus+pairs"] = round(time.perf_counter() - started, 1)
 
     tasks = resolve_compare_tasks(config)
