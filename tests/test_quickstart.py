@@ -74,6 +74,22 @@ def test_summary_has_mining_stats_two_scored_models_and_their_gain(quickstart_ru
     assert (output / "evaluation").is_dir() and any((output / "evaluation").iterdir())
 
 
+def test_the_gain_has_its_interval_and_a_plain_note_when_it_is_not_a_gain(quickstart_run: tuple[Path, Any]) -> None:
+    from xprt_st.quickstart import NO_GAIN_NOTE
+
+    output, result = quickstart_run
+    summary = _summary(output)
+    interval = summary["interval"]["python-faq"]
+    low, high = float(interval["ci_low"]), float(interval["ci_high"])
+    # the percentile interval of a mean difference brackets the difference itself
+    assert low <= summary["gain"]["python-faq"] <= high
+    assert interval["verdict"] in {"gain", "loss", "no clear difference"}
+    assert summary["gained"] == (interval["verdict"] == "gain")
+    assert f"[{low:+.4f}, {high:+.4f}]" in result.output
+    printed = " ".join(result.output.split())
+    assert (" ".join(NO_GAIN_NOTE.split()) in printed) == (not summary["gained"])
+
+
 def test_trained_model_loads_as_a_plain_sentence_transformer(quickstart_run: tuple[Path, Any], minilm) -> None:
     from sentence_transformers import SentenceTransformer
 

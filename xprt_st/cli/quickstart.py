@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from xprt_st.cli import app
+from xprt_st.quickstart import NO_GAIN_NOTE
 
 console = Console()
 
@@ -65,7 +66,16 @@ def quickstart(
     for name, scores in summary["scores"].items():
         table.add_row(name, *[f"{scores[task]:.4f}" for task in tasks])
     table.add_row("gain", *[f"{summary['gain'][task]:+.4f}" for task in tasks], style="italic")
+    table.add_row("gain, 95% CI", *[_bounds(summary["interval"][task]) for task in tasks], style="italic")
     console.print(table)
+    if not summary["gained"]:
+        console.print(NO_GAIN_NOTE, highlight=False)
     console.print(
         f"Everything is in [bold]{output}[/bold]; the trained model loads with SentenceTransformer('{output}/model')."
     )
+
+
+def _bounds(fields: dict[str, str]) -> str:
+    if not fields["ci_low"]:
+        return "n/a"
+    return f"[{float(fields['ci_low']):+.4f}, {float(fields['ci_high']):+.4f}]"
