@@ -427,3 +427,31 @@ def test_unsupervised_start_build_stops_when_flat_and_records_its_curve(tmp_path
     assert not (tmp_path / "other").exists()
     with pytest.raises(CompareConfigError, match=r"stopping\.typo"):
         script.load_config(path, {"typo": 1})
+
+
+def test_head_to_head_states_the_difference_of_two_recipes_with_its_own_interval(tmp_path: Path) -> None:
+    result = _hand_result()
+    # a second recipe, "other": the start's retrieval scores plus 0.05 on every query, the start's STS cosines
+    for seed in result.seeds:
+        start_items = result.per_item[seed]["start"]
+        queries = {q: v + 0.05 for q, v in start_items["a"]["ndcg_at_10"].items()}
+        result.per_item[seed]["other"] = {"a": {"kind": "retrieval", "ndcg_at_10": queries}, "b": start_items["b"]}
+        result.scores[seed]["other"] = {"a": result.scores[seed]["start"]["a"] + 0.05, "b": 0.8}
+    result.models.append("other")
+
+    # seed 1: xprt is +0.1 per query and other +0.05, so xprt - other is exactly +0.05 on every query
+    retrieval = result.interval(1, "xprt", "a", reference="other")
+    assert (retrieval.estimate, retrieval.low, retrieval.high) == pytest.approx((0.05, 0.05, 0.05))
+    # seed 2: xprt equals the start, so xprt - other is exactly -0.05: a loss for xprt
+    assert result.interval(2, "xprt", "a", reference="other").verdict == "loss"
+    assert result.interval(1, "xprt", "a", reference="xprt") is None
+
+    markdown = markdown_report(result, load_compare_config(_config_stub(tmp_path)))
+    assert "### Head to head: xprt minus each other recipe (mean over tasks, ×100)" in markdown
+    head = markdown.split("### Head to head")[1]
+    other_row = next(line for line in head.splitlines() if line.startswith("| other |"))
+    seed1 = result.mean(1, "xprt") - result.mean(1, "other")
+    seed2 = result.mean(2, "xprt") - result.mean(2, "other")
+    assert f"{100 * seed1:+.2f} [" in other_row and f"{100 * seed2:+.2f} [" in other_row
+    assert f"| {100 * (seed1 + seed2) / 2:+.2f} |" in other_row
+    assert other_row.rstrip(" |").endswith(("seeds disagree", "gain", "loss", "no clear difference"))

@@ -387,7 +387,7 @@ class CompareResult:
     per_item: dict[int, dict[str, dict[str, dict[str, Any]]]] = field(default_factory=dict)
     """``per_item[seed][model][task]``: the stored per-item record (:func:`xprt_st.evaluation.bootstrap.paired_items`);
     absent for scores written before per-item scores were kept: their differences have no interval."""
-    _intervals: dict[tuple[int, str, str | None], Interval | None] = field(
+    _intervals: dict[tuple[int, str, str | None, str], Interval | None] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
 
@@ -408,23 +408,24 @@ class CompareResult:
         rows = [self.scores[s] for s in self.seeds if model in self.scores[s]]
         return statistics.fmean(row[model][task] - row[START_LABEL][task] for row in rows)
 
-    def interval(self, seed: int, model: str, task: str | None = None) -> Interval | None:
-        """Paired bootstrap 95% interval of (model - start) in one seed: on ``task``, or (None) the mean over tasks.
+    def interval(self, seed: int, model: str, task: str | None = None, reference: str = START_LABEL) -> Interval | None:
+        """Paired bootstrap 95% interval of (model - reference) in one seed: on ``task``, or (None) the mean over tasks.
 
-        None when a needed per-item record is missing. The mean over tasks is resampled within each
-        task jointly (:func:`xprt_st.evaluation.bootstrap.pooled_interval`).
+        ``reference`` is the start by default; another recipe's label gives a head-to-head interval (both
+        models were scored on the same items). None when a needed per-item record is missing. The mean over
+        tasks is resampled within each task jointly (:func:`xprt_st.evaluation.bootstrap.pooled_interval`).
         """
-        key = (seed, model, task)
+        key = (seed, model, task, reference)
         if key not in self._intervals:
             from xprt_st.evaluation.bootstrap import paired_interval, paired_items, pooled_interval
 
             rows = self.per_item.get(seed, {})
-            start, mine = rows.get(START_LABEL, {}), rows.get(model, {})
+            base, mine = rows.get(reference, {}), rows.get(model, {})
             needed = self.tasks if task is None else [task]
-            if model == START_LABEL or any(t not in start or t not in mine for t in needed):
+            if model == reference or any(t not in base or t not in mine for t in needed):
                 self._intervals[key] = None
             else:
-                items = [paired_items(mine[t], start[t]) for t in needed]
+                items = [paired_items(mine[t], base[t]) for t in needed]
                 self._intervals[key] = paired_interval(items[0]) if task is not None else pooled_interval(items)
         return self._intervals[key]
 
@@ -822,6 +823,7 @@ def markdown_report(result: CompareResult, config: CompareConfig) -> str:
             + ", ".join(per_task)
             + " |"
         )
+    lines += _head_to_head(result)
     lines += [
         "",
         "### Verdict per task across seeds",
@@ -833,6 +835,42 @@ def markdown_report(result: CompareResult, config: CompareConfig) -> str:
         lines.append(f"| {model} | " + " | ".join(result.verdict(model, t) for t in result.tasks) + " |")
     lines += ["", READING.format(n=N_RESAMPLES, seed=SEED), ""]
     return "\n".join(lines)
+
+
+def _head_to_head(result: CompareResult) -> list[str]:
+    """The first recipe minus each other recipe (mean over tasks), per seed with its paired interval, and a verdict.
+
+    Every model of a seed is scored on the same items, so the difference of two recipes has its own paired
+    interval: a gap between two gains is stated only when that interval excludes 0 in every seed.
+    """
+    from xprt_st.evaluation.bootstrap import seeds_verdict
+
+    recipes = result.models[1:]
+    if len(recipes) < 2:
+        return []
+    first = recipes[0]
+    lines = [
+        "",
+        f"### Head to head: {first} minus each other recipe (mean over tasks, ×100)",
+        "",
+        "| versus | " + " | ".join(f"seed {s} [95% CI]" for s in result.seeds) + f" | mean | verdict for {first} |",
+        "|" + "---|" * (len(result.seeds) + 3),
+    ]
+    for other in recipes[1:]:
+        seeds = [s for s in result.seeds if first in result.scores[s] and other in result.scores[s]]
+        cells, differences, intervals = [], [], []
+        for seed in result.seeds:
+            if seed not in seeds:
+                cells.append("")
+                continue
+            difference = result.mean(seed, first) - result.mean(seed, other)
+            interval = result.interval(seed, first, reference=other)
+            cells.append(_cell(interval, difference))
+            differences.append(difference)
+            intervals.append(interval)
+        mean = f"{100 * statistics.fmean(differences):+.2f}" if differences else ""
+        lines.append(f"| {other} | " + " | ".join(cells) + f" | {mean} | {seeds_verdict(intervals)} |")
+    return lines
 
 
 def gain_table(result: CompareResult) -> Table:
