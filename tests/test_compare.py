@@ -455,3 +455,46 @@ def test_head_to_head_states_the_difference_of_two_recipes_with_its_own_interval
     assert f"{100 * seed1:+.2f} [" in other_row and f"{100 * seed2:+.2f} [" in other_row
     assert f"| {100 * (seed1 + seed2) / 2:+.2f} |" in other_row
     assert other_row.rstrip(" |").endswith(("seeds disagree", "gain", "loss", "no clear difference"))
+
+
+def test_cls_start_serves_the_same_encoder_with_its_cls_vector_and_keeps_the_mlm_head(tmp_path: Path) -> None:
+    import importlib.util
+    import sys
+
+    import torch
+
+    from xprt_st.models import attach_mlm_head, load_model
+    from xprt_st.training.pretrain_mlm import SmallBertConfig, pretrain_small_bert
+
+    path = Path(__file__).parents[1] / "benchmarks" / "make_cls_start.py"
+    spec = importlib.util.spec_from_file_location("make_cls_start", path)
+    script = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = script
+    spec.loader.exec_module(script)
+
+    texts = [json.loads(line)["text"] for line in _write_corpus(tmp_path).read_text().splitlines()]
+    small = SmallBertConfig(layers=1, hidden=32, heads=2, intermediate=64, max_seq_length=32, steps=2, batch_size=4)
+    bert = tmp_path / "small-bert"
+    pretrain_small_bert(texts, bert, small, device="cpu", progress=False)
+    output = script.make_cls_start(str(bert), tmp_path / "small-bert-cls")
+
+    source, served = load_model(str(bert), device="cpu"), load_model(str(output), device="cpu")
+    assert served[1].get_config_dict()["pooling_mode"] == "cls"
+    assert (output / "pretraining.json").read_text() == (bert / "pretraining.json").read_text()
+    sentences = ["the mined positive matters", "random spans are close behind"]
+    features = source.tokenize(sentences)
+    with torch.no_grad():
+        tokens = source[0](dict(features))["token_embeddings"]
+    # the same encoder: the served vector is the source's [CLS] token state, not its mean
+    assert torch.allclose(served.encode(sentences, convert_to_tensor=True), tokens[:, 0], atol=1e-5)
+    assert not torch.allclose(source.encode(sentences, convert_to_tensor=True), tokens[:, 0], atol=1e-3)
+    # the pre-trained MLM head comes along: both heads are the same trained weights
+    head_source, head_served = attach_mlm_head(source), attach_mlm_head(served)
+    for (name, a), (_, b) in zip(head_source.state_dict().items(), head_served.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    from safetensors.torch import load_file
+
+    trained = load_file(str(bert / "model.safetensors"))["cls.predictions.transform.dense.weight"]
+    assert torch.equal(head_served.dense.weight, trained)
+    with pytest.raises(SystemExit, match="exists"):
+        script.make_cls_start(str(bert), output)
