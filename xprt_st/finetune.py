@@ -605,6 +605,16 @@ def finetune_compare(
         role: spec if isinstance(spec, SentenceTransformer) else load_model(spec, device=device)
         for role, spec in (("base", base), ("pretrained", pretrained))
     }
+    lengths = {role: model.max_seq_length for role, model in loaded.items()}
+    if lengths["base"] != lengths["pretrained"]:
+        # the same texts must reach both models: score (and fine-tune) the pre-trained one at the base's limit
+        logger.warning(
+            "the pre-trained model reads %s tokens and the base %s: both are fine-tuned and scored at %s",
+            lengths["pretrained"],
+            lengths["base"],
+            lengths["base"],
+        )
+        loaded["pretrained"].max_seq_length = lengths["base"]
     names = {"base": model_label(base), "pretrained": model_label(pretrained)}
     names.update({"base+ft": f"{names['base']}+ft", "pretrained+ft": f"{names['pretrained']}+ft"})
     for role in ("base", "pretrained"):

@@ -199,3 +199,29 @@ def test_evaluate_names_a_missing_folder_and_what_offline_needs(tmp_path: Path, 
         "only 'default' (all-MiniLM-L6-v2) is packaged: give the path of a local sentence-transformers folder" in flat
     )
     assert not (tmp_path / "o").exists()
+
+
+def test_finetune_compare_reads_both_models_at_the_base_length(
+    tiny_model_path: Path, tmp_path: Path, beir_writer
+) -> None:
+    import shutil
+
+    # the same weights, saved with a 4-token limit (as a run trained on short passages used to save them)
+    short = tmp_path / "short-model"
+    shutil.copytree(tiny_model_path, short)
+    config = json.loads((short / "tokenizer_config.json").read_text())
+    (short / "tokenizer_config.json").write_text(json.dumps(config | {"model_max_length": 4}))
+    keys = [(topic, i) for topic in ("web", "med") for i in range(6)]
+    corpus = {f"d-{t}-{i}": {"title": "", "text": f"a long {t} passage whose fact number {i} is late"} for t, i in keys}
+    queries = {f"q-{t}-{i}": f"which late fact is number {i} of {t}?" for t, i in keys}
+    folder = beir_writer(tmp_path / "ftbeir", corpus, queries, [(f"q-{t}-{i}", f"d-{t}-{i}", 1) for t, i in keys])
+    out = tmp_path / "ft"
+    result = _invoke(
+        "finetune-compare", "--base", str(tiny_model_path), "--pretrained", str(short), "--task", str(folder),
+        "--batch-size", "4", "--learning-rate", "1e-3", "--output-dir", str(out),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    overall = next(row for row in json.loads((out / "finetune_compare.json").read_text())["rows"])
+    # read at the same length, identical weights fine-tune identically: no gain before or after
+    assert overall["gain_before"] == 0.0 and overall["gain_after"] == 0.0
+    assert "the pre-trained model reads 4 tokens and the base" in (out / "xprt-st.log").read_text()

@@ -37,6 +37,8 @@ def test_pretraining_lowers_the_held_out_loss_and_saves_a_loadable_encoder_with_
     assert record["held_out_mlm_loss_start"] == pytest.approx(torch.log(torch.tensor(30522.0)).item(), abs=0.6)
     model = SentenceTransformer(str(tmp_path / "bert"), device="cpu")  # plain loading: mean pooling
     assert model.encode(["a sentence"]).shape == (1, 32)
+    # positions past the training windows are untrained: the loaded model reads one window at most
+    assert model.max_seq_length == TINY.max_seq_length
     head = attach_mlm_head(model)
     saved = load_file(str(tmp_path / "bert" / "model.safetensors"))
     assert torch.equal(head.bias.detach(), saved["cls.predictions.bias"])  # the trained head, not a fresh one

@@ -39,6 +39,9 @@ def test_every_recipe_trains_a_few_steps(recipe, tiny_model_path, tmp_path):
     assert result.exit_code == 0, result.output
     model = SentenceTransformer(str(output), device="cpu")
     assert model.encode(["a test passage"]).shape == (1, 32)
+    # --max-seq-length 32 cut the training passages; the saved model reads texts as long as its start did
+    start_length = SentenceTransformer(str(tiny_model_path), device="cpu").max_seq_length
+    assert start_length != 32 and model.max_seq_length == start_length
     config = json.loads((output / TRAINING_STATE_DIR / "config.json").read_text())
     assert config["starting_model"] == str(tiny_model_path) and config["recipe"]["name"] == recipe
     assert config["global_step"] == 2

@@ -203,6 +203,8 @@ def pretrain_small_bert(
 
     output.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(output)
+    # positions past the windows are never trained: a model loaded from this folder reads at most one window
+    tokenizer.model_max_length = config.max_seq_length
     tokenizer.save_pretrained(output)
     record = {
         **asdict(config),

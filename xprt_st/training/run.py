@@ -179,6 +179,9 @@ def train_recipe(
 
     set_seed(recipe.training.seed)
     sentence_model = load_model(starting_model)
+    # training.max_seq_length cuts the training passages; the saved model keeps the start's serving limit, so
+    # a model trained on 64-token passages still reads 256-token queries and documents like its start did
+    served_max_seq_length = sentence_model.max_seq_length
     if recipe.training.max_seq_length is not None:
         sentence_model.max_seq_length = recipe.training.max_seq_length
     # Taken before any checkpoint is loaded into the model: the teacher is always the starting model.
@@ -253,6 +256,7 @@ def train_recipe(
         # of the objective starts fresh. Only a resumed checkpoint restores a run's own loss state.
         trainer.warm_start_loss_modules(starting_model)
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    sentence_model.max_seq_length = served_max_seq_length
     trainer.save_model(str(output))
     logger.info("saved the final model to %s (training state in %s/%s)", output, output, TRAINING_STATE_DIR)
     return output
