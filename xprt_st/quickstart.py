@@ -29,9 +29,11 @@ QUICKSTART_CORPUS = PACKAGED_DATA / "python-docs-pages.jsonl.gz"
 
 NO_GAIN_NOTE = (
     "No measurable gain: the gain's 95% interval is not above 0 on every task. The offline default "
-    "(all-MiniLM-L6-v2) is already fine-tuned on about a billion labelled pairs; continued pre-training does not "
-    "improve it here, in this quickstart or in docs/results.md. The objectives gain from a model that is not yet "
-    "a fine-tuned retriever: docs/results.md, section 3b (from BERT) and section 7 (from an unsupervised retriever)."
+    "(all-MiniLM-L6-v2) is already fine-tuned on about a billion labelled pairs: at this scale no objective "
+    "improves it, and none improves an unsupervised retriever either (docs/results.md, sections 1, 2, 7 and 8). "
+    "The objectives gain "
+    "from a model that cannot retrieve yet: from BERT, sections 3b to 5 "
+    "(xprt-st compare --config benchmarks/compare-from-bert-cpu.yaml)."
 )
 """Printed under the quickstart's table when the pre-training did not gain (the docs' findings, in brief)."""
 
