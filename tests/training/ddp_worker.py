@@ -16,10 +16,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from datasets import load_from_disk
-from sentence_transformers import SentenceTransformer, SentenceTransformerTrainingArguments
+from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import Transformer
 from sentence_transformers.sentence_transformer.modules import Pooling
 from torch import Tensor, nn
+from training_helpers import cpu_training_args
 
 from xprt_st.losses.cross_passage import cross_passage_loss
 from xprt_st.training import XPRTTrainer
@@ -56,19 +57,7 @@ def main() -> None:
     model = SentenceTransformer(
         modules=[Transformer(options.model, max_seq_length=32), Pooling(32, "mean")], device="cpu"
     )
-    args = SentenceTransformerTrainingArguments(
-        output_dir=options.output,
-        max_steps=2,
-        per_device_train_batch_size=4,
-        learning_rate=1e-3,
-        save_steps=2,
-        logging_steps=1,
-        seed=3,
-        report_to=[],
-        dataloader_drop_last=True,
-        use_cpu=True,
-        disable_tqdm=True,
-    )
+    args = cpu_training_args(Path(options.output), max_steps=2, seed=3)
     rank = dist.get_rank()
     torch.manual_seed(100 + rank)  # the projection starts different on each rank: the trainer must broadcast it
     loss = ProjectedCrossPassageLoss(model)
