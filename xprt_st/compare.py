@@ -857,10 +857,9 @@ def _head_to_head(result: CompareResult) -> list[str]:
         "|" + "---|" * (len(result.seeds) + 3),
     ]
     for other in recipes[1:]:
-        seeds = [s for s in result.seeds if first in result.scores[s] and other in result.scores[s]]
         cells, differences, intervals = [], [], []
         for seed in result.seeds:
-            if seed not in seeds:
+            if first not in result.scores[seed] or other not in result.scores[seed]:
                 cells.append("")
                 continue
             difference = result.mean(seed, first) - result.mean(seed, other)

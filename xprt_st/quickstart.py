@@ -31,8 +31,7 @@ NO_GAIN_NOTE = (
     "No measurable gain: the gain's 95% interval is not above 0 on every task. The offline default "
     "(all-MiniLM-L6-v2) is already fine-tuned on about a billion labelled pairs: at this scale no objective "
     "improves it, and none improves an unsupervised retriever either (docs/results.md, sections 1, 2, 7 and 8). "
-    "The objectives gain "
-    "from a model that cannot retrieve yet: from BERT, sections 3b to 5 "
+    "The objectives gain from a model that cannot retrieve yet: from BERT, sections 3b to 5 "
     "(xprt-st compare --config benchmarks/compare-from-bert-cpu.yaml)."
 )
 """Printed under the quickstart's table when the pre-training did not gain (the docs' findings, in brief)."""
