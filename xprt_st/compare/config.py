@@ -152,7 +152,10 @@ class CompareConfig:
         for name in self.recipes:
             try:
                 recipe = load_recipe(
-                    name, overrides=self.recipe_overrides(seed=self.seeds[0] if self.seeds else 0), setting=self.setting
+                    name,
+                    overrides=self.recipe_overrides(seed=self.seeds[0] if self.seeds else 0),
+                    setting=self.setting,
+                    override_labels=self.override_labels(),
                 )
             except RecipeError as error:
                 problems += [f"recipe {name}: {problem}" for problem in error.problems]
@@ -173,6 +176,12 @@ class CompareConfig:
         if self.model is not None:
             overrides["training.model"] = self.model
         return overrides
+
+    def override_labels(self) -> dict[str, str]:
+        """What :meth:`recipe_overrides` keys are called in messages: this config's own keys, not command-line flags."""
+        labels = {f"training.{key}": f"training.{key}" for key in self.training}
+        labels |= {f"retention.{key}": f"retention.{key}" for key in self.retention}
+        return labels | {"training.seed": "seeds", "training.model": "model", "setting": "setting"}
 
     def resolve(self, path: str) -> Path:
         """A corpus path: absolute, relative to the working directory when it exists, else under ``data_dir``."""

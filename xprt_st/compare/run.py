@@ -69,7 +69,12 @@ def check_unchanged(config: CompareConfig, run: Path) -> None:
 def _resolved_recipe(recipe_name: str, config: CompareConfig, seed: int) -> Any:
     from xprt_st.recipe import load_recipe
 
-    return load_recipe(recipe_name, overrides=config.recipe_overrides(seed), setting=config.setting)
+    return load_recipe(
+        recipe_name,
+        overrides=config.recipe_overrides(seed),
+        setting=config.setting,
+        override_labels=config.override_labels(),
+    )
 
 
 def _check_complete(folder: Path, resolved: dict[str, Any]) -> None:
@@ -261,7 +266,7 @@ def run_compare(
 
         data: dict[str, Path] = {}
         for name in config.recipes:
-            recipe = load_recipe(name, setting=config.setting)
+            recipe = load_recipe(name, setting=config.setting, override_labels=config.override_labels())
             variant, options = data_variant(recipe.data.requires)
             if variant not in data:
                 folder = mined if variant == "mined" else run / "data" / variant
