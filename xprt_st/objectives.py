@@ -296,9 +296,13 @@ def bind_args(name: str, args: dict[str, Any]) -> tuple[dict[str, Any], list[str
         The arguments as the loss should receive them (numbers coerced) and the problems.
 
     Example:
-        >>> bind_args("xprt", {"cross_weight": -1, "temperature": "hot"})[1]  # doctest: +NORMALIZE_WHITESPACE
-        ["objective.args.cross_weight: -1 is out of range; XPRTLoss accepts a number >= 0",
-         "objective.args.temperature: must be a number, found 'hot'"]
+        >>> args, problems = bind_args("xprt", {"cross_weight": -1, "temperature": "hot"})
+        >>> for problem in problems:
+        ...     print(problem)
+        objective.args.cross_weight: -1 is out of range; XPRTLoss accepts a number >= 0
+        objective.args.temperature: must be a number, found 'hot'
+        >>> bind_args("cross-passage", {"temperature": "1e-2"})
+        ({'temperature': 0.01}, [])
     """
     from xprt_st.binding import convert, is_invalid
 
