@@ -141,6 +141,7 @@ class Objective:
     arg_rules: Callable[[dict[str, Any]], list[str]] | None = None
 
     def dataset_columns(self, retention: bool) -> tuple[str, ...]:
+        """The columns fed to the loss, in order, with retention on or off."""
         return self.retention_columns if retention else self.columns
 
     def mined_columns(self, retention: bool) -> tuple[str, ...]:
@@ -148,6 +149,7 @@ class Objective:
         return tuple(column for column in self.dataset_columns(retention) if column not in self.derived)
 
     def resolve_class(self) -> type[nn.Module]:
+        """Import the loss class (:class:`ObjectiveUnavailableError` when this installation lacks it)."""
         module_name, _, class_name = self.loss_class.partition(":")
         try:
             module = __import__(module_name, fromlist=[class_name])
@@ -179,11 +181,15 @@ class ColumnSelect(nn.Module):
         self.positions = tuple(positions)
         object.__setattr__(self, "model", model)
 
-    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None) -> Any:
+    def forward(
+        self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None
+    ) -> Tensor | dict[str, Tensor]:
+        """The inner loss on the selected columns only."""
         features = list(sentence_features)
         return self.loss([features[position] for position in self.positions], labels)
 
     def get_config_dict(self) -> dict[str, Any]:
+        """What the model card records of this wrapper."""
         return {"positions": list(self.positions)}
 
 
@@ -274,6 +280,7 @@ register_objective(
 
 
 def get_objective(name: str) -> Objective:
+    """The registered objective ``name`` (KeyError listing the registered ones)."""
     try:
         return OBJECTIVES[name]
     except KeyError:

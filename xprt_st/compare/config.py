@@ -7,9 +7,12 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from mteb.abstasks import AbsTask
 
 from xprt_st.binding import bind
 
@@ -200,10 +203,11 @@ class CompareConfig:
         return hashlib.sha1(payload.encode()).hexdigest()[:10]
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain data (what the run folder's ``compare_config.yaml`` holds)."""
         return dataclasses.asdict(self)
 
 
-def _task_item(item: Any) -> Any:
+def _task_item(item: object) -> object:
     return {"name": item} if isinstance(item, str) else item
 
 
@@ -226,7 +230,7 @@ def load_compare_config(path: str | Path, overrides: dict[str, Any] | None = Non
     return CompareConfig.from_dict(raw, source=str(path))
 
 
-def resolve_compare_tasks(config: CompareConfig) -> list[Any]:
+def resolve_compare_tasks(config: CompareConfig) -> list[AbsTask]:
     """The mteb tasks of the config, each with its own subsample (seeded by ``eval_seed``)."""
     from xprt_st.evaluation.catalog import resolve_task
 

@@ -125,6 +125,9 @@ def finetune_compare(
         domains: query id -> sub-domain (see :func:`query_domains`); None = overall only.
         settings: fine-tuning settings, identical for both models.
         output_dir: trainer scratch space and, with ``save_models``, the two fine-tuned models.
+        save_models: also save the two fine-tuned models under ``output_dir``.
+        eval_batch_size: encoding batch size of the evaluations.
+        device: torch device for models loaded here.
         tolerance: a gain below ``-tolerance`` is flagged.
     """
     from xprt_st.evaluation.run import evaluate_model, model_label
