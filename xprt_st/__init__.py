@@ -40,7 +40,7 @@ _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = sorted(_WHERE)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> Any:  # noqa: ANN401 (any exported object)
     if name not in _WHERE:
         raise AttributeError(f"module 'xprt_st' has no attribute {name!r}")
     return getattr(importlib.import_module(_WHERE[name]), name)

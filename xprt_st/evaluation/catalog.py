@@ -20,7 +20,8 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from mteb.abstasks import AbsTask
 
 from xprt_st.evaluation.readers import (
     BEIRData,
@@ -241,7 +242,7 @@ def resolve_task(
     max_queries: int | None = None,
     max_corpus: int | None = None,
     seed: int = 0,
-) -> Any:
+) -> AbsTask:
     """Turn one task spec (a local name, a path, or an MTEB name) into an mteb task; see the module doc."""
     spec = spec.strip()
     if spec.lower() in LOCAL_TASKS:
@@ -294,7 +295,7 @@ def resolve_tasks(
     max_queries: int | None = None,
     max_corpus: int | None = None,
     seed: int = 0,
-) -> list[Any]:
+) -> list[AbsTask]:
     """Resolve comma-separated or repeated task specs into mteb tasks, in order, without duplicates."""
     names = [part.strip() for spec in specs for part in spec.split(",") if part.strip()]
     if not names:

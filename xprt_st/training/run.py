@@ -217,7 +217,7 @@ def train_recipe(
         gradient_accumulation_steps=training.gradient_accumulation_steps,
         learning_rate=training.learning_rate,
         lr_scheduler_type=training.lr_scheduler,
-        warmup_steps=training.warmup_ratio,
+        warmup_steps=training.warmup_ratio,  # a float in [0, 1): transformers >= 5 reads it as a share of the steps
         weight_decay=training.weight_decay,
         max_grad_norm=training.max_grad_norm,
         bf16=training.precision == "bf16",
