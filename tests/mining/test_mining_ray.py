@@ -23,8 +23,8 @@ from tests.conftest import shared_data
 from xprt_st.cli import app
 from xprt_st.columns import GROUP_COLUMNS, LABEL
 from xprt_st.mining import GroupBuilder, MiningConfig
-from xprt_st.mining.builder import STATS_FILE
-from xprt_st.mining.ray_engine import RayEngine, RayEngineError
+from xprt_st.mining.engines.ray import RayEngine, RayEngineError
+from xprt_st.mining.layout import STATS_FILE
 
 TOPICS = ["river", "violin", "glacier", "tax", "comet", "bakery", "chess", "volcano"]
 runner = CliRunner()
@@ -247,16 +247,17 @@ def test_without_ray_installed_the_error_gives_the_install_line(tmp_path, monkey
 
 
 def test_chunks_are_the_local_engines_and_may_span_input_units():
-    from xprt_st.mining.ray_engine import _chunk_plan, _sum_counts
+    from xprt_st.mining.engines.ray import chunk_plan
+    from xprt_st.mining.stats import sum_counts
 
     units = [{"documents_with_passages": 4}, {"documents_with_passages": 0}, {"documents_with_passages": 5}]
-    assert _chunk_plan(units, 3) == [[(0, 0, 3)], [(0, 3, 4), (2, 0, 2)], [(2, 2, 5)]]
-    assert _chunk_plan([{"documents_with_passages": 0}], 3) == [[]]  # one empty chunk, as the local engine
+    assert chunk_plan(units, 3) == [[(0, 0, 3)], [(0, 3, 4), (2, 0, 2)], [(2, 2, 5)]]
+    assert chunk_plan([{"documents_with_passages": 0}], 3) == [[]]  # one empty chunk, as the local engine
     counts = [
         {"documents": 4, "skipped": {"empty": 1}, "repairs": {}, "text_fields": {"text": 3}},
         {"documents": 2, "skipped": {"empty": 1, "invalid_json": 1}, "repairs": {"decoded_latin1": 1}},
     ]
-    assert _sum_counts(counts) == {
+    assert sum_counts(counts) == {
         "documents": 6,
         "skipped": {"empty": 2, "invalid_json": 1},
         "repairs": {"decoded_latin1": 1},

@@ -1,0 +1,468 @@
+"""The mining output folder: the one module that names, writes and reads its files.
+
+Every file is written under a temporary name and renamed into place; a shard's ``COMPLETE`` marker,
+a dataset's ``state.json`` and the run's ``stats.json`` are written last, so whatever a killed run
+leaves is either whole or ignored (and its temporary files are removed by the next run).
+
+::
+
+    DIR/                          datasets.load_from_disk(DIR): anchor, positive, related_2..related_k, label
+    DIR/data-SSSSS-CCCCC.arrow    the training groups, one Arrow file per chunk (memory-mapped by datasets)
+    DIR/state.json, dataset_info.json
+    DIR/stats.json                figures of the run, settings, skips by reason
+    DIR/groups_meta.jsonl         one line per training group: doc id, passage indices, centrality, scores
+    DIR/passages.parquet/         every passage, one Parquet part per chunk: label, doc id, index, text,
+                                  centrality, is_anchor, in_group, held_out (``pyarrow.parquet.read_table``)
+    DIR/heldout/groups/           with --holdout: the held-out documents' groups (a datasets folder)
+    DIR/heldout/passages/         with --holdout: every passage of the held-out documents (a datasets folder)
+    DIR/mining_config.json        the run manifest: settings that shaped the scores and the input's identity
+    DIR/shards/shard-SSSSS-of-NNNNN/{split.parquet, split_stats.json, document_frequencies.npz,
+                                     chunk-CCCCC/{passages.parquet, stats.json}, COMPLETE}
+    DIR/shards/ray-units/unit-UUUUU/{split.parquet, split_stats.json, document_frequencies.npz}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from xprt_st.mining.config import MiningConfigError, MiningError, MiningInputError, MiningOutputError
+from xprt_st.mining.reader import input_differences, input_identity
+from xprt_st.mining.stages import PASSAGE_SCHEMA, SPLIT_SCHEMA, Document
+from xprt_st.paths import output_folder_problem
+
+logger = logging.getLogger(__name__)
+
+COMPLETE = "COMPLETE"
+STATS_FILE = "stats.json"
+CONFIG_FILE = "mining_config.json"
+META_FILE = "groups_meta.jsonl"
+PASSAGES_FILE = "passages.parquet"
+REPORT_FILE = "report.html"
+DF_FILE = "document_frequencies.npz"
+SPLIT_FILE = "split.parquet"
+SPLIT_STATS_FILE = "split_stats.json"
+SHARDS_DIR = "shards"
+UNITS_DIR = Path(SHARDS_DIR, "ray-units")
+"""Under ``shards/``, so whatever clears the shards clears the Ray engine's units too."""
+HELDOUT_DIR = "heldout"
+MERGE_TMP = ".merge.tmp"
+DATASET_STATE = "state.json"
+DATASET_INFO = "dataset_info.json"
+INPUTS_KEY = "inputs"
+"""Key of ``mining_config.json`` that holds the input identity (:func:`~xprt_st.mining.reader.input_identity`)."""
+SPLIT_ROW_GROUP = 1024
+"""Rows (documents) per Parquet row group of split files: a Ray worker reads one chunk's rows alone."""
+CHUNK_PATTERN = "chunk-[0-9][0-9][0-9][0-9][0-9]"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename."""
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def atomic_write_json(path: Path, value: Any) -> None:
+    atomic_write_text(path, json.dumps(value, indent=2, sort_keys=True))
+
+
+def atomic_write_parquet(path: Path, table: pa.Table) -> None:
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    pq.write_table(table, tmp, row_group_size=SPLIT_ROW_GROUP)
+    os.replace(tmp, path)
+
+
+def remove_temporary(directory: Path) -> None:
+    """Delete what killed writers left in ``directory`` (names with ``.tmp``); call when no writer runs there."""
+    for stale in directory.glob("*.tmp*"):
+        shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+
+
+def split_table(documents: Sequence[Document]) -> pa.Table:
+    return pa.table(
+        {
+            "label": [d.label for d in documents],
+            "doc_id": [d.doc_id for d in documents],
+            "origin": [d.origin for d in documents],
+            "passages": [d.passages for d in documents],
+            "token_counts": [d.token_counts for d in documents],
+        },
+        schema=SPLIT_SCHEMA,
+    )
+
+
+def documents_of(table: pa.Table, label_offset: int = 0) -> list[Document]:
+    """The documents of (part of) a split file, labels shifted by ``label_offset``."""
+    columns = table.to_pydict()
+    return [
+        Document(label + label_offset, doc_id, origin, passages, counts)
+        for label, doc_id, origin, passages, counts in zip(
+            columns["label"],
+            columns["doc_id"],
+            columns["origin"],
+            columns["passages"],
+            columns["token_counts"],
+            strict=True,
+        )
+    ]
+
+
+def read_split_rows(path: Path, start: int, stop: int) -> pa.Table:
+    """Rows ``start:stop`` of a split file, reading only the row groups that hold them."""
+    parquet = pq.ParquetFile(path)
+    groups, first, row = [], None, 0
+    for group in range(parquet.num_row_groups):
+        size = parquet.metadata.row_group(group).num_rows
+        if row < stop and row + size > start:
+            groups.append(group)
+            first = row if first is None else first
+        row += size
+    if not groups:
+        return parquet.schema_arrow.empty_table()
+    return parquet.read_row_groups(groups).slice(start - first, stop - start)
+
+
+class SplitFolder:
+    """A folder holding one split stage's output: a shard's, or one Ray input unit's."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def done(self, with_frequencies: bool) -> bool:
+        names = [SPLIT_FILE, SPLIT_STATS_FILE] + ([DF_FILE] if with_frequencies else [])
+        return all((self.directory / name).is_file() for name in names)
+
+    @property
+    def split_path(self) -> Path:
+        return self.directory / SPLIT_FILE
+
+    @property
+    def frequencies_path(self) -> Path:
+        return self.directory / DF_FILE
+
+    def has_split(self) -> bool:
+        return self.split_path.is_file() and (self.directory / SPLIT_STATS_FILE).is_file()
+
+    def write_split(self, documents: Sequence[Document], counts: dict[str, Any]) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        atomic_write_parquet(self.split_path, split_table(documents))
+        atomic_write_json(self.directory / SPLIT_STATS_FILE, counts)  # last: it marks the split done
+
+    def read_documents(self) -> list[Document]:
+        return documents_of(pq.read_table(self.split_path))
+
+    def split_counts(self) -> dict[str, Any]:
+        return json.loads((self.directory / SPLIT_STATS_FILE).read_text())
+
+
+class MiningLayout:
+    """The files of one mining output folder (see the module docstring)."""
+
+    def __init__(self, output_dir: str | Path) -> None:
+        self.output_dir = Path(output_dir)
+
+    # ------------------------------------------------------------ the run manifest
+    @property
+    def config_path(self) -> Path:
+        return self.output_dir / CONFIG_FILE
+
+    def stored_settings(self) -> dict[str, Any] | None:
+        return json.loads(self.config_path.read_text()) if self.config_path.is_file() else None
+
+    def require_run(self) -> dict[str, Any]:
+        """The stored settings; :class:`MiningError` when the folder holds no mining run."""
+        if not self.output_dir.is_dir():
+            raise MiningError(
+                f"{self.output_dir} is not a folder written by xprt-st mine; give the --output of a mining run"
+            )
+        stored = self.stored_settings()
+        if stored is None:
+            raise MiningError(
+                f"{self.output_dir} holds no mining run ({CONFIG_FILE} is missing); run xprt-st mine first"
+            )
+        return stored
+
+    def check_writable(self) -> None:
+        problem = output_folder_problem(self.output_dir, "--output")
+        if problem is not None:
+            raise MiningOutputError(problem)
+
+    def check_or_record_run(self, settings: dict[str, Any], corpus: Sequence[str | Path], split: str) -> None:
+        """Record the run's settings and input identity, or check them against the stored run (a resume)."""
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        stored = self.stored_settings()
+        if stored is None:
+            atomic_write_json(self.config_path, {**settings, INPUTS_KEY: input_identity(corpus, split)})
+            return
+        changed = {k: (stored.get(k), v) for k, v in settings.items() if stored.get(k) != v}
+        if changed:
+            details = ", ".join(f"{k}: stored {a!r}, now {b!r}" for k, (a, b) in changed.items())
+            raise MiningConfigError(
+                f"{self.output_dir} holds a run mined with other settings ({details}). Resume with the same "
+                "settings, change only merge settings (threshold, quantile, positive, pairs, seed, holdout) with "
+                "--merge, choose a new --output, or pass --overwrite to delete the stored run and mine again."
+            )
+        if INPUTS_KEY not in stored:
+            # A run stored before inputs were recorded: record them now so later resumes are checked.
+            logger.warning("%s records no input identity (an older run); recording the current input", self.config_path)
+            atomic_write_json(self.config_path, {**stored, INPUTS_KEY: input_identity(corpus, split)})
+            return
+        differences = input_differences(stored[INPUTS_KEY], corpus, split)
+        if differences:
+            shown = "; ".join(differences[:5]) + (f"; and {len(differences) - 5} more" if len(differences) > 5 else "")
+            raise MiningInputError(
+                f"{self.output_dir} holds a run mined from other input, so its groups are not those of the input "
+                f"given now. Mined from: {describe_inputs(stored[INPUTS_KEY])}. Given now: "
+                f"{', '.join(str(c) for c in corpus)}. Differences: {shown}. Mine into a new --output folder, "
+                "or pass --overwrite to delete the stored run and mine this input."
+            )
+
+    def clear(self) -> None:
+        """Delete a mining run stored here (``--overwrite``): only the files mining writes, never others."""
+        if not self.output_dir.is_dir():
+            return
+        logger.warning("--overwrite: deleting the mining run stored in %s", self.output_dir)
+        for path in [self.output_dir / SHARDS_DIR, self.output_dir / HELDOUT_DIR, self.output_dir / PASSAGES_FILE]:
+            if path.is_dir():
+                shutil.rmtree(path)
+        for path in self.output_dir.glob(".dataset.tmp-*"):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        for path in self.output_dir.glob(f"{MERGE_TMP}*"):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        for name in (CONFIG_FILE, STATS_FILE, META_FILE, PASSAGES_FILE, REPORT_FILE, DATASET_STATE, DATASET_INFO):
+            path = self.output_dir / name
+            if path.is_file():
+                path.unlink()
+        for path in self.output_dir.glob("data-*.arrow"):
+            path.unlink()
+
+    # ------------------------------------------------------------ shards and chunks
+    def shard_dir(self, shard_index: int, num_shards: int) -> Path:
+        return self.output_dir / SHARDS_DIR / f"shard-{shard_index:05d}-of-{num_shards:05d}"
+
+    def shard_split(self, shard_index: int, num_shards: int) -> SplitFolder:
+        return SplitFolder(self.shard_dir(shard_index, num_shards))
+
+    def unit_split(self, unit: int) -> SplitFolder:
+        return SplitFolder(self.output_dir / UNITS_DIR / f"unit-{unit:05d}")
+
+    def shard_complete(self, shard_index: int, num_shards: int) -> bool:
+        return (self.shard_dir(shard_index, num_shards) / COMPLETE).is_file()
+
+    def shard_counts(self, shard_index: int, num_shards: int) -> dict[str, Any]:
+        return json.loads((self.shard_dir(shard_index, num_shards) / COMPLETE).read_text())
+
+    def mark_shard_complete(self, shard_index: int, num_shards: int, counts: dict[str, Any]) -> None:
+        atomic_write_json(self.shard_dir(shard_index, num_shards) / COMPLETE, counts)
+
+    def chunk_dir(self, shard_index: int, num_shards: int, chunk: int) -> Path:
+        return self.shard_dir(shard_index, num_shards) / f"chunk-{chunk:05d}"
+
+    def chunk_done(self, shard_index: int, num_shards: int, chunk: int) -> bool:
+        return self.chunk_dir(shard_index, num_shards, chunk).is_dir()
+
+    def write_chunk(self, shard_index: int, num_shards: int, chunk: int, table: pa.Table, counts: dict) -> None:
+        """Write a scored chunk into a temporary folder and rename it into place (the chunk's marker)."""
+        final = self.chunk_dir(shard_index, num_shards, chunk)
+        tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
+        tmp.mkdir(parents=True)
+        pq.write_table(table, tmp / PASSAGES_FILE)
+        (tmp / STATS_FILE).write_text(json.dumps(counts))
+        os.replace(tmp, final)
+
+    def chunk_counts(self, shard_index: int, num_shards: int, chunk: int) -> dict[str, Any]:
+        return json.loads((self.chunk_dir(shard_index, num_shards, chunk) / STATS_FILE).read_text())
+
+    def chunks(self, num_shards: int) -> list[tuple[int, int]]:
+        """``(shard, chunk)`` of every stored chunk of the complete shards, in shard and chunk order."""
+        found = []
+        for shard in range(num_shards):
+            directory = self.shard_dir(shard, num_shards)
+            if not (directory / COMPLETE).is_file():
+                raise MiningError(
+                    f"shard {shard} of {num_shards} in {self.output_dir} is not complete; run "
+                    f"xprt-st mine ... --num-shards {num_shards} --shard-index {shard} first (it resumes)"
+                )
+            found += [(shard, int(path.name[-5:])) for path in sorted(directory.glob(CHUNK_PATTERN))]
+        return found
+
+    def read_chunk(self, shard: int, num_shards: int, chunk: int, columns: list[str] | None = None) -> pa.Table:
+        path = self.chunk_dir(shard, num_shards, chunk) / PASSAGES_FILE
+        schema = PASSAGE_SCHEMA if columns is None else pa.schema([PASSAGE_SCHEMA.field(c) for c in columns])
+        return pq.read_table(path, columns=columns, schema=schema)
+
+    def iter_passages(self, num_shards: int, columns: list[str] | None = None) -> Iterator[pa.Table]:
+        """The stored passages chunk by chunk (bounded memory), in shard and chunk order."""
+        for shard, chunk in self.chunks(num_shards):
+            yield self.read_chunk(shard, num_shards, chunk, columns)
+
+    def centralities(self, num_shards: int) -> Iterator[Any]:
+        """The stored centrality column, chunk by chunk (numpy float64 arrays)."""
+        for table in self.iter_passages(num_shards, ["centrality"]):
+            yield table.column("centrality").to_numpy()
+
+    # ------------------------------------------------------------ the merged output
+    def merge_staging(self) -> Path:
+        return self.output_dir / f"{MERGE_TMP}-{os.getpid()}"
+
+    def remove_stale_merges(self) -> None:
+        for path in self.output_dir.glob(f"{MERGE_TMP}*"):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        for path in self.output_dir.glob(".dataset.tmp-*"):  # left by older versions' merges
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+    def write_stats(self, stats: dict[str, Any]) -> None:
+        atomic_write_json(self.output_dir / STATS_FILE, stats)
+
+
+def part_name(shard: int, chunk: int) -> str:
+    """The name stem of a merged output part: one per stored chunk, the same in every engine."""
+    return f"{shard:05d}-{chunk:05d}"
+
+
+class MergedParts:
+    """The files one merge part (a stored chunk) writes into the staging folder; any process may write them."""
+
+    GROUPS = "groups"
+    HELDOUT_GROUPS = "heldout-groups"
+    HELDOUT_PASSAGES = "heldout-passages"
+
+    def __init__(self, staging: Path, name: str) -> None:
+        self.staging = staging
+        self.name = name
+
+    def arrow(self, kind: str) -> Path:
+        return self.staging / kind / f"data-{self.name}.arrow"
+
+    @property
+    def meta(self) -> Path:
+        return self.staging / "meta" / f"{self.name}.jsonl"
+
+    @property
+    def passages(self) -> Path:
+        return self.staging / "passages" / f"part-{self.name}.parquet"
+
+    def make_folders(self) -> None:
+        for folder in (self.GROUPS, self.HELDOUT_GROUPS, self.HELDOUT_PASSAGES, "meta", "passages"):
+            (self.staging / folder).mkdir(parents=True, exist_ok=True)
+
+
+def write_arrow(path: Path, table: pa.Table, features: Any) -> None:
+    """An Arrow stream file as ``datasets`` writes it (schema with the features' metadata)."""
+    from datasets.arrow_writer import ArrowWriter
+
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    writer = ArrowWriter(features=features, path=str(tmp))
+    try:
+        writer.write_table(table)
+        writer.finalize()
+    finally:
+        writer.close()
+    os.replace(tmp, path)
+
+
+def _dataset_state(files: list[str], features: Any) -> tuple[str, str]:
+    fingerprint = hashlib.sha256("\n".join(files).encode()).hexdigest()[:16]
+    state = {
+        "_data_files": [{"filename": name} for name in files],
+        "_fingerprint": fingerprint,
+        "_format_columns": None,
+        "_format_kwargs": {},
+        "_format_type": None,
+        "_output_all_columns": False,
+        "_split": None,
+    }
+    info = {"citation": "", "description": "", "features": features.to_dict(), "homepage": "", "license": ""}
+    return json.dumps(state, indent=2, sort_keys=True), json.dumps(info, indent=2)
+
+
+def publish_dataset(staged: Path, folder: Path, features: Any) -> None:
+    """Move the Arrow files of ``staged`` into ``folder`` as a ``datasets.load_from_disk`` folder.
+
+    Old ``data-*.arrow`` files of ``folder`` not among the new ones are removed; ``state.json``, which
+    lists the files, is written last. A folder with no group still gets one (empty) Arrow file, since
+    ``datasets`` cannot load a folder without one.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    files = sorted(path.name for path in staged.glob("data-*.arrow"))
+    if not files:
+        write_arrow(staged / "data-empty.arrow", features.arrow_schema.empty_table(), features)
+        files = ["data-empty.arrow"]
+    (folder / DATASET_STATE).unlink(missing_ok=True)  # while files move, the folder is not a dataset
+    for old in folder.glob("data-*.arrow"):
+        if old.name not in files:
+            old.unlink()
+    for name in files:
+        os.replace(staged / name, folder / name)
+    state, info = _dataset_state(files, features)
+    atomic_write_text(folder / DATASET_INFO, info)
+    atomic_write_text(folder / DATASET_STATE, state)
+
+
+def publish_passages(staged: Path, folder: Path) -> None:
+    """Replace ``folder`` (``passages.parquet``: a Parquet part per chunk, or an older single file)."""
+    if folder.is_file():
+        folder.unlink()
+    old = folder.with_name(f"{folder.name}.old-{os.getpid()}")
+    if folder.is_dir():
+        os.replace(folder, old)
+    os.replace(staged, folder)
+    if old.is_dir():
+        shutil.rmtree(old)
+
+
+def concatenate_text(parts: list[Path], path: Path) -> None:
+    """Concatenate text files into ``path`` (streamed, atomically)."""
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    with tmp.open("wb") as out:
+        for part in parts:
+            with part.open("rb") as handle:
+                shutil.copyfileobj(handle, out)
+    os.replace(tmp, path)
+
+
+def load_heldout(folder: str | Path) -> tuple[Any, Any] | None:
+    """The held-out part of a mined folder: ``(groups, passages)`` datasets, or None without one.
+
+    ``groups`` has the training columns (anchor, positive, related_2..related_k, label) plus
+    ``anchor_index`` (int64) and ``related_index`` (list of int64, ranked, best first): passage
+    indices within the document. ``passages`` has ``label`` (int64, the groups' document label),
+    ``passage`` (int64, index within the document) and ``text``: every passage of every held-out
+    document, anchor or not.
+    """
+    import datasets
+
+    root = Path(folder) / HELDOUT_DIR
+    if not (root / "groups" / DATASET_STATE).is_file() or not (root / "passages" / DATASET_STATE).is_file():
+        return None
+    return datasets.load_from_disk(str(root / "groups")), datasets.load_from_disk(str(root / "passages"))
+
+
+def load_passages(output_dir: str | Path, num_shards: int | None = None) -> pa.Table:
+    """All stored passages of the complete shards of ``output_dir``, in shard and chunk order, in memory.
+
+    For a corpus too large for that, read them chunk by chunk with :meth:`MiningLayout.iter_passages`.
+    """
+    layout = MiningLayout(output_dir)
+    if num_shards is None:
+        num_shards = int(layout.require_run()["num_shards"])
+    tables = list(layout.iter_passages(num_shards))
+    return pa.concat_tables(tables) if tables else PASSAGE_SCHEMA.empty_table()
+
+
+def describe_inputs(identity: list[dict[str, Any]]) -> str:
+    """The inputs of a stored identity in a few words: up to 3 paths or dataset names, then a count."""
+    names = [entry.get("path") or f"dataset {entry.get('dataset')}" for entry in identity]
+    if not names:
+        return "(no input recorded)"
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more files" if len(names) > 3 else "")
