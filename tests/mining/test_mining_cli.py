@@ -55,6 +55,12 @@ def test_mine_merge_and_inspect(tmp_path, tiny_model_path):
     assert result.exit_code == 0, result.output
     assert len(re.findall(r"class='doc'", (tmp_path / "r.html").read_text())) == 2
 
+    result = runner.invoke(app, ["mine", "--merge", str(out), "--holdout", "0.5", "--threshold-quantile", "0.3", "-q"])
+    assert result.exit_code == 0, result.output
+    holdout = json.loads((out / "stats.json").read_text())["holdout"]
+    assert re.search(rf"held out: documents\s*│\s*{holdout['documents']}\b", result.output) and holdout["documents"]
+    assert (out / "heldout" / "passages" / "state.json").is_file()
+
 
 def test_mine_reports_wrong_columns_and_bad_flags(tmp_path, tiny_model_path):
     corpus = _corpus(tmp_path / "c.jsonl")

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from tests.conftest import shared_data
 from xprt_st.cli import app
 from xprt_st.columns import GROUP_COLUMNS, LABEL
-from xprt_st.mining import GroupBuilder, MiningConfig
+from xprt_st.mining import GroupBuilder, MiningConfig, load_heldout
 from xprt_st.mining.engines.ray import RayEngine, RayEngineError
 from xprt_st.mining.layout import STATS_FILE
 
@@ -89,6 +89,7 @@ def _config(**overrides) -> MiningConfig:
         "chunk_size": 3,  # several chunks, some spanning both files
         "threshold_quantile": 0.5,
         "id_field": "id",
+        "holdout": 0.25,  # so every comparison covers the held-out part too
     }
     settings.update(overrides)
     return MiningConfig(**settings)
@@ -108,6 +109,9 @@ def _assert_same_output(local: Path, other: Path) -> None:
     assert _rows(other) == _rows(local)
     assert _figures(other) == _figures(local)
     assert (other / "groups_meta.jsonl").read_text() == (local / "groups_meta.jsonl").read_text()
+    for part in (0, 1):
+        held = [load_heldout(folder)[part].to_pandas().astype(str) for folder in (local, other)]
+        assert sorted(map(tuple, held[0].values)) == sorted(map(tuple, held[1].values)) and len(held[0])
     # DataFrame.equals counts NaN == NaN (single-passage documents have no centrality).
     assert (
         pq.read_table(other / "passages.parquet")
