@@ -153,16 +153,41 @@ class SplitFolder:
     def has_split(self) -> bool:
         return self.split_path.is_file() and (self.directory / SPLIT_STATS_FILE).is_file()
 
-    def write_split(self, documents: Sequence[Document], counts: dict[str, Any]) -> None:
+    def split_writer(self) -> SplitWriter:
+        """A writer of the split file, row group by row group; :meth:`SplitWriter.finish` puts it in place."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        atomic_write_parquet(self.split_path, split_table(documents))
-        atomic_write_json(self.directory / SPLIT_STATS_FILE, counts)  # last: it marks the split done
+        return SplitWriter(self)
 
-    def read_documents(self) -> list[Document]:
-        return documents_of(pq.read_table(self.split_path))
+    def read_documents(self, start: int = 0, stop: int | None = None) -> list[Document]:
+        """Documents ``start:stop`` of the split file (all by default), reading only their row groups."""
+        if stop is None:
+            return documents_of(pq.read_table(self.split_path))
+        return documents_of(read_split_rows(self.split_path, start, stop))
 
     def split_counts(self) -> dict[str, Any]:
         return json.loads((self.directory / SPLIT_STATS_FILE).read_text())
+
+
+class SplitWriter:
+    """Streams documents into a split file under a temporary name; nothing is in place before :meth:`finish`."""
+
+    def __init__(self, folder: SplitFolder) -> None:
+        self.folder = folder
+        self._tmp = folder.split_path.with_name(f"{SPLIT_FILE}.tmp-{os.getpid()}")
+        self._writer = pq.ParquetWriter(self._tmp, SPLIT_SCHEMA)
+
+    def write(self, documents: Sequence[Document]) -> None:
+        if documents:
+            self._writer.write_table(split_table(documents), row_group_size=SPLIT_ROW_GROUP)
+
+    def finish(self, counts: dict[str, Any]) -> None:
+        self._writer.close()
+        os.replace(self._tmp, self.folder.split_path)
+        atomic_write_json(self.folder.directory / SPLIT_STATS_FILE, counts)  # last: it marks the split done
+
+    def abort(self) -> None:
+        self._writer.close()
+        self._tmp.unlink(missing_ok=True)
 
 
 class MiningLayout:

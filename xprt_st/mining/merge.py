@@ -139,7 +139,8 @@ def merge_part(plan: MergePlan, shard: int, chunk: int) -> dict[str, Any]:
     """Build the groups of one stored chunk and write its part files; returns its counts."""
     layout = MiningLayout(plan.output_dir)
     config, top_k, threshold = plan.config, plan.top_k, plan.threshold
-    columns = layout.read_chunk(shard, plan.num_shards, chunk).to_pydict()
+    stored = layout.read_chunk(shard, plan.num_shards, chunk)
+    columns = stored.to_pydict()
     parts = MergedParts(Path(plan.staging), part_name(shard, chunk))
     parts.make_folders()
     labels = np.asarray(columns["label"], dtype=np.int64)
@@ -242,8 +243,7 @@ def merge_part(plan: MergePlan, shard: int, chunk: int) -> dict[str, Any]:
     if held_passages["label"]:
         write_arrow(parts.arrow(MergedParts.HELDOUT_PASSAGES), pa.table(held_passages), heldout_passage_features())
     parts.meta.write_text("".join(line + "\n" for line in meta_lines), encoding="utf-8")
-    side = pa.table({name: columns[name] for name in ("label", "doc_id", "passage_index", "text", "n_tokens")})
-    side = side.append_column("centrality", pa.array(centralities, pa.float64()))
+    side = stored.select(["label", "doc_id", "passage_index", "text", "n_tokens", "centrality"])
     for name, flags in (("is_anchor", is_anchor), ("in_group", in_group), ("held_out", held_out)):
         side = side.append_column(name, pa.array(flags))
     pq.write_table(side, parts.passages)

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from xprt_st.mining.config import MiningConfig
 from xprt_st.mining.encoder import MiningEncoder
-from xprt_st.mining.layout import MiningLayout, SplitFolder
+from xprt_st.mining.layout import SPLIT_ROW_GROUP, MiningLayout, SplitFolder
 from xprt_st.mining.passages import PassageSplitter
 from xprt_st.mining.reader import check_sources, iter_corpus
 from xprt_st.mining.stages import PASSAGE_SCHEMA, Document, SplitStage, document_frequencies, score_chunk
@@ -39,10 +39,16 @@ def split_sources(
     sources: Sequence[str | Path],
     config: MiningConfig,
     splitter: PassageSplitter,
+    folder: SplitFolder,
     keep: Callable[[int], bool] | None = None,
     on_record: Callable[[], None] | None = None,
-) -> tuple[list[Document], dict[str, Any]]:
-    """Read ``sources`` and split the records whose ordinal ``keep`` accepts (all by default)."""
+) -> dict[str, Any]:
+    """Read ``sources``, split the records whose ordinal ``keep`` accepts (all by default) into ``folder``.
+
+    Streams: documents go to the split file row group by row group, and their document frequencies
+    (when the run encodes) into one running sum, so memory holds one row group, not the shard.
+    Returns the split counts.
+    """
     stage = SplitStage(splitter, html=config.html)
     records = iter_corpus(
         sources,
@@ -53,24 +59,35 @@ def split_sources(
         skipped=stage.skipped,
         fallback_text_field=config.fallback_text_field,
     )
-    documents = []
-    for record in records:
-        if keep is not None and not keep(record.ordinal):
-            continue
-        if on_record is not None:
-            on_record()
-        document = stage.split(record)
-        if document is not None:
-            documents.append(document)
-    return documents, stage.counts
+    frequencies = TfidfScorer()
+    writer = folder.split_writer()
+    batch: list[Document] = []
 
+    def flush() -> None:
+        writer.write(batch)
+        if config.encodes:
+            frequencies.update(document_frequencies(batch))
+        batch.clear()
 
-def write_split(folder: SplitFolder, documents: list[Document], counts: dict[str, Any], encodes: bool) -> None:
-    """Store a split (and its document frequencies, when the run encodes) for the scoring stage and resumes."""
-    if encodes:
-        folder.directory.mkdir(parents=True, exist_ok=True)
-        document_frequencies(documents).save(folder.frequencies_path)
-    folder.write_split(documents, counts)
+    try:
+        for record in records:
+            if keep is not None and not keep(record.ordinal):
+                continue
+            if on_record is not None:
+                on_record()
+            document = stage.split(record)
+            if document is not None:
+                batch.append(document)
+                if len(batch) >= SPLIT_ROW_GROUP:
+                    flush()
+        flush()
+    except BaseException:
+        writer.abort()
+        raise
+    if config.encodes:
+        frequencies.save(folder.frequencies_path)
+    writer.finish(stage.counts)
+    return stage.counts
 
 
 def score_documents(

@@ -13,11 +13,10 @@ import logging
 from typing import Any
 
 from xprt_st.mining.config import MiningConfigError
-from xprt_st.mining.engines.base import Engine, ShardResult, split_sources, write_split
+from xprt_st.mining.engines.base import Engine, ShardResult, split_sources
 from xprt_st.mining.layout import remove_temporary
 from xprt_st.mining.merge import merge
 from xprt_st.mining.progress import progress_bar
-from xprt_st.mining.stages import Document
 from xprt_st.mining.tfidf import TfidfScorer
 
 logger = logging.getLogger(__name__)
@@ -94,42 +93,42 @@ class GroupBuilder(Engine):
         folder = self.layout.shard_split(shard_index, n)
         folder.directory.mkdir(parents=True, exist_ok=True)
         remove_temporary(folder.directory)
-        documents, counts = self.split_shard(shard_index)
+        counts = self.split_shard(shard_index)
+        total = int(counts.get("documents_with_passages", 0))
         size = self.config.chunk_size
-        num_chunks = max(1, -(-len(documents) // size))
+        num_chunks = max(1, -(-total // size))
         todo = self.chunks_todo(shard_index, n, num_chunks)
         result.chunks_reused = [c for c in range(num_chunks) if c not in todo]
         if todo:
             scorer = self.corpus_tfidf() if self.config.encodes else TfidfScorer()
             with progress_bar(self.progress) as progress:
-                task = progress.add_task(f"shard {shard_index}: encoding", total=len(documents))
+                task = progress.add_task(f"shard {shard_index}: encoding", total=total)
                 for c in range(num_chunks):
-                    chunk_docs = documents[c * size : (c + 1) * size]
                     if c not in todo:
-                        progress.advance(task, len(chunk_docs))
+                        progress.advance(task, min(size, total - c * size))
                         continue
+                    chunk_docs = folder.read_documents(c * size, min((c + 1) * size, total))
                     table, seconds = self.score(chunk_docs, scorer, lambda k: progress.advance(task, k))
                     self.write_chunk(shard_index, n, c, table, seconds)
                     result.chunks_computed.append(c)
         result.counts = self.finish_shard(shard_index, n, counts, num_chunks)
         return result
 
-    def split_shard(self, shard_index: int) -> tuple[list[Document], dict[str, Any]]:
-        """The shard's documents: read and split (and stored), or loaded from its split file when resuming."""
+    def split_shard(self, shard_index: int) -> dict[str, Any]:
+        """Read and split the shard's documents into its split file (once: a resume reuses it); its counts."""
         folder = self.layout.shard_split(shard_index, self.num_shards)
         if folder.has_split() and (folder.frequencies_path.is_file() or not self.config.encodes):
-            return folder.read_documents(), folder.split_counts()
+            return folder.split_counts()
         with progress_bar(self.progress) as progress:
             task = progress.add_task(f"shard {shard_index}: reading", total=None)
-            documents, counts = split_sources(
+            return split_sources(
                 self.corpus,
                 self.config,
                 self.splitter(),
+                folder,
                 keep=lambda ordinal: ordinal % self.num_shards == shard_index,
                 on_record=lambda: progress.advance(task),
             )
-        write_split(folder, documents, counts, self.config.encodes)
-        return documents, counts
 
     def corpus_tfidf(self) -> TfidfScorer:
         """The TF-IDF of the whole corpus: the document frequencies of every shard's passages, summed.

@@ -43,7 +43,7 @@ import numpy as np
 
 from xprt_st.mining.config import MiningConfig, MiningConfigError, MiningError
 from xprt_st.mining.encoder import MiningEncoder
-from xprt_st.mining.engines.base import Engine, score_documents, split_sources, write_split
+from xprt_st.mining.engines.base import Engine, score_documents, split_sources
 from xprt_st.mining.layout import MiningLayout, documents_of, read_split_rows, remove_temporary
 from xprt_st.mining.merge import MergePlan, merge, merge_part
 from xprt_st.mining.passages import PassageSplitter
@@ -355,9 +355,8 @@ def split_unit(row: dict[str, Any], config: MiningConfig, splitter: PassageSplit
     folder = MiningLayout(output_dir).unit_split(unit)
     folder.directory.mkdir(parents=True, exist_ok=True)
     remove_temporary(folder.directory)
-    documents, counts = split_sources([source], config, splitter)
-    write_split(folder, documents, counts, config.encodes)
-    return {"unit": unit, "documents": len(documents)}
+    counts = split_sources([source], config, splitter, folder)
+    return {"unit": unit, "documents": int(counts["documents_with_passages"])}
 
 
 def merge_unit(row: dict[str, Any], plan: MergePlan) -> dict:
