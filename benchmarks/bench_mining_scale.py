@@ -11,7 +11,7 @@ the CPU-side work (reading, splitting, tokenizing, TF-IDF, ranking, writing, mer
 the pipeline holds. Each size runs in a fresh process under ``/usr/bin/time -f %M`` (peak resident
 set size of that process, in KB, whatever the machine's load), with one torch thread. For
 ``--engine ray`` the driver's peak is that figure and the workers' peak is sampled every 0.2 s
-(``psutil``) over every ``ray::`` process of the local cluster.
+(``psutil``) over every ``ray::`` process of the local cluster this run starts (its descendants).
 
 ``passages_per_cpu_second`` (passages / CPU seconds of the driver process inside ``mine()``, imports
 and model loading left out) is the load-independent throughput per core of the local engine;
@@ -98,15 +98,16 @@ def build_corpus(path: Path, documents: int, model_folder: Path) -> Path:
 
 
 def _ray_sampler(peak: dict[str, int], stop: threading.Event) -> None:
+    """Peak RSS of every Ray worker of this process's own local cluster (its descendants named ``ray::``)."""
     import psutil
 
+    me = psutil.Process()
     while not stop.is_set():
-        for process in psutil.process_iter(["cmdline", "memory_info"]):
+        for process in me.children(recursive=True):
             try:
-                cmdline = " ".join(process.info["cmdline"] or [])
-                if cmdline.startswith("ray::") and process.info["memory_info"] is not None:
+                if " ".join(process.cmdline()).startswith("ray::"):
                     key = str(process.pid)
-                    peak[key] = max(peak.get(key, 0), process.info["memory_info"].rss)
+                    peak[key] = max(peak.get(key, 0), process.memory_info().rss)
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
         stop.wait(0.2)

@@ -11,10 +11,9 @@ from rich.console import Console
 from xprt_st.cli import app
 from xprt_st.cli.common import OutputPathError, check_output_folder, command_logging
 from xprt_st.mining.config import MiningConfig, MiningError, NoGroupsError
-from xprt_st.mining.engines.base import ShardResult
 from xprt_st.mining.groups import DEFAULT_THRESHOLD_QUANTILE, PAPER_THRESHOLD
 from xprt_st.mining.merge import merge
-from xprt_st.mining.mine import ENGINES, run_mining
+from xprt_st.mining.mine import ENGINES, ShardResult, run_mining
 from xprt_st.mining.reader import CorpusError
 from xprt_st.mining.report import write_report
 from xprt_st.mining.stats import summary_table

@@ -14,7 +14,6 @@ from xprt_st.mining.config import (
     MiningOutputError,
     NoGroupsError,
 )
-from xprt_st.mining.engines.base import ShardResult
 from xprt_st.mining.layout import (
     COMPLETE,
     CONFIG_FILE,
@@ -27,7 +26,7 @@ from xprt_st.mining.layout import (
     load_passages,
 )
 from xprt_st.mining.merge import effective_threshold, merge, related_columns
-from xprt_st.mining.mine import GroupBuilder, mine
+from xprt_st.mining.mine import GroupBuilder, ShardResult, mine
 from xprt_st.mining.stats import SKIP_FIXES, SUMMARY_KEYS, summary_table
 
 __all__ = [

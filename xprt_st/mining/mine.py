@@ -9,6 +9,8 @@ from xprt_st.mining.config import MiningConfig, MiningConfigError
 from xprt_st.mining.engines.base import ShardResult
 from xprt_st.mining.engines.local import GroupBuilder
 
+__all__ = ["ENGINES", "GroupBuilder", "ShardResult", "mine", "run_mining"]
+
 ENGINES = ("local", "ray")
 
 
