@@ -343,11 +343,14 @@ def merge(
             effective threshold and how to lower it.
     """
     del progress  # the merge is one pass per chunk; nothing worth a bar
-    plan, stored = plan_merge(output_dir, config)
-    Path(plan.staging).mkdir(parents=True, exist_ok=True)
-    try:
-        part_counts = run_parts(plan, MiningLayout(plan.output_dir).chunks(plan.num_shards))
-        return finish_merge(plan, stored, part_counts)
-    finally:
-        if os.path.isdir(plan.staging):
-            shutil.rmtree(plan.staging, ignore_errors=True)
+    layout = MiningLayout(output_dir)
+    layout.require_run()
+    with layout.lock():  # the last shard jobs to finish may merge at the same time; so may a --merge
+        plan, stored = plan_merge(output_dir, config)
+        Path(plan.staging).mkdir(parents=True, exist_ok=True)
+        try:
+            part_counts = run_parts(plan, layout.chunks(plan.num_shards))
+            return finish_merge(plan, stored, part_counts)
+        finally:
+            if os.path.isdir(plan.staging):
+                shutil.rmtree(plan.staging, ignore_errors=True)

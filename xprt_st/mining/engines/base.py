@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from xprt_st.mining.config import MiningConfig
+from xprt_st.mining.config import MiningConfig, MiningConfigError
 from xprt_st.mining.encoder import MiningEncoder
 from xprt_st.mining.layout import SPLIT_ROW_GROUP, MiningLayout, SplitFolder
 from xprt_st.mining.passages import PassageSplitter
@@ -117,6 +117,18 @@ def score_documents(
     return (pa.concat_tables(tables) if tables else PASSAGE_SCHEMA.empty_table()), seconds
 
 
+def check_output_outside_inputs(output_dir: Path, corpus: Sequence[str | Path]) -> None:
+    """Refuse an ``--output`` inside an input folder: a rerun would read the run's own files as input."""
+    output = output_dir.resolve()
+    for source in corpus:
+        folder = Path(source)
+        if folder.is_dir() and output.is_relative_to(folder.resolve()):
+            raise MiningConfigError(
+                f"--output {output_dir} is inside the input folder {source}: a later run would read the mined "
+                f"files as input. Choose an --output outside {source}."
+            )
+
+
 class Engine:
     """The part of an engine that does not depend on who runs the work.
 
@@ -162,11 +174,16 @@ class Engine:
     def close(self) -> None:
         self.encoder.close()
 
+    lock_scope = "run"
+    """What this engine's lock covers: the whole folder; a local shard job locks its shard only."""
+
     def prepare(self) -> None:
-        """Validate the output folder and the inputs, clear it with ``overwrite``, check or record the run.
+        """Validate the output folder and the inputs, take the folder's lock, clear it with ``overwrite``,
+        check or record the run.
 
         Nothing is written into the output folder before the inputs are known to be valid, so a typo
-        in a path leaves no ``mining_config.json`` behind to block the corrected command.
+        in a path leaves no ``mining_config.json`` behind to block the corrected command. The lock is
+        released by :meth:`release`.
         """
         if self._prepared:
             return
@@ -179,10 +196,25 @@ class Engine:
             skip_unreadable=self.config.skip_unreadable,
             fallback_text_field=self.config.fallback_text_field,
         )
-        if self.overwrite:
-            self.layout.clear()
-        self.layout.check_or_record_run(self.config.stage_settings(), self.corpus, self.config.split)
+        check_output_outside_inputs(self.output_dir, self.corpus)
+        self._lock = self.layout.lock(self.lock_scope)
+        self._lock.acquire()
+        try:
+            if self.overwrite:
+                self.layout.clear()
+            self.layout.check_or_record_run(self.config.stage_settings(), self.corpus, self.config.split)
+        except BaseException:
+            self.release()
+            raise
         self._prepared = True
+
+    def release(self) -> None:
+        """Release the folder's lock (after the run, whatever its outcome)."""
+        lock = getattr(self, "_lock", None)
+        if lock is not None:
+            lock.release()
+            self._lock = None
+        self._prepared = False
 
     def chunks_todo(self, shard: int, num_shards: int, num_chunks: int) -> list[int]:
         """The chunks of a shard not yet stored (a killed run resumes at these)."""

@@ -63,15 +63,20 @@ class GroupBuilder(Engine):
         if shard_index is not None:
             self._check_shard_index(shard_index)
         indices = range(self.num_shards) if shard_index is None else [shard_index]
+        if shard_index is not None and self.num_shards > 1:
+            self.lock_scope = f"shard-{shard_index:05d}"  # the other shards' jobs run at the same time
         self.prepare()
         result: ShardResult | None = None
         try:
-            for index in indices:
-                result = self.run_shard(index)
+            try:
+                for index in indices:
+                    result = self._run_shard(index)
+            finally:
+                self.close()
+            if merge and all(self.shard_complete(i) for i in range(self.num_shards)):
+                return self.merge()
         finally:
-            self.close()
-        if merge and all(self.shard_complete(i) for i in range(self.num_shards)):
-            return self.merge()
+            self.release()
         if merge:
             missing = [i for i in range(self.num_shards) if not self.shard_complete(i)]
             logger.info("shard(s) %s not complete yet; the last shard to finish merges", missing)
@@ -83,7 +88,18 @@ class GroupBuilder(Engine):
         self._check_shard_index(shard_index)
         if self.overwrite and not self._prepared:
             raise MiningConfigError("overwrite clears the whole folder: call run(), not run_shard(), with it")
+        if self._prepared:
+            return self._run_shard(shard_index)
+        if self.num_shards > 1:
+            self.lock_scope = f"shard-{shard_index:05d}"
         self.prepare()
+        try:
+            return self._run_shard(shard_index)
+        finally:
+            self.close()
+            self.release()
+
+    def _run_shard(self, shard_index: int) -> ShardResult:
         n = self.num_shards
         result = ShardResult(shard_index)
         if self.shard_complete(shard_index):

@@ -189,11 +189,14 @@ class RayEngine(Engine):
         address = self.address or os.environ.get("RAY_ADDRESS") or None
         if address:
             check_address(address)
-        self.prepare()  # the output folder, every input, and a stored run's settings and input
-        with ray_cluster(address) as started_here:
-            if not self.layout.shard_complete(0, 1):
-                self._mine(sources, started_here)
-            return merge(self.output_dir, self.config, progress=self.progress, run_parts=self._merge_parts)
+        self.prepare()  # the output folder, every input, the lock, and a stored run's settings and input
+        try:
+            with ray_cluster(address) as started_here:
+                if not self.layout.shard_complete(0, 1):
+                    self._mine(sources, started_here)
+                return merge(self.output_dir, self.config, progress=self.progress, run_parts=self._merge_parts)
+        finally:
+            self.release()
 
     # ---------------------------------------------------------------- stages
     def _mine(self, sources: list[str | Path], fixed_cluster: bool) -> None:

@@ -1,0 +1,92 @@
+"""The mining folder as a careful user expects it: one writer at a time, no stale temporary folders, clear
+messages for an output inside the input and for training on an interrupted run (issue 20's mining cases)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from xprt_st.mining import GroupBuilder, MiningConfig, MiningConfigError, MiningOutputError
+from xprt_st.mining.layout import MiningLayout
+from xprt_st.training.data import MinedDataError, load_mined
+
+
+def _corpus(path: Path, documents: int = 4) -> Path:
+    rows = []
+    for i in range(documents):
+        paragraphs = [
+            f"Paragraph {j} of document {i} tells about boats, rivers and weather number {i * 9 + j}." for j in range(4)
+        ]
+        rows.append(json.dumps({"text": "\n\n".join(paragraphs), "id": f"d{i}"}))
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def _config(**overrides) -> MiningConfig:
+    return MiningConfig(**({"max_tokens": 32, "min_tokens": 8, "threshold_quantile": 0.5, "chunk_size": 2} | overrides))
+
+
+def _lock_file(out: Path) -> Path:
+    return MiningLayout(out).lock().path
+
+
+def test_a_second_run_into_a_folder_being_mined_is_refused_with_the_holder(tmp_path, tiny_model):
+    corpus = _corpus(tmp_path / "c.jsonl")
+    out = tmp_path / "out"
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        out.mkdir()
+        lock = {"pid": holder.pid, "host": socket.gethostname(), "started": "2026-12-01 09:00:00"}
+        _lock_file(out).write_text(json.dumps(lock))
+        with pytest.raises(MiningOutputError) as error:
+            GroupBuilder([corpus], out, _config(), model=tiny_model, progress=False).run()
+        message = str(error.value)
+        assert f"pid {holder.pid} on host {socket.gethostname()}" in message and "delete" in message
+        assert not (out / "mining_config.json").exists()  # nothing of the refused run was written
+    finally:
+        holder.kill()
+        holder.wait()
+    # The holder is gone now: its lock is stale, taken over, and released at the end of the run.
+    stats = GroupBuilder([corpus], out, _config(), model=tiny_model, progress=False).run()
+    assert stats["groups"] > 0 and not _lock_file(out).exists()
+
+
+def test_stale_temporary_folders_are_removed_by_the_next_run(tmp_path, tiny_model):
+    corpus = _corpus(tmp_path / "c.jsonl")
+    out = tmp_path / "out"
+    GroupBuilder([corpus], out, _config(), model=tiny_model, progress=False).run()
+    for name in (".dataset.tmp-12345", ".merge.tmp-999"):
+        (out / name).mkdir()
+        (out / name / "data-00000-of-00001.arrow").write_bytes(b"half written")
+    GroupBuilder([corpus], out, _config(), model=tiny_model, progress=False).run()
+    assert not list(out.glob(".dataset.tmp-*")) and not list(out.glob(".merge.tmp*"))
+
+
+def test_an_output_inside_an_input_folder_is_refused(tmp_path, tiny_model):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    _corpus(folder / "c.jsonl")
+    with pytest.raises(MiningConfigError, match=r"inside the input folder .*corpus.*outside"):
+        GroupBuilder([folder], folder / "mined", _config(), model=tiny_model, progress=False).run()
+    assert not (folder / "mined").exists()
+
+
+def test_training_on_an_interrupted_mining_folder_says_to_resume_it(tmp_path, tiny_model, monkeypatch):
+    corpus = _corpus(tmp_path / "c.jsonl")
+    out = tmp_path / "out"
+
+    def killed(self, *args, **kwargs):
+        raise KeyboardInterrupt("simulated kill")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(GroupBuilder, "write_chunk", killed)
+        with pytest.raises(KeyboardInterrupt):
+            GroupBuilder([corpus], out, _config(), model=tiny_model, progress=False).run()
+    with pytest.raises(MinedDataError, match="rerun the same `xprt-st mine` command to resume it"):
+        load_mined(out)
+    assert not _lock_file(out).exists()  # an interrupted run leaves no lock behind
