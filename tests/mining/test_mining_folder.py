@@ -90,3 +90,50 @@ def test_training_on_an_interrupted_mining_folder_says_to_resume_it(tmp_path, ti
     with pytest.raises(MinedDataError, match="rerun the same `xprt-st mine` command to resume it"):
         load_mined(out)
     assert not _lock_file(out).exists()  # an interrupted run leaves no lock behind
+
+
+def test_a_folder_of_other_files_is_refused_and_overwrite_deletes_only_minings_files(tmp_path, tiny_model):
+    corpus = _corpus(tmp_path / "c.jsonl")
+    out = tmp_path / "d"
+    (out / "shards").mkdir(parents=True)
+    (out / "stats.json").write_text("{}")
+    (out / "shards" / "mine.txt").write_text("x")
+    with pytest.raises(MiningOutputError, match=r"did not write \(shards/mine\.txt, stats\.json\)"):
+        GroupBuilder([corpus], out, _config(), model=tiny_model, progress=False).run()
+    assert (out / "stats.json").read_text() == "{}" and (out / "shards" / "mine.txt").read_text() == "x"
+
+    mined = tmp_path / "mined"
+    GroupBuilder([corpus], mined, _config(), model=tiny_model, progress=False).run()
+    (mined / "shards" / "mine.txt").write_text("keep")
+    (mined / "notes.md").write_text("keep too")
+    assert MiningLayout(mined).foreign() == ["notes.md", "shards/mine.txt"]
+    GroupBuilder([corpus], mined, _config(), model=tiny_model, progress=False).run()  # a rerun touches neither
+    stats = GroupBuilder([corpus], mined, _config(top_k=2), model=tiny_model, progress=False, overwrite=True).run()
+    assert stats["settings"]["top_k"] == 2
+    assert (mined / "shards" / "mine.txt").read_text() == "keep" and (mined / "notes.md").read_text() == "keep too"
+
+
+def test_the_cli_says_when_it_resumes(tmp_path, tiny_model_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from xprt_st.cli import app
+
+    corpus = _corpus(tmp_path / "c.jsonl", documents=6)
+    out = tmp_path / "out"
+    args = ["mine", str(corpus), "-o", str(out), "--model", str(tiny_model_path), "--max-tokens", "32"]
+    args += ["--min-tokens", "8", "--chunk-size", "2", "-q"]
+    calls = {"n": 0}
+    original = GroupBuilder.write_chunk
+
+    def killed_at_the_third_chunk(self, *arguments):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt("simulated kill")
+        original(self, *arguments)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(GroupBuilder, "write_chunk", killed_at_the_third_chunk)
+        CliRunner().invoke(app, args)
+    result = CliRunner(env={"COLUMNS": "250"}).invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "resuming the mining run stored in" in result.output and "2 scored chunks are kept" in result.output

@@ -12,6 +12,7 @@ from xprt_st.cli import app
 from xprt_st.cli.common import OutputPathError, check_output_folder, command_logging
 from xprt_st.mining.config import MiningConfig, MiningError, NoGroupsError
 from xprt_st.mining.groups import DEFAULT_THRESHOLD_QUANTILE, PAPER_THRESHOLD
+from xprt_st.mining.layout import MiningLayout
 from xprt_st.mining.merge import merge
 from xprt_st.mining.mine import ENGINES, ShardResult, run_mining
 from xprt_st.mining.reader import CorpusError
@@ -174,6 +175,12 @@ def mine(
                 if not corpus or output is None:
                     raise typer.BadParameter("give CORPUS... and --output DIR (or --merge DIR)")
                 folder = output
+                stored = MiningLayout(output)
+                if not overwrite and stored.stored_settings() is not None:
+                    console.print(
+                        f"resuming the mining run stored in {output}: {stored.stored_chunks()} scored chunks are "
+                        "kept, only the missing work is done (--overwrite mines again from scratch)"
+                    )
                 result = run_mining(
                     corpus,
                     output,

@@ -200,8 +200,11 @@ class Engine:
         self._lock = self.layout.lock(self.lock_scope)
         self._lock.acquire()
         try:
+            had_run = self.layout.stored_settings() is not None
             if self.overwrite:
                 self.layout.clear()
+            if not had_run:  # a folder of a mining run keeps the user's files beside it, untouched
+                self.layout.check_not_foreign()
             self.layout.check_or_record_run(self.config.stage_settings(), self.corpus, self.config.split)
         except BaseException:
             self.release()

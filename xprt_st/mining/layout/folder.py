@@ -51,8 +51,10 @@ __all__ = [
     "HELDOUT_DIR",
     "INPUTS_KEY",
     "LOCK_PREFIX",
+    "LOG_FILE",
     "MERGE_TMP",
     "META_FILE",
+    "OWNED_NAMES",
     "PASSAGES_FILE",
     "REPORT_FILE",
     "SHARDS_DIR",
@@ -91,12 +93,26 @@ UNITS_DIR = Path(SHARDS_DIR, "ray-units")
 HELDOUT_DIR = "heldout"
 MERGE_TMP = ".merge.tmp"
 LOCK_PREFIX = ".xprt-mine-"
+LOG_FILE = "xprt-st.log"
+"""The log the CLI writes into the folder it runs in (``xprt_st.cli.common``); mining's to keep."""
 DATASET_STATE = "state.json"
 DATASET_INFO = "dataset_info.json"
 INPUTS_KEY = "inputs"
 """Key of ``mining_config.json`` that holds the input identity (:func:`~xprt_st.mining.reader.input_identity`)."""
 SPLIT_ROW_GROUP = 1024
 """Rows (documents) per Parquet row group of split files: a Ray worker reads one chunk's rows alone."""
+OWNED_NAMES = (
+    CONFIG_FILE,
+    STATS_FILE,
+    META_FILE,
+    PASSAGES_FILE,
+    REPORT_FILE,
+    DATASET_STATE,
+    DATASET_INFO,
+    HELDOUT_DIR,
+    LOG_FILE,
+)
+"""Top-level names mining writes (with ``data-*.arrow``, temporary folders, locks and ``shards/`` parts)."""
 CHUNK_PATTERN = "chunk-[0-9][0-9][0-9][0-9][0-9]"
 
 
@@ -287,24 +303,71 @@ class MiningLayout:
                 "or pass --overwrite to delete the stored run and mine this input."
             )
 
-    def clear(self) -> None:
-        """Delete a mining run stored here (``--overwrite``): only the files mining writes, never others."""
+    def owned(self) -> list[Path]:
+        """Every path of this folder that mining writes (the manifest of what ``--overwrite`` deletes).
+
+        Under ``shards/`` only the shard and Ray unit folders are mining's; anything else a user put
+        there (or beside the mining files) is not listed, so it is never deleted.
+        """
+        root = self.output_dir
+        if not root.is_dir():
+            return []
+        patterns = [*OWNED_NAMES, "data-*.arrow", f"{MERGE_TMP}*", ".dataset.tmp-*", f"{LOCK_PREFIX}*.lock"]
+        found = {path for pattern in patterns for path in root.glob(pattern)}
+        shards = root / SHARDS_DIR
+        if shards.is_dir():
+            found |= {shards / UNITS_DIR.name} if (shards / UNITS_DIR.name).exists() else set()
+            found |= set(shards.glob("shard-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9]"))
+        return sorted(found)
+
+    def foreign(self) -> list[str]:
+        """Names in this folder that mining did not write (shown relative to the folder)."""
+        if not self.output_dir.is_dir():
+            return []
+        owned = set(self.owned())
+        names = []
+        for path in sorted(self.output_dir.iterdir()):
+            if path.name == SHARDS_DIR and path.is_dir():
+                names += [f"{SHARDS_DIR}/{p.name}" for p in sorted(path.iterdir()) if p not in owned]
+            elif path not in owned and path.name != SHARDS_DIR:
+                names.append(path.name)
+        return names
+
+    def check_not_foreign(self) -> None:
+        """Refuse to start a run in a folder that holds no mining run but holds other files (the user's)."""
+        if self.stored_settings() is not None:
+            return
         if not self.output_dir.is_dir():
             return
+        foreign = []  # without a run's manifest nothing here is mining's but the command's own log and lock
+        for path in sorted(self.output_dir.iterdir()):
+            if path.name == LOG_FILE or (path.name.startswith(LOCK_PREFIX) and path.suffix == ".lock"):
+                continue
+            if path.name == SHARDS_DIR and path.is_dir() and any(path.iterdir()):
+                foreign += [f"{SHARDS_DIR}/{p.name}" for p in sorted(path.iterdir())]
+            else:
+                foreign.append(path.name)
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            raise MiningOutputError(
+                f"--output {self.output_dir} holds files that xprt-st mine did not write ({shown}), and mining "
+                "would write stats.json, state.json and shards/ beside or over them. Choose an empty or new "
+                "--output folder, or move those files out first."
+            )
+
+    def clear(self) -> None:
+        """Delete a mining run stored here (``--overwrite``): only what :meth:`owned` lists, never other files."""
+        owned = self.owned()
+        if not owned:
+            return
         logger.warning("--overwrite: deleting the mining run stored in %s", self.output_dir)
-        for path in [self.output_dir / SHARDS_DIR, self.output_dir / HELDOUT_DIR, self.output_dir / PASSAGES_FILE]:
-            if path.is_dir():
-                shutil.rmtree(path)
-        for path in self.output_dir.glob(".dataset.tmp-*"):
+        for path in owned:
+            if path.name == LOG_FILE or path.name.startswith(LOCK_PREFIX):
+                continue  # the running command's own log and lock
             shutil.rmtree(path) if path.is_dir() else path.unlink()
-        for path in self.output_dir.glob(f"{MERGE_TMP}*"):
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
-        for name in (CONFIG_FILE, STATS_FILE, META_FILE, PASSAGES_FILE, REPORT_FILE, DATASET_STATE, DATASET_INFO):
-            path = self.output_dir / name
-            if path.is_file():
-                path.unlink()
-        for path in self.output_dir.glob("data-*.arrow"):
-            path.unlink()
+        shards = self.output_dir / SHARDS_DIR
+        if shards.is_dir() and not any(shards.iterdir()):
+            shards.rmdir()
 
     def lock(self, scope: str = "run") -> Any:
         """The lock of this folder (``scope="run"``) or of one shard job's part of it (``"shard-IIIII"``)."""
@@ -362,6 +425,10 @@ class MiningLayout:
                 )
             found += [(shard, int(path.name[-5:])) for path in sorted(directory.glob(CHUNK_PATTERN))]
         return found
+
+    def stored_chunks(self) -> int:
+        """How many scored chunks are stored (in any shard): the work a rerun resumes from."""
+        return len(list((self.output_dir / SHARDS_DIR).glob(f"shard-*/{CHUNK_PATTERN}")))
 
     def read_chunk(self, shard: int, num_shards: int, chunk: int, columns: list[str] | None = None) -> pa.Table:
         path = self.chunk_dir(shard, num_shards, chunk) / PASSAGES_FILE
