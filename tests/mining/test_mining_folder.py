@@ -137,3 +137,32 @@ def test_the_cli_says_when_it_resumes(tmp_path, tiny_model_path, monkeypatch):
     result = CliRunner(env={"COLUMNS": "250"}).invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "resuming the mining run stored in" in result.output and "2 scored chunks are kept" in result.output
+
+
+def test_a_full_disk_is_named_with_its_free_space_and_the_rerun_resumes(tmp_path, tiny_model, monkeypatch):
+    import errno
+
+    from xprt_st.mining import run_mining
+
+    corpus = _corpus(tmp_path / "c.jsonl", documents=6)
+    out = tmp_path / "out"
+    calls = {"n": 0}
+    original = MiningLayout.write_chunk
+
+    def full_disk(self, shard, num_shards, chunk, table, counts):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            path = self.chunk_dir(shard, num_shards, chunk) / "passages.parquet"
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        original(self, shard, num_shards, chunk, table, counts)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(MiningLayout, "write_chunk", full_disk)
+        with pytest.raises(MiningOutputError) as error:
+            run_mining([corpus], out, _config(), model=tiny_model, progress=False)
+    message = str(error.value)
+    assert "chunk-00001" in message and "No space left on device" in message
+    assert "GiB free of" in message and "rerun the same command" in message
+    assert not _lock_file(out).exists()
+    stats = run_mining([corpus], out, _config(), model=tiny_model, progress=False)
+    assert stats["documents"] == 6

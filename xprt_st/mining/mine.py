@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import errno
+import shutil
 from pathlib import Path
 from typing import Any
 
-from xprt_st.mining.config import MiningConfig, MiningConfigError
+from xprt_st.mining.config import MiningConfig, MiningConfigError, MiningOutputError
 from xprt_st.mining.engines.base import ShardResult
 from xprt_st.mining.engines.local import GroupBuilder
 
@@ -34,6 +36,48 @@ def run_mining(
     """
     if engine not in ENGINES:
         raise MiningConfigError(f"engine={engine!r} is not one of {list(ENGINES)}")
+    try:
+        return _run(
+            corpus, output_dir, config, engine, shard_index, model, progress, overwrite, num_workers, ray_address
+        )
+    except OSError as error:
+        if error.errno not in DISK_ERRORS:
+            raise
+        raise MiningOutputError(disk_error_message(Path(output_dir), error)) from error
+
+
+DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
+"""Write errors whose cause is the disk (full, over quota, read-only, file too large), not the input."""
+
+
+def disk_error_message(output_dir: Path, error: OSError) -> str:
+    """A write error in words: the file, the disk's free space, and that a rerun keeps the finished work."""
+    existing = output_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        usage = shutil.disk_usage(existing)
+        space = f"{usage.free / 2**30:.2f} GiB free of {usage.total / 2**30:.1f} GiB on the disk holding {existing}"
+    except OSError:
+        space = f"the free space of the disk holding {existing} could not be read"
+    return (
+        f"writing {error.filename or output_dir} failed: {error.strerror or error} ({space}). Free some space "
+        "(or give an --output on another disk) and rerun the same command: the finished chunks are kept."
+    )
+
+
+def _run(
+    corpus: list[str | Path],
+    output_dir: str | Path,
+    config: MiningConfig,
+    engine: str,
+    shard_index: int | None,
+    model: Any,
+    progress: bool,
+    overwrite: bool,
+    num_workers: int | None,
+    ray_address: str | None,
+) -> dict[str, Any] | ShardResult:
     if engine == "ray":
         if shard_index is not None:
             raise MiningConfigError("--shard-index is for --engine local; the Ray engine runs every shard")
