@@ -1,6 +1,7 @@
 """The mining output folder: the one package that names, writes and reads its files.
 
-``folder`` names every file and holds the run manifest and the shard and chunk files; ``merged``
+``folder`` names every file and holds the run manifest and the shard and chunk files; ``split`` a
+split stage's files; ``merged``
 writes and publishes the merge's parts; ``lock`` keeps one writer per folder. See
 :mod:`xprt_st.mining.layout.folder` for the layout of the folder.
 """
@@ -18,10 +19,16 @@ from xprt_st.mining.layout.merged import (
     publish_passages,
     write_arrow,
 )
+from xprt_st.mining.layout.split import SplitFolder, SplitWriter, documents_of, read_split_rows, split_table
 
 __all__ = [
     *_folder_names,
     "FolderLock",
+    "SplitFolder",
+    "SplitWriter",
+    "documents_of",
+    "read_split_rows",
+    "split_table",
     "MergedParts",
     "concatenate_text",
     "part_name",

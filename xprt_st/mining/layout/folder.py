@@ -1,4 +1,4 @@
-"""The mining output folder: the one module that names, writes and reads its files.
+"""The mining output folder: the names of its files, the run manifest, the shards and their chunks.
 
 Every file is written under a temporary name and renamed into place; a shard's ``COMPLETE`` marker,
 a dataset's ``state.json`` and the run's ``stats.json`` are written last, so whatever a killed run
@@ -16,6 +16,8 @@ leaves is either whole or ignored (and its temporary files are removed by the ne
     DIR/heldout/groups/           with --holdout: the held-out documents' groups (a datasets folder)
     DIR/heldout/passages/         with --holdout: every passage of the held-out documents (a datasets folder)
     DIR/mining_config.json        the run manifest: settings that shaped the scores and the input's identity
+    DIR/.xprt-mine-run.lock       while a run writes: its pid, host and start (``.xprt-mine-shard-IIIII.lock``
+                                  for a shard job)
     DIR/shards/shard-SSSSS-of-NNNNN/{split.parquet, split_stats.json, document_frequencies.npz,
                                      chunk-CCCCC/{passages.parquet, stats.json}, COMPLETE}
     DIR/shards/ray-units/unit-UUUUU/{split.parquet, split_stats.json, document_frequencies.npz}
@@ -35,8 +37,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from xprt_st.mining.config import MiningConfigError, MiningError, MiningInputError, MiningOutputError
+from xprt_st.mining.layout.split import DF_FILE, SPLIT_FILE, SPLIT_ROW_GROUP, SPLIT_STATS_FILE, SplitFolder
 from xprt_st.mining.reader import input_differences, input_identity
-from xprt_st.mining.stages import PASSAGE_SCHEMA, SPLIT_SCHEMA, Document
+from xprt_st.mining.stages import PASSAGE_SCHEMA
 from xprt_st.paths import output_folder_problem
 
 logger = logging.getLogger(__name__)
@@ -64,18 +67,13 @@ __all__ = [
     "STATS_FILE",
     "UNITS_DIR",
     "MiningLayout",
-    "SplitFolder",
-    "SplitWriter",
     "atomic_write_json",
     "atomic_write_parquet",
     "atomic_write_text",
     "describe_inputs",
-    "documents_of",
     "load_heldout",
     "load_passages",
-    "read_split_rows",
     "remove_temporary",
-    "split_table",
 ]
 
 COMPLETE = "COMPLETE"
@@ -84,9 +82,6 @@ CONFIG_FILE = "mining_config.json"
 META_FILE = "groups_meta.jsonl"
 PASSAGES_FILE = "passages.parquet"
 REPORT_FILE = "report.html"
-DF_FILE = "document_frequencies.npz"
-SPLIT_FILE = "split.parquet"
-SPLIT_STATS_FILE = "split_stats.json"
 SHARDS_DIR = "shards"
 UNITS_DIR = Path(SHARDS_DIR, "ray-units")
 """Under ``shards/``, so whatever clears the shards clears the Ray engine's units too."""
@@ -99,8 +94,6 @@ DATASET_STATE = "state.json"
 DATASET_INFO = "dataset_info.json"
 INPUTS_KEY = "inputs"
 """Key of ``mining_config.json`` that holds the input identity (:func:`~xprt_st.mining.reader.input_identity`)."""
-SPLIT_ROW_GROUP = 1024
-"""Rows (documents) per Parquet row group of split files: a Ray worker reads one chunk's rows alone."""
 OWNED_NAMES = (
     CONFIG_FILE,
     STATS_FILE,
@@ -137,108 +130,6 @@ def remove_temporary(directory: Path) -> None:
     """Delete what killed writers left in ``directory`` (names with ``.tmp``); call when no writer runs there."""
     for stale in directory.glob("*.tmp*"):
         shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
-
-
-def split_table(documents: Sequence[Document]) -> pa.Table:
-    return pa.table(
-        {
-            "label": [d.label for d in documents],
-            "doc_id": [d.doc_id for d in documents],
-            "origin": [d.origin for d in documents],
-            "passages": [d.passages for d in documents],
-            "token_counts": [d.token_counts for d in documents],
-        },
-        schema=SPLIT_SCHEMA,
-    )
-
-
-def documents_of(table: pa.Table, label_offset: int = 0) -> list[Document]:
-    """The documents of (part of) a split file, labels shifted by ``label_offset``."""
-    columns = table.to_pydict()
-    return [
-        Document(label + label_offset, doc_id, origin, passages, counts)
-        for label, doc_id, origin, passages, counts in zip(
-            columns["label"],
-            columns["doc_id"],
-            columns["origin"],
-            columns["passages"],
-            columns["token_counts"],
-            strict=True,
-        )
-    ]
-
-
-def read_split_rows(path: Path, start: int, stop: int) -> pa.Table:
-    """Rows ``start:stop`` of a split file, reading only the row groups that hold them."""
-    parquet = pq.ParquetFile(path)
-    groups, first, row = [], None, 0
-    for group in range(parquet.num_row_groups):
-        size = parquet.metadata.row_group(group).num_rows
-        if row < stop and row + size > start:
-            groups.append(group)
-            first = row if first is None else first
-        row += size
-    if not groups:
-        return parquet.schema_arrow.empty_table()
-    return parquet.read_row_groups(groups).slice(start - first, stop - start)
-
-
-class SplitFolder:
-    """A folder holding one split stage's output: a shard's, or one Ray input unit's."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-
-    def done(self, with_frequencies: bool) -> bool:
-        names = [SPLIT_FILE, SPLIT_STATS_FILE] + ([DF_FILE] if with_frequencies else [])
-        return all((self.directory / name).is_file() for name in names)
-
-    @property
-    def split_path(self) -> Path:
-        return self.directory / SPLIT_FILE
-
-    @property
-    def frequencies_path(self) -> Path:
-        return self.directory / DF_FILE
-
-    def has_split(self) -> bool:
-        return self.split_path.is_file() and (self.directory / SPLIT_STATS_FILE).is_file()
-
-    def split_writer(self) -> SplitWriter:
-        """A writer of the split file, row group by row group; :meth:`SplitWriter.finish` puts it in place."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        return SplitWriter(self)
-
-    def read_documents(self, start: int = 0, stop: int | None = None) -> list[Document]:
-        """Documents ``start:stop`` of the split file (all by default), reading only their row groups."""
-        if stop is None:
-            return documents_of(pq.read_table(self.split_path))
-        return documents_of(read_split_rows(self.split_path, start, stop))
-
-    def split_counts(self) -> dict[str, Any]:
-        return json.loads((self.directory / SPLIT_STATS_FILE).read_text())
-
-
-class SplitWriter:
-    """Streams documents into a split file under a temporary name; nothing is in place before :meth:`finish`."""
-
-    def __init__(self, folder: SplitFolder) -> None:
-        self.folder = folder
-        self._tmp = folder.split_path.with_name(f"{SPLIT_FILE}.tmp-{os.getpid()}")
-        self._writer = pq.ParquetWriter(self._tmp, SPLIT_SCHEMA)
-
-    def write(self, documents: Sequence[Document]) -> None:
-        if documents:
-            self._writer.write_table(split_table(documents), row_group_size=SPLIT_ROW_GROUP)
-
-    def finish(self, counts: dict[str, Any]) -> None:
-        self._writer.close()
-        os.replace(self._tmp, self.folder.split_path)
-        atomic_write_json(self.folder.directory / SPLIT_STATS_FILE, counts)  # last: it marks the split done
-
-    def abort(self) -> None:
-        self._writer.close()
-        self._tmp.unlink(missing_ok=True)
 
 
 class MiningLayout:
