@@ -204,3 +204,17 @@ def test_mine_sends_library_warnings_to_the_run_log_and_shows_them_with_verbose(
             assert text in log
             assert (text in result.output) is verbose, (verbose, text)
         assert "xPRT mining summary" in result.output
+
+
+def test_every_mine_option_defaults_to_the_library_default():
+    import dataclasses
+    import inspect
+
+    from xprt_st.cli.mine import mine
+    from xprt_st.mining import MiningConfig
+
+    defaults = {field.name: field.default for field in dataclasses.fields(MiningConfig)}
+    options = inspect.signature(mine).parameters
+    shared = set(defaults) & set(options)
+    assert {"holdout", "overlap_tokens", "chunk_size", "batch_size", "seed"} <= shared
+    assert {name: options[name].default for name in shared} == {name: defaults[name] for name in shared}
