@@ -122,7 +122,9 @@ def _assert_same_output(local: Path, other: Path) -> None:
 
 def test_ray_with_two_workers_matches_the_local_engine(tmp_path, tiny_model, local_ray, reference):
     corpus, local = reference
-    engine = RayEngine(corpus, tmp_path / "ray", _config(), model=tiny_model, num_workers=2, progress=False)
+    engine = RayEngine(
+        corpus, tmp_path / "ray", _config(), model=tiny_model, num_workers=2, merge_in_workers=True, progress=False
+    )
     ray_stats = engine.run()
     assert sorted(engine.chunks_computed) == list(range(len(engine.chunks_computed)))
     assert len(engine.chunks_computed) > 3
