@@ -64,6 +64,7 @@ def train(
     from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
     from xprt_st.models import ModelLoadError
     from xprt_st.recipe import RecipeError, load_recipe
+    from xprt_st.training.checkpoints import CheckpointSpaceError, CheckpointWriteError
     from xprt_st.training.data import MinedDataError
     from xprt_st.training.run import OutputFolderError, train_recipe
     from xprt_st.training.trainer import NonFiniteLossError, NonFiniteWeightsError, TrainingStateError
@@ -103,10 +104,10 @@ def train(
     with command_logging("train", output, verbose=verbose, progress=progress, show_info=main_process):
         try:
             folder = train_recipe(resolved, data=data, output=output, resume=resume, model=model, progress=progress)
-        except (MinedDataError, ModelLoadError, TrainingStateError, OutputFolderError) as error:
+        except (MinedDataError, ModelLoadError, TrainingStateError, OutputFolderError, CheckpointSpaceError) as error:
             console.print(f"[red]error:[/red] {error}", highlight=False)
             raise typer.Exit(2) from error
-        except (NonFiniteLossError, NonFiniteWeightsError) as error:
+        except (NonFiniteLossError, NonFiniteWeightsError, CheckpointWriteError) as error:
             console.print(f"[red]training stopped:[/red] {error}", highlight=False)
             raise typer.Exit(1) from error
     if main_process:
