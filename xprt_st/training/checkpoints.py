@@ -34,8 +34,9 @@ TRAINING_CONFIG_FILE = "config.json"
 TRAINER_STATE_FILE = "trainer_state.json"
 TORCH_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt")
 """Checkpoint files the Trainer reloads with ``torch.load(weights_only=True)``, besides ``rng_state*.pth``."""
-CHECKPOINT_MARGIN_BYTES = 16 << 20
-"""Added to a checkpoint's tensor bytes for the tokenizer, configs, model card, scheduler and RNG files."""
+CHECKPOINT_MARGIN_BYTES = 1 << 20
+"""Added to a checkpoint's tensor and tokenizer bytes for the configs, model card, scheduler and RNG files (a
+checkpoint of the tests' tiny BERT holds 60 kB of them)."""
 ADAM_MOMENTS = 2
 """Tensors of optimizer state per trained parameter (AdamW's first and second moments), saved in each checkpoint."""
 
@@ -163,12 +164,31 @@ def checkpoint_bytes(
     model_tensors: Iterable[torch.Tensor],
     loss_tensors: Iterable[torch.Tensor],
     trained_parameters: Iterable[torch.Tensor],
+    tokenizer_bytes: int = 0,
 ) -> int:
     """Bytes one ``checkpoint-N`` takes: the model, the loss-owned tensors, AdamW's two moments of every trained
-    parameter (in its dtype), and :data:`CHECKPOINT_MARGIN_BYTES` for the tokenizer, configs and small state files.
+    parameter (in its dtype), the tokenizer's files, and :data:`CHECKPOINT_MARGIN_BYTES` for the small files.
     """
     moments = ADAM_MOMENTS * tensor_bytes(p for p in trained_parameters if p.requires_grad)
-    return tensor_bytes(model_tensors) + tensor_bytes(loss_tensors) + moments + CHECKPOINT_MARGIN_BYTES
+    return (
+        tensor_bytes(model_tensors) + tensor_bytes(loss_tensors) + moments + tokenizer_bytes + CHECKPOINT_MARGIN_BYTES
+    )
+
+
+def saved_tokenizer_bytes(tokenizer: object) -> int:
+    """Bytes of the files ``tokenizer.save_pretrained`` writes (measured in a temporary folder; 0 without a tokenizer).
+
+    Tokenizers range from under 1 MB (BERT's vocabulary) to tens of MB (multilingual ones), so they are measured,
+    not guessed.
+    """
+    import tempfile
+
+    save = getattr(tokenizer, "save_pretrained", None)
+    if save is None:
+        return 0
+    with tempfile.TemporaryDirectory() as folder:
+        save(folder)
+        return sum(path.stat().st_size for path in Path(folder).rglob("*") if path.is_file())
 
 
 def mount_point(path: str | Path) -> Path:
@@ -206,7 +226,8 @@ def space_problem(output_dir: str | Path, one_checkpoint: int, whole_run: int | 
     if whole_run is not None and free < whole_run:
         logger.warning(
             "%s is on the disk mounted at %s with %s free; this run's checkpoints and final model need about %s. "
-            "Lower --save-steps frequency or training.save_total_limit, or free space, before it fills up.",
+            "Checkpoint less often (a larger --save-steps), keep fewer (training.save_total_limit), or free space "
+            "before it fills up.",
             output_dir,
             mount,
             format_bytes(free),

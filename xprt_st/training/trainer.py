@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 from datasets import Dataset
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
 from sentence_transformers.base.model import BaseModel
@@ -53,6 +54,7 @@ from xprt_st.training.checkpoints import (
     CheckpointWriteError,
     checkpoint_bytes,
     last_complete_checkpoint,
+    saved_tokenizer_bytes,
     space_problem,
     tensor_bytes,
     write_error,
@@ -217,6 +219,7 @@ class XPRTTrainer(SentenceTransformerTrainer):
         self._rows_seen = 0
         self._rows_without_negative = 0
         self._warned_no_negative = False
+        self._tokenizer_bytes: int | None = None
         self.add_callback(_LossStateSyncCallback(self))
         self.add_callback(_DiskSpaceCallback(self))
         self.model.model_card_data.set_losses([module for _, module in loss_terms(self._loss_root())])
@@ -347,10 +350,13 @@ class XPRTTrainer(SentenceTransformerTrainer):
 
     def checkpoint_bytes(self) -> int:
         """Bytes one checkpoint of this run takes (see :func:`xprt_st.training.checkpoints.checkpoint_bytes`)."""
+        if self._tokenizer_bytes is None:
+            self._tokenizer_bytes = saved_tokenizer_bytes(getattr(self.model, "tokenizer", None))
         return checkpoint_bytes(
             self.model.state_dict().values(),
             self.loss_owned_state().values(),
             [*self.model.parameters(), *self.loss_owned_parameters()],
+            tokenizer_bytes=self._tokenizer_bytes,
         )
 
     def check_checkpoint_space(self, max_steps: int) -> None:
@@ -363,6 +369,7 @@ class XPRTTrainer(SentenceTransformerTrainer):
         if self.args.should_save:
             one = self.checkpoint_bytes()
             final = tensor_bytes(self.model.state_dict().values()) + tensor_bytes(self.loss_owned_state().values())
+            final += self._tokenizer_bytes or 0
             saves = max_steps // self.args.save_steps if self.args.save_strategy == "steps" and max_steps > 0 else 1
             kept = min(saves, self.args.save_total_limit + 1) if self.args.save_total_limit else saves
             Path(self.args.output_dir).mkdir(parents=True, exist_ok=True)
@@ -385,7 +392,7 @@ class XPRTTrainer(SentenceTransformerTrainer):
             drop_dangling_auto_map(output_dir)
             self.save_training_state(output_dir)
             self._add_card_section(Path(output_dir) / "README.md")
-        except (OSError, RuntimeError) as error:
+        except (OSError, RuntimeError, SafetensorError) as error:
             if isinstance(error, CheckpointWriteError):
                 raise
             raise write_error(output_dir, error, self.checkpoint_bytes()) from error
@@ -401,7 +408,7 @@ class XPRTTrainer(SentenceTransformerTrainer):
             )
         try:
             super()._save_checkpoint(model, trial)
-        except (OSError, RuntimeError) as error:
+        except (OSError, RuntimeError, SafetensorError) as error:
             if isinstance(error, CheckpointWriteError):
                 raise
             folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
