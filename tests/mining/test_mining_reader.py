@@ -373,7 +373,9 @@ def test_pages_nested_deeper_than_the_parser_limit_keep_their_main_text():
         assert "About us" not in text and "tracking" not in text
 
 
-def test_mine_names_an_unreadable_record_then_counts_it_with_skip_unreadable(tmp_path, tiny_model_path):
+def test_mine_names_an_unreadable_record_counts_it_with_skip_unreadable_and_warns_of_duplicates(
+    tmp_path, tiny_model_path
+):
     from typer.testing import CliRunner
 
     from xprt_st.cli import app
@@ -385,6 +387,7 @@ def test_mine_names_an_unreadable_record_then_counts_it_with_skip_unreadable(tmp
         for i in range(6)
     ]
     rows.insert(2, '{"text": "a lone half \\ud800 of a surrogate pair"}')
+    rows.append(rows[0])  # an exact duplicate document: counted with a warning, not dropped
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("\n".join(rows) + "\n", encoding="ascii")
     runner = CliRunner(env={"COLUMNS": "250"})
@@ -398,3 +401,4 @@ def test_mine_names_an_unreadable_record_then_counts_it_with_skip_unreadable(tmp
     assert result.exit_code == 0, result.output
     stats = json.loads((tmp_path / "out" / "stats.json").read_text())
     assert stats["skipped"]["unreadable_record"] == 1
+    assert "c.jsonl:8 repeats an earlier document's text" in " ".join(result.output.split())
