@@ -402,3 +402,25 @@ def test_mine_names_an_unreadable_record_counts_it_with_skip_unreadable_and_warn
     stats = json.loads((tmp_path / "out" / "stats.json").read_text())
     assert stats["skipped"]["unreadable_record"] == 1
     assert "c.jsonl:8 repeats an earlier document's text" in " ".join(result.output.split())
+
+
+def test_cases_that_already_held_stay_held(tmp_path):
+    """Issue 20's 'holds well' reader cases: NUL bytes, emoji and right-to-left text, integer and null ids,
+    an empty file, and a folder mixing corpus files with other files."""
+    rows = [
+        {"id": 7, "text": "NUL\x00inside a text"},
+        {"id": None, "text": "emoji 🧭🌊 and right-to-left שלום עולם مرحبا"},
+        {"id": "../../etc/x", "text": "an id that looks like a path"},
+    ]
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    _jsonl(folder / "a.jsonl", rows)
+    (folder / "empty.jsonl").write_text("")
+    (folder / "notes.csv").write_text("a,b\n")
+    (folder / "readme.md").write_text("# not a corpus file")
+    assert expand_sources([folder]) == [folder / "a.jsonl", folder / "empty.jsonl"]
+    records = list(iter_corpus([folder], id_field="id"))
+    assert [r.text for r in records] == [row["text"] for row in rows]
+    assert [r.doc_id for r in records] == ["7", f"{folder / 'a.jsonl'}:2", "../../etc/x"]  # a null id: file:line
+    assert all(r.skip is None for r in records)
+    assert list(iter_corpus([folder / "empty.jsonl"])) == []
