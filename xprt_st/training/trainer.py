@@ -370,10 +370,17 @@ class XPRTTrainer(SentenceTransformerTrainer):
             one = self.checkpoint_bytes()
             final = tensor_bytes(self.model.state_dict().values()) + tensor_bytes(self.loss_owned_state().values())
             final += self._tokenizer_bytes or 0
-            saves = max_steps // self.args.save_steps if self.args.save_strategy == "steps" and max_steps > 0 else 1
-            kept = min(saves, self.args.save_total_limit + 1) if self.args.save_total_limit else saves
+            final += CHECKPOINT_MARGIN_BYTES
+            if self.args.save_strategy == "no":  # only the final model is written
+                one, kept = final, 0
+            else:
+                every = self.args.save_steps
+                every = max(1, math.ceil(max_steps * every)) if every < 1 else every  # a ratio of the run's steps
+                steps = self.args.save_strategy == "steps" and max_steps > 0
+                saves = max(1, int(max_steps // every)) if steps else 1
+                kept = min(saves, self.args.save_total_limit + 1) if self.args.save_total_limit else saves
             Path(self.args.output_dir).mkdir(parents=True, exist_ok=True)
-            problem = space_problem(self.args.output_dir, one, whole_run=kept * one + final + CHECKPOINT_MARGIN_BYTES)
+            problem = space_problem(self.args.output_dir, one, whole_run=kept * one + final)
         if any_process(problem is not None, device=self.args.device):
             raise CheckpointSpaceError(problem or "another process found too little free space for a checkpoint")
 
