@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 
 from xprt_st.cli import app
 
@@ -64,6 +65,7 @@ def train(
     from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
     from xprt_st.models import ModelLoadError
     from xprt_st.recipe import RecipeError, load_recipe
+    from xprt_st.training.checkpoints import CheckpointSpaceError, CheckpointWriteError
     from xprt_st.training.data import MinedDataError
     from xprt_st.training.run import OutputFolderError, train_recipe
     from xprt_st.training.trainer import NonFiniteLossError, NonFiniteWeightsError, TrainingStateError
@@ -84,7 +86,7 @@ def train(
     try:
         resolved = load_recipe(recipe, overrides=overrides, setting=setting)
     except RecipeError as error:
-        console.print(f"[red]error:[/red] {error}", markup=True, highlight=False)
+        console.print(f"[red]error:[/red] {escape(str(error))}", markup=True, highlight=False)
         raise typer.Exit(2) from error
     if print_recipe:
         typer.echo(yaml.safe_dump(resolved.to_dict(), sort_keys=False), nl=False)
@@ -97,17 +99,17 @@ def train(
         if resume is None:  # on resume the starting model is the one the checkpoint records
             check_model(resolved.training.model, "--model" if model else f"recipe {recipe}: training.model")
     except (OutputPathError, ModelLoadError) as error:
-        console.print(f"[red]error:[/red] {error}", highlight=False)
+        console.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
         raise typer.Exit(2) from error
     main_process = int(os.environ.get("RANK", "0")) == 0  # under torchrun / accelerate launch, one process reports
     with command_logging("train", output, verbose=verbose, progress=progress, show_info=main_process):
         try:
             folder = train_recipe(resolved, data=data, output=output, resume=resume, model=model, progress=progress)
-        except (MinedDataError, ModelLoadError, TrainingStateError, OutputFolderError) as error:
-            console.print(f"[red]error:[/red] {error}", highlight=False)
+        except (MinedDataError, ModelLoadError, TrainingStateError, OutputFolderError, CheckpointSpaceError) as error:
+            console.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
             raise typer.Exit(2) from error
-        except (NonFiniteLossError, NonFiniteWeightsError) as error:
-            console.print(f"[red]training stopped:[/red] {error}", highlight=False)
+        except (NonFiniteLossError, NonFiniteWeightsError, CheckpointWriteError) as error:
+            console.print(f"[red]training stopped:[/red] {escape(str(error))}", highlight=False)
             raise typer.Exit(1) from error
     if main_process:
         console.print(f"[green]done:[/green] {folder} loads with SentenceTransformer({str(folder)!r})")

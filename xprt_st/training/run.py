@@ -25,6 +25,7 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from xprt_st.models import frozen_copy, load_model
 from xprt_st.recipe import Recipe
+from xprt_st.training.checkpoints import checkpoint_folders, checkpoint_problem, unusable_checkpoints_message
 from xprt_st.training.data import STATS_FILE, load_mined
 from xprt_st.training.objectives import build_loss, get_objective
 from xprt_st.training.progress import LogLinesCallback, RichProgressCallback
@@ -49,10 +50,7 @@ def resolve_checkpoint(output: Path, resume: str | Path | None) -> Path | None:
     if resume is None:
         return None
     if str(resume) in {"last", "auto", "true"}:
-        checkpoint = last_complete_checkpoint(output)
-        if checkpoint is None:
-            raise TrainingStateError(f"--resume last: {output} has no complete checkpoint-N folder to resume from")
-        return checkpoint
+        return _last_usable_checkpoint(output)
     checkpoint = Path(resume)
     if not (checkpoint / "trainer_state.json").is_file():
         raise TrainingStateError(
@@ -60,7 +58,50 @@ def resolve_checkpoint(output: Path, resume: str | Path | None) -> Path | None:
             f"pass a {output}/checkpoint-N folder or 'last'"
         )
     read_training_config(checkpoint)
+    problem = checkpoint_problem(checkpoint)
+    if problem is not None:
+        raise TrainingStateError(
+            f"--resume {checkpoint}: {problem}. Resume from an earlier checkpoint, or --resume last to take the "
+            "newest readable one."
+        )
     return checkpoint
+
+
+def _last_usable_checkpoint(output: Path) -> Path:
+    """``--resume last``: the newest readable checkpoint; newer broken ones are named in a warning, none is an error."""
+    if not checkpoint_folders(output):
+        raise TrainingStateError(
+            f"--resume last: {output} holds no checkpoint-N folder; drop --resume to start a new run there"
+        )
+    checkpoint = last_complete_checkpoint(output)
+    if checkpoint is None:
+        raise TrainingStateError(f"--resume last: {unusable_checkpoints_message(output)}")
+    names = [folder.name for folder in checkpoint_folders(output)]
+    newer = names[: names.index(checkpoint.name)]
+    if newer:
+        logger.warning(
+            "resuming from %s: the newer %s cannot be resumed from (see above); it is overwritten when the run "
+            "reaches that step again, or delete it yourself",
+            checkpoint,
+            ", ".join(newer),
+        )
+    return checkpoint
+
+
+def check_output_outside_data(output: Path, data: Path) -> None:
+    """Refuse an ``--output`` that is the ``--data`` folder or inside it: checkpoints would be written into the mined
+    dataset (and a later ``mine --overwrite`` or re-mine of that folder would delete the run).
+
+    Raises:
+        OutputFolderError: naming both folders and the fix.
+    """
+    out, mined = output.resolve(), data.resolve()
+    if out == mined or mined in out.parents:
+        where = "is" if out == mined else "is inside"
+        raise OutputFolderError(
+            f"--output {output} {where} the --data folder {data}: the run would write its checkpoints and model into "
+            "the mined dataset. Choose an --output outside it (e.g. runs/NAME)."
+        )
 
 
 RESUME_FIXED = ("batch_size", "gradient_accumulation_steps", "seed")
@@ -116,7 +157,9 @@ def check_resume_inputs(
 
 
 def _check_fresh_output(output: Path) -> None:
-    if last_complete_checkpoint(output) is not None or any(output.glob("checkpoint-*")):
+    if checkpoint_folders(output):
+        if last_complete_checkpoint(output) is None:
+            raise OutputFolderError(unusable_checkpoints_message(output))
         raise OutputFolderError(
             f"{output} already holds checkpoints of an earlier run; continue it with --resume last, "
             "or choose another --output"
@@ -150,6 +193,7 @@ def train_recipe(
         The output folder, which loads with ``SentenceTransformer(str(output))``.
     """
     output = Path(output)
+    check_output_outside_data(output, Path(data))
     checkpoint = resolve_checkpoint(output, resume)
     starting_model = model or recipe.training.model
     if checkpoint is not None:
