@@ -208,3 +208,37 @@ def test_bert_corruption_is_80_mask_10_random_10_kept() -> None:
     assert torch.equal(out[~mask], ids[~mask])  # unmasked positions are never touched
     shares = [(out[mask] == 103).float().mean().item(), (out[mask] == 7).float().mean().item()]
     assert shares[0] == pytest.approx(0.8, abs=0.02) and shares[1] == pytest.approx(0.1, abs=0.02)
+
+
+def test_whole_word_mask_skips_a_word_that_overflows_and_reaches_the_ratio(tiny_model) -> None:
+    # Issue #19.3: like the whole-word collator, a word that would overflow the budget is skipped and the
+    # next words are tried, so the realised share is the ratio (up to rounding), not ~27% for a 30% target.
+    from xprt_st.losses._common import continuation_pieces, sample_whole_word_mask, special_token_ids
+
+    words = "unbelievably tokenization embeddings hyperparameterized the a of pitcher game truck carbon".split()
+    rng = torch.Generator().manual_seed(3)
+    texts = []
+    for _ in range(400):
+        length = int(torch.randint(6, 40, (1,), generator=rng))
+        texts.append(" ".join(words[int(i)] for i in torch.randint(len(words), (length,), generator=rng)))
+    features = dict(tiny_model.preprocess(texts))
+    ids, attention = features["input_ids"], features["attention_mask"]
+    special = special_token_ids(tiny_model)
+    continuation = continuation_pieces(tiny_model)
+    mask = sample_whole_word_mask(ids, attention, special, continuation, 0.3, rng)
+    eligible = attention.bool() & ~torch.isin(ids, special)
+    maskable = eligible.sum(dim=1)
+    share = mask.sum(dim=1) / maskable
+    assert share.mean().item() == pytest.approx(0.3, abs=0.01)
+    for row in range(len(texts)):
+        # the greedy rule: at the end, no unmasked word would still fit in what is left of the budget
+        positions = eligible[row].nonzero().flatten().tolist()
+        sizes, masked = [], []
+        for position in positions:
+            if continuation[ids[row, position]] and sizes:
+                sizes[-1] += 1
+            else:
+                sizes.append(1)
+                masked.append(bool(mask[row, position]))
+        left = max(round(float(maskable[row]) * 0.3), 1) - int(mask[row].sum())
+        assert left >= 0 and all(size > left for size, chosen in zip(sizes, masked, strict=True) if not chosen)
