@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
 from xprt_st.losses import RetroMAELoss, sample_enhanced_decoding_mask
+from xprt_st.losses._common import pad_cat
 
 
 def _batch() -> tuple[torch.Tensor, torch.Tensor]:
@@ -242,3 +245,44 @@ def test_whole_word_mask_skips_a_word_that_overflows_and_reaches_the_ratio(tiny_
                 masked.append(bool(mask[row, position]))
         left = max(round(float(maskable[row]) * 0.3), 1) - int(mask[row].sum())
         assert left >= 0 and all(size > left for size, chosen in zip(sizes, masked, strict=True) if not chosen)
+
+
+def _normalized(model):
+    """The tiny encoder served like all-MiniLM-L6-v2 and E5: mean pooling, then ``Normalize`` (|h| = 1)."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling
+
+    return SentenceTransformer(modules=[model[0], Pooling(32, "mean"), Normalize()], device="cpu")
+
+
+def _record_decoder_inputs(monkeypatch) -> dict:
+    """Record what ``enhanced_decode`` receives (the vectors and token ids) on every call."""
+    import xprt_st.losses.retromae as retromae
+
+    seen = {}
+    decode = retromae.enhanced_decode
+
+    def record(decoder, vectors, input_ids, allowed):
+        seen.update(decoder=decoder, vectors=vectors.detach(), input_ids=input_ids)
+        return decode(decoder, vectors, input_ids, allowed)
+
+    monkeypatch.setattr(retromae, "enhanced_decode", record)
+    return seen
+
+
+@pytest.mark.parametrize("served", ["tiny-normalized", "minilm"])
+def test_the_sentence_vector_enters_the_decoder_at_the_scale_of_its_context_tokens(
+    served, tiny_model, group_batch, monkeypatch, request
+) -> None:
+    # Issue #19.1: with a model that ends in Normalize, |h| = 1 while the context tokens leave the decoder's
+    # LayerNorm with norm sqrt(hidden) (19.6 for MiniLM): the bottleneck drowns. It must be within ~3x of them.
+    model = _normalized(tiny_model) if served == "tiny-normalized" else copy.deepcopy(request.getfixturevalue("minilm"))
+    features, _ = group_batch(model)
+    seen = _record_decoder_inputs(monkeypatch)
+    RetroMAELoss(model).eval()(features[:2], None)
+    with torch.no_grad():
+        context = seen["decoder"].embed(seen["input_ids"])[:, 1:]  # (rows, seq - 1, hidden)
+    real = pad_cat([column["attention_mask"] for column in features[:2]])[:, 1:].bool()
+    median = context[real].norm(dim=-1).median()
+    ratio = seen["vectors"].norm(dim=-1) / median  # (rows,)
+    assert ((ratio > 1 / 3) & (ratio < 3)).all(), ratio
