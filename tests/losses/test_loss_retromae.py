@@ -286,3 +286,21 @@ def test_the_sentence_vector_enters_the_decoder_at_the_scale_of_its_context_toke
     median = context[real].norm(dim=-1).median()
     ratio = seen["vectors"].norm(dim=-1) / median  # (rows,)
     assert ((ratio > 1 / 3) & (ratio < 3)).all(), ratio
+
+
+@pytest.mark.parametrize("served", ["tiny", "tiny-normalized"])
+def test_the_decoder_receives_the_served_embedding_under_model_pooling(
+    served, tiny_model, group_batch, monkeypatch
+) -> None:
+    # Issue #19.2: capture what enhanced_decode receives; its direction must be the embedding the model
+    # serves for the very (masked) input the encoder read, not e.g. the [CLS] state.
+    import torch.nn.functional as F
+
+    model = _normalized(tiny_model) if served == "tiny-normalized" else tiny_model
+    features, _ = group_batch(model)
+    seen = _record_decoder_inputs(monkeypatch)
+    served_vectors = []
+    model.register_forward_hook(lambda module, args, output: served_vectors.append(output["sentence_embedding"]))
+    RetroMAELoss(model).eval()(features[:2], None)
+    (embedding,) = served_vectors  # one batched encoder forward over both columns
+    torch.testing.assert_close(F.normalize(seen["vectors"], dim=-1), F.normalize(embedding.detach(), dim=-1))
