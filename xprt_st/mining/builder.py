@@ -46,7 +46,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from xprt_st.columns import ANCHOR, LABEL
-from xprt_st.mining.ablations import PAIRS, POSITIVES, document_rng, random_related, random_spans
+from xprt_st.mining.ablations import PAIRS, POSITIVES, document_rng, random_related, random_spans, span_group_count
 from xprt_st.mining.groups import (
     DEFAULT_THRESHOLD_QUANTILE,
     DEFAULT_TOP_K,
@@ -811,7 +811,8 @@ def merge(output_dir: str | Path, config: MiningConfig | None = None, progress: 
         rng = document_rng(config.seed, label)
         groups: list[tuple[list[str], dict[str, Any]]] = []
         if config.pairs == "random-span":
-            for spans in random_spans(texts[start:stop], top_k, rng):
+            count = span_group_count(centralities[start:stop], threshold)  # as many as mined anchors, if scored
+            for spans in random_spans(texts[start:stop], top_k, rng, num_groups=count):
                 groups.append((spans, {"label": label, "doc_id": doc_id, "kind": "random-span"}))
         else:
             for i in range(n):
