@@ -26,13 +26,13 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from xprt_st.models import frozen_copy, load_model
 from xprt_st.recipe import Recipe
 from xprt_st.training.data import STATS_FILE, load_mined
+from xprt_st.training.fork import check_fork, trainer_class
 from xprt_st.training.objectives import build_loss, get_objective
 from xprt_st.training.progress import LogLinesCallback, RichProgressCallback
 from xprt_st.training.schedules import Schedule, TermScheduleCallback
 from xprt_st.training.trainer import (
     TRAINING_STATE_DIR,
     TrainingStateError,
-    XPRTTrainer,
     last_complete_checkpoint,
     read_training_config,
 )
@@ -133,6 +133,7 @@ def train_recipe(
     model: str | None = None,
     progress: bool = True,
     callbacks: Sequence[TrainerCallback] = (),
+    fork_from: str | Path | None = None,
 ) -> Path:
     """Train ``recipe`` on the mined folder ``data``; write checkpoints and the final model to ``output``.
 
@@ -145,14 +146,23 @@ def train_recipe(
         model: starting model overriding the recipe; refused on resume when it differs from the recorded one.
         progress: draw the rich progress display; without it, each log entry is a log line.
         callbacks: extra Trainer callbacks.
+        fork_from: a checkpoint of ANOTHER run (the trunk) to continue with this recipe's objective and data, into
+            the new ``output``: the trunk's encoder, optimizer state, learning-rate schedule and step carry over
+            (:mod:`xprt_st.training.fork`); the recipe's schedule values must be the trunk's.
 
     Returns:
         The output folder, which loads with ``SentenceTransformer(str(output))``.
     """
     output = Path(output)
+    if fork_from is not None and resume is not None:
+        raise TrainingStateError("--fork-from starts a new run from another run's checkpoint; it cannot --resume")
     checkpoint = resolve_checkpoint(output, resume)
     starting_model = model or recipe.training.model
-    if checkpoint is not None:
+    fork = None
+    if fork_from is not None:
+        fork, starting_model = check_fork(fork_from, recipe, model)
+        _check_fresh_output(output)
+    elif checkpoint is not None:
         recorded = read_training_config(checkpoint)
         if model is not None and model != recorded["starting_model"]:
             raise TrainingStateError(
@@ -235,7 +245,7 @@ def train_recipe(
         report_to=[],
         disable_tqdm=True,  # the rich display or the log lines report instead of tqdm and printed dicts
     )
-    trainer = XPRTTrainer(
+    trainer = trainer_class(fork is not None)(
         model=sentence_model,
         args=args,
         train_dataset=dataset,
@@ -251,11 +261,12 @@ def train_recipe(
     )
     trainer.remove_callback(ProgressCallback)
     trainer.remove_callback(PrinterCallback)
-    if checkpoint is None and (Path(starting_model) / TRAINING_STATE_DIR).is_dir():
+    if checkpoint is None and fork is None and (Path(starting_model) / TRAINING_STATE_DIR).is_dir():
         # A new run from a model trained by xprt-st (any recipe): its encoder and MLM head carry over, the rest
         # of the objective starts fresh. Only a resumed checkpoint restores a run's own loss state.
         trainer.warm_start_loss_modules(starting_model)
-    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    resume_from = fork if fork is not None else checkpoint
+    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     sentence_model.max_seq_length = served_max_seq_length
     trainer.save_model(str(output))
     logger.info("saved the final model to %s (training state in %s/%s)", output, output, TRAINING_STATE_DIR)
