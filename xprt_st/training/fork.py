@@ -174,8 +174,8 @@ class ForkTrainer(XPRTTrainer):
         self.lr_scheduler.load_state_dict(torch.load(Path(checkpoint) / SCHEDULER_FILE, weights_only=True))
         fresh = sum(len(group["params"]) for group in forked["param_groups"]) - len(forked["state"])
         logger.info(
-            "forked %s: optimizer state of %d parameters and the learning-rate schedule at step %d carried over; "
-            "%d parameters start fresh",
+            "forked %s: optimizer state of %d parameters (all the trunk's encoder had) and the learning-rate schedule "
+            "at step %d carried over; %d parameters have none yet (loss-owned, or never updated in the trunk)",
             checkpoint,
             len(forked["state"]),
             self.lr_scheduler.last_epoch,
