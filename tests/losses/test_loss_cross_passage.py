@@ -123,3 +123,19 @@ def test_masked_variant_reads_the_same_15_percent_masked_passes_as_xprt(tiny_mod
     unmasked = CrossPassageLoss(tiny_model).eval()([dict(column) for column in features], labels)
     assert abs(unmasked.item() - alone.item()) > 1e-4  # the masking does change what L_xp reads
     assert masked.get_config_dict()["encoder_mask_ratio"] == 0.15
+
+
+def test_with_retention_keeps_the_masked_variants_masked_pass(tiny_model, group_batch) -> None:
+    # The continued setting wraps L_xp in WithRetention, which reuses unmasked embeddings for a plain L_xp; the
+    # masked variant must still score its 15%-masked pass (and retention the unmasked text).
+    from xprt_st.losses import WithRetention
+
+    features, labels = group_batch(tiny_model)
+    masked = CrossPassageLoss(tiny_model, encoder_mask_ratio=0.15).eval()
+    wrapped = WithRetention(masked, retention_weight=40.0).eval()
+    torch.manual_seed(5)
+    alone = masked([dict(column) for column in features[:2]], labels)
+    torch.manual_seed(5)
+    terms = wrapped([dict(column) for column in features[:2]], labels)
+    torch.testing.assert_close(terms["base"], alone)
+    assert terms["retention"].item() == pytest.approx(0.0, abs=1e-6)  # unmasked student = teacher at step 0

@@ -172,8 +172,9 @@ class WithRetention(nn.Module):
             raise ValueError("WithRetention needs (anchor, positive) columns")
         # The trainer may have swapped self.model for a DDP/compiled wrapper; the wrapped loss must use it too.
         borrow(self.loss, "model", self.model)
-        if hasattr(self.loss, "compute_loss_from_embeddings"):
-            # Reuse the base loss's embeddings: retention then costs only the teacher pass.
+        if hasattr(self.loss, "compute_loss_from_embeddings") and not getattr(self.loss, "encoder_mask_ratio", 0):
+            # Reuse the base loss's embeddings (only when it reads unmasked text, as the retention term's student
+            # must): retention then costs only the teacher pass.
             embeddings = embed_columns(self.model, features)
             base = self.loss.compute_loss_from_embeddings(embeddings, labels)
             student = embeddings[:2]
