@@ -29,6 +29,7 @@ from xprt_st.training.data import STATS_FILE, load_mined
 from xprt_st.training.fork import check_fork, trainer_class
 from xprt_st.training.objectives import build_loss, get_objective
 from xprt_st.training.progress import LogLinesCallback, RichProgressCallback
+from xprt_st.training.retention_text import add_retention_text, retention_positions
 from xprt_st.training.schedules import Schedule, TermScheduleCallback
 from xprt_st.training.trainer import (
     TRAINING_STATE_DIR,
@@ -134,6 +135,7 @@ def train_recipe(
     progress: bool = True,
     callbacks: Sequence[TrainerCallback] = (),
     fork_from: str | Path | None = None,
+    retention_data: str | Path | None = None,
 ) -> Path:
     """Train ``recipe`` on the mined folder ``data``; write checkpoints and the final model to ``output``.
 
@@ -149,6 +151,9 @@ def train_recipe(
         fork_from: a checkpoint of ANOTHER run (the trunk) to continue with this recipe's objective and data, into
             the new ``output``: the trunk's encoder, optimizer state, learning-rate schedule and step carry over
             (:mod:`xprt_st.training.fork`); the recipe's schedule values must be the trunk's.
+        retention_data: a mined folder whose (anchor, positive) the retention term reads instead of the recipe's own
+            pair, row by row (:mod:`xprt_st.training.retention_text`); ``xprt-st compare`` passes its mined folder so
+            every recipe's retention term reads the same text. Ignored without retention or when it is ``data``.
 
     Returns:
         The output folder, which loads with ``SentenceTransformer(str(output))``.
@@ -196,6 +201,8 @@ def train_recipe(
         sentence_model.max_seq_length = recipe.training.max_seq_length
     # Taken before any checkpoint is loaded into the model: the teacher is always the starting model.
     teacher = frozen_copy(sentence_model) if retention else None
+    retention_text = retention and retention_data is not None and Path(retention_data).resolve() != mined.path.resolve()
+    retention_columns = retention_positions(objective.dataset_columns(retention)) if retention_text else None
     loss = build_loss(
         recipe.objective.name,
         sentence_model,
@@ -203,12 +210,15 @@ def train_recipe(
         teacher=teacher,
         retention_weight=recipe.retention.start,
         distributed=world > 1,
+        retention_columns=retention_columns,
     )
 
     dataset = mined.dataset
     if objective.prepare is not None:
         dataset = objective.prepare(dataset, recipe.training.seed)
     dataset = dataset.select_columns([*objective.dataset_columns(retention), "label"])
+    if retention_text:
+        dataset = add_retention_text(dataset, retention_data)
 
     schedules = {name: Schedule(spec.start, spec.end, spec.shape) for name, spec in recipe.schedules.items()}
     if retention:
