@@ -380,6 +380,7 @@ def build_loss(
     teacher: SentenceTransformer | None = None,
     retention_weight: float = 40.0,
     distributed: bool = False,
+    retention_columns: tuple[int, int] | None = None,
 ) -> nn.Module:
     """Build the loss of objective ``name``, with the retention term toward ``teacher`` when one is given.
 
@@ -387,6 +388,9 @@ def build_loss(
 
     With ``distributed`` true, losses that can gather in-batch negatives across processes do so unless
     ``args`` says otherwise, so same-document masking and negatives are global under torchrun.
+
+    ``retention_columns``: where the retention term's (anchor, positive) text is, when it is not the first two
+    columns (:mod:`xprt_st.training.retention_text`); only with a teacher.
     """
     objective = get_objective(name)
     loss_class = objective.resolve_class()
@@ -395,6 +399,8 @@ def build_loss(
     if distributed and "gather_across_devices" in parameters:
         kwargs.setdefault("gather_across_devices", True)
     if objective.native_retention:
+        if teacher is not None and retention_columns is not None:
+            kwargs["retention_columns"] = retention_columns
         return loss_class(
             model, teacher=teacher, retention_weight=None if teacher is None else retention_weight, **kwargs
         )
@@ -405,4 +411,4 @@ def build_loss(
 
     if objective.loss_positions is not None:
         loss = ColumnSelect(loss, objective.loss_positions, model)
-    return WithRetention(loss, teacher=teacher, retention_weight=retention_weight)
+    return WithRetention(loss, teacher=teacher, retention_weight=retention_weight, retention_columns=retention_columns)

@@ -100,4 +100,42 @@ def test_gradient_reaches_the_encoder_and_a_few_steps_go_downhill(tiny_model, gr
         optimizer.step()
         values.append(value.item())
     assert values[-1] < values[0]
-    assert loss.get_config_dict() == {"temperature": 0.05, "gather_across_devices": False}
+    assert loss.get_config_dict() == {"temperature": 0.05, "gather_across_devices": False, "encoder_mask_ratio": 0.0}
+
+
+def test_masked_variant_reads_the_same_15_percent_masked_passes_as_xprt(tiny_model, group_batch) -> None:
+    # Issue #19.6: the fill-in head to head (xPRT vs L_xp alone) must change only the fill-in terms. With
+    # encoder_mask_ratio=0.15, L_xp alone scores the same masked passes xPRT's L_xp reads: same masks drawn in
+    # the same order from the same seed, so the same value and the same gradient.
+    from xprt_st.losses import XPRTLoss
+
+    features, labels = group_batch(tiny_model)
+    xprt = XPRTLoss(tiny_model, retention_weight=None).eval()
+    masked = CrossPassageLoss(tiny_model, encoder_mask_ratio=0.15).eval()
+    torch.manual_seed(11)
+    full = xprt([dict(column) for column in features], labels)["xp"]
+    (full_grad,) = torch.autograd.grad(full, [tiny_model[0].auto_model.embeddings.word_embeddings.weight])
+    torch.manual_seed(11)
+    alone = masked([dict(column) for column in features], labels)
+    (alone_grad,) = torch.autograd.grad(alone, [tiny_model[0].auto_model.embeddings.word_embeddings.weight])
+    torch.testing.assert_close(alone, full, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(alone_grad, full_grad, rtol=1e-4, atol=1e-7)
+    unmasked = CrossPassageLoss(tiny_model).eval()([dict(column) for column in features], labels)
+    assert abs(unmasked.item() - alone.item()) > 1e-4  # the masking does change what L_xp reads
+    assert masked.get_config_dict()["encoder_mask_ratio"] == 0.15
+
+
+def test_with_retention_keeps_the_masked_variants_masked_pass(tiny_model, group_batch) -> None:
+    # The continued setting wraps L_xp in WithRetention, which reuses unmasked embeddings for a plain L_xp; the
+    # masked variant must still score its 15%-masked pass (and retention the unmasked text).
+    from xprt_st.losses import WithRetention
+
+    features, labels = group_batch(tiny_model)
+    masked = CrossPassageLoss(tiny_model, encoder_mask_ratio=0.15).eval()
+    wrapped = WithRetention(masked, retention_weight=40.0).eval()
+    torch.manual_seed(5)
+    alone = masked([dict(column) for column in features[:2]], labels)
+    torch.manual_seed(5)
+    terms = wrapped([dict(column) for column in features[:2]], labels)
+    torch.testing.assert_close(terms["base"], alone)
+    assert terms["retention"].item() == pytest.approx(0.0, abs=1e-6)  # unmasked student = teacher at step 0

@@ -32,6 +32,13 @@ def train(
     resume: Annotated[
         str | None, typer.Option("--resume", help="'last' (newest complete checkpoint in --output) or a checkpoint.")
     ] = None,
+    fork_from: Annotated[
+        str | None,
+        typer.Option(
+            "--fork-from",
+            help="A checkpoint of another run to continue with this recipe (same optimizer state and schedule).",
+        ),
+    ] = None,
     max_steps: Annotated[int | None, typer.Option("--max-steps", help="Optimizer steps (-1: use epochs).")] = None,
     epochs: Annotated[
         float | None, typer.Option("--epochs", help="Passes over the groups when max-steps is -1.")
@@ -96,7 +103,7 @@ def train(
         raise typer.Exit(2)
     try:
         check_output_folder(output, "--output")
-        if resume is None:  # on resume the starting model is the one the checkpoint records
+        if resume is None and fork_from is None:  # on resume or fork, the checkpoint records the starting model
             check_model(resolved.training.model, "--model" if model else f"recipe {recipe}: training.model")
     except (OutputPathError, ModelLoadError) as error:
         console.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
@@ -104,7 +111,9 @@ def train(
     main_process = int(os.environ.get("RANK", "0")) == 0  # under torchrun / accelerate launch, one process reports
     with command_logging("train", output, verbose=verbose, progress=progress, show_info=main_process):
         try:
-            folder = train_recipe(resolved, data=data, output=output, resume=resume, model=model, progress=progress)
+            folder = train_recipe(
+                resolved, data=data, output=output, resume=resume, model=model, progress=progress, fork_from=fork_from
+            )
         except (MinedDataError, ModelLoadError, TrainingStateError, OutputFolderError, CheckpointSpaceError) as error:
             console.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
             raise typer.Exit(2) from error

@@ -98,7 +98,9 @@ def _check_complete(folder: Path, resolved: dict[str, Any]) -> None:
         )
 
 
-def _train(recipe_name: str, config: CompareConfig, seed: int, data: Path, output: Path, progress: bool) -> None:
+def _train(
+    recipe_name: str, config: CompareConfig, seed: int, data: Path, output: Path, progress: bool, mined: Path
+) -> None:
     from xprt_st.training import train_recipe
     from xprt_st.training.trainer import last_complete_checkpoint
 
@@ -111,7 +113,8 @@ def _train(recipe_name: str, config: CompareConfig, seed: int, data: Path, outpu
         # Neither finished (no COMPLETE marker) nor resumable: left by a run killed before its first checkpoint.
         logger.info("%s: removing an unfinished run without a complete checkpoint", output)
         shutil.rmtree(output)
-    train_recipe(recipe, data=data, output=output, resume=resume, progress=progress)
+    # every recipe's retention term reads the mined (anchor, positive): the same text, as in the paper
+    train_recipe(recipe, data=data, output=output, resume=resume, progress=progress, retention_data=mined)
 
 
 def _evaluate(
@@ -199,7 +202,7 @@ def _train_and_evaluate(
     else:
         started = time.perf_counter()
         logger.info("seed %d: training %s", seed, label)
-        _train(name, config, seed, data, folder, progress)
+        _train(name, config, seed, data, folder, progress, mined=run / "mined")
         marker = {"recipe": name, "seed": seed, "resolved": resolved}
         (folder / COMPLETE).write_text(json.dumps(marker) + "\n", encoding="utf-8")
         _record_timing(run, f"seed {seed} train {label}", time.perf_counter() - started)

@@ -95,10 +95,15 @@ def sample_whole_word_mask(
     """Mask whole words: about ``round(ratio * n)`` of the ``n`` maskable tokens, every piece of a chosen word.
 
     Words are a maskable token that is not a continuation piece plus the continuation pieces after it
-    (``continuation``: (vocab,) bool, see :func:`continuation_pieces`). Words are taken in a uniformly random
-    order until the next would exceed the row's budget; the first word is always taken, so a row with a
-    maskable token always has a masked one. This is BERT's whole-word masking, as RetroMAE's official
-    implementation masks its encoder input (there through transformers' whole-word collator).
+    (``continuation``: (vocab,) bool, see :func:`continuation_pieces`). Words are visited in a uniformly random
+    order; a word is taken when it still fits the row's budget of ``round(ratio * n)`` pieces and skipped
+    otherwise, and the visit goes on until the budget is met or the words run out. This is BERT's whole-word
+    masking as transformers' whole-word collator does it, which RetroMAE's official implementation uses for its
+    encoder input: the collator also skips an overflowing word and goes on, so the realised share is the ratio
+    up to rounding (stopping at the first overflowing word instead, as this function once did, realised 27%
+    for a 30% target). One difference: when every word of a row is longer than its budget, the collator masks
+    nothing, while here the first word of the random order is taken, so a row with a maskable token always has
+    a masked one (an MLM target).
 
     Returns:
         bool tensor shaped like ``input_ids``.
@@ -115,11 +120,17 @@ def sample_whole_word_mask(
     present = sizes > 0
     scores = torch.rand(sizes.shape, generator=generator, device=input_ids.device).masked_fill(~present, 2.0)
     order = scores.argsort(dim=1)  # (batch, words): words in random order, absent ones last
-    cumulative = sizes.gather(1, order).cumsum(dim=1)  # (batch, words)
+    sizes_sorted = sizes.gather(1, order)  # (batch, words)
+    present_sorted = present.gather(1, order)  # (batch, words)
     count = eligible.sum(dim=1)  # (batch,)
     budget = torch.minimum(torch.clamp((count.float() * ratio).round().long(), min=1), count)  # (batch,)
-    chosen_sorted = (cumulative <= budget[:, None]) & present.gather(1, order)
-    chosen_sorted[:, 0] |= present.gather(1, order)[:, 0]
+    chosen_sorted = torch.zeros_like(present_sorted)
+    taken = torch.zeros_like(count)  # (batch,): pieces chosen so far
+    for rank in range(int(present.sum(dim=1).max())):  # one step per word, in each row's random order
+        fits = present_sorted[:, rank] & (taken + sizes_sorted[:, rank] <= budget)  # (batch,)
+        chosen_sorted[:, rank] = fits
+        taken = taken + fits.long() * sizes_sorted[:, rank]
+    chosen_sorted[:, 0] |= present_sorted[:, 0] & (taken == 0)  # every word overflowed: take the first
     chosen = torch.zeros_like(present).scatter(1, order, chosen_sorted)  # (batch, words)
     return chosen.gather(1, word) & eligible
 

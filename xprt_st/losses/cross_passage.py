@@ -11,6 +11,7 @@ from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.losses.merged_forward import embed_columns
 from torch import Tensor, nn
 
+from xprt_st.losses._common import encode_columns, special_token_ids
 from xprt_st.losses._distributed import gather_across_devices, local_rows
 
 XPRT_CITATION = """
@@ -68,7 +69,13 @@ def cross_passage_loss(
 
 
 class CrossPassageLoss(nn.Module):
-    def __init__(self, model: SentenceTransformer, temperature: float = 0.05, gather_across_devices: bool = False):
+    def __init__(
+        self,
+        model: SentenceTransformer,
+        temperature: float = 0.05,
+        gather_across_devices: bool = False,
+        encoder_mask_ratio: float = 0.0,
+    ):
         r"""
         xPRT's main term ``L_xp``: each anchor must pick out its top related passage (``positive``) among
         the positives of the other groups in the batch, and each positive must pick out its anchor
@@ -90,6 +97,12 @@ class CrossPassageLoss(nn.Module):
             temperature: :math:`\tau`; 0.05 as in the paper (``scale = 20`` in MultipleNegativesRankingLoss terms).
             gather_across_devices: with several devices, use every device's positives, anchors and document ids
                 as candidates (gradients flow to the local rows). Off by default, as in sentence-transformers.
+            encoder_mask_ratio: share of each passage's tokens replaced by [MASK] before the vectors are taken; 0
+                (default): unmasked text, the paper's "change only the positive" and a MultipleNegativesRankingLoss
+                step. Inside full xPRT, ``L_xp`` reads the one 15%-masked encoder pass that also feeds the fill-in
+                terms; 0.15 here reads exactly that pass (the same per-token masks, drawn in the same order, see
+                :func:`~xprt_st.losses._common.encode_columns`), so "xPRT vs L_xp alone" then differs only in
+                the fill-in, MLM and uniformity terms, not also in masking (recipe ``change-only-positive-masked``).
 
         References:
             - xPRT: Cross-Passage Retrieval Pretraining (this package's reference paper).
@@ -135,14 +148,29 @@ class CrossPassageLoss(nn.Module):
         super().__init__()
         if not temperature > 0:
             raise ValueError(f"temperature must be positive, got {temperature}")
+        if not 0 <= encoder_mask_ratio < 1:
+            raise ValueError(f"encoder_mask_ratio must be in [0, 1), got {encoder_mask_ratio}")
         self.model = model
         self.temperature = temperature
         self.gather_across_devices = gather_across_devices
+        self.encoder_mask_ratio = float(encoder_mask_ratio)
+        self.special_ids = special_token_ids(model) if encoder_mask_ratio > 0 else None
+        self.mask_token_id = int(model.tokenizer.mask_token_id) if encoder_mask_ratio > 0 else None
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None) -> Tensor:
         features = list(sentence_features)
         if len(features) < 2:
             raise ValueError(f"CrossPassageLoss needs (anchor, positive) columns, got {len(features)} column(s)")
+        if self.encoder_mask_ratio > 0:
+            # xPRT's encoder pass: per-token masks drawn per column (anchor first), then one merged forward
+            encoded = encode_columns(
+                self.model,
+                features[:2],
+                mask_ratio=self.encoder_mask_ratio,
+                special_ids=self.special_ids,
+                mask_token_id=self.mask_token_id,
+            )
+            return self.compute_loss_from_embeddings(encoded.embeddings, labels)
         # One merged forward over anchor and positive: both are passages of the same kind and width.
         anchors, positives = embed_columns(self.model, features[:2], separate_first=False)
         return self.compute_loss_from_embeddings([anchors, positives], labels)
@@ -153,7 +181,11 @@ class CrossPassageLoss(nn.Module):
         )
 
     def get_config_dict(self) -> dict[str, Any]:
-        return {"temperature": self.temperature, "gather_across_devices": self.gather_across_devices}
+        return {
+            "temperature": self.temperature,
+            "gather_across_devices": self.gather_across_devices,
+            "encoder_mask_ratio": self.encoder_mask_ratio,
+        }
 
     @property
     def citation(self) -> str:

@@ -155,8 +155,14 @@ class WithRetention(nn.Module):
         teacher: SentenceTransformer | None = None,
         retention_weight: float = 40.0,
         temperature: float = 0.05,
+        retention_columns: tuple[int, int] | None = None,
     ) -> None:
         super().__init__()
+        if retention_columns is not None and (len(retention_columns) != 2 or min(retention_columns) < 2):
+            raise ValueError(
+                f"retention_columns must be two column positions after the first two, got {retention_columns}"
+            )
+        self.retention_columns = None if retention_columns is None else tuple(int(i) for i in retention_columns)
         self.model = loss.model
         self.teacher = teacher if teacher is not None else frozen_copy(loss.model)
         self.loss = loss
@@ -170,28 +176,42 @@ class WithRetention(nn.Module):
         features = list(sentence_features)
         if len(features) < 2:
             raise ValueError("WithRetention needs (anchor, positive) columns")
+        if self.retention_columns is None:
+            pair, features_of_loss = features[:2], features
+        else:  # the retention text sits in its own two columns after the wrapped loss's
+            pair = [features[position] for position in self.retention_columns]
+            features_of_loss = features[: min(self.retention_columns)]
         # The trainer may have swapped self.model for a DDP/compiled wrapper; the wrapped loss must use it too.
         borrow(self.loss, "model", self.model)
-        if hasattr(self.loss, "compute_loss_from_embeddings"):
-            # Reuse the base loss's embeddings: retention then costs only the teacher pass.
+        reusable = hasattr(self.loss, "compute_loss_from_embeddings") and not getattr(
+            self.loss, "encoder_mask_ratio", 0
+        )
+        if reusable and self.retention_columns is None:
+            # Reuse the base loss's embeddings (only when it reads unmasked text, as the retention term's student
+            # must): retention then costs only the teacher pass.
             embeddings = embed_columns(self.model, features)
             base = self.loss.compute_loss_from_embeddings(embeddings, labels)
             student = embeddings[:2]
         else:
-            base = self.loss(features, labels)
-            student = embed_columns(self.model, features[:2], separate_first=False)
+            base = self.loss(features_of_loss, labels)
+            student = embed_columns(self.model, pair, separate_first=False)
         terms = dict(base) if isinstance(base, dict) else {"base": base}
         if self.retention_weight == 0:
             terms["retention"] = student[0].new_zeros(())
             return terms
-        teacher = teacher_embeddings(self.teacher, features[:2])
+        teacher = teacher_embeddings(self.teacher, pair)
         terms["retention"] = self.retention_weight * retention_loss(
             student[0], student[1], teacher[0], teacher[1], self.temperature
         )
         return terms
 
     def get_config_dict(self) -> dict[str, Any]:
-        return {"loss": self.loss, "retention_weight": self.retention_weight, "temperature": self.temperature}
+        return {
+            "loss": self.loss,
+            "retention_weight": self.retention_weight,
+            "temperature": self.temperature,
+            "retention_columns": self.retention_columns,
+        }
 
     @property
     def citation(self) -> str:
@@ -217,6 +237,11 @@ WithRetention.__doc__ = (
         teacher: the frozen starting model; by default ``frozen_copy(loss.model)`` taken at construction.
         retention_weight: 40.0 as at the start of the paper's schedule; the schedule callback overwrites it.
         temperature: :math:`\tau` of the retention softmaxes, 0.05 (see above).
+        retention_columns: None (default): the retention term reads the first two columns, (anchor, positive).
+            Two positions after the wrapped loss's columns: it reads those instead, and the wrapped loss sees only
+            the columns before them. ``xprt-st compare`` puts the mined (anchor, positive) there for the recipes
+            whose own pair is another (random positives, random spans), so every recipe of one comparison gets the
+            same retention term on the same text, as in the paper.
 
     References:
         - xPRT: Cross-Passage Retrieval Pretraining, "retention term".

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any, Literal
 
 import torch
+import torch.nn.functional as F
 from sentence_transformers import SentenceTransformer
 from torch import Tensor, nn
 
@@ -93,6 +94,22 @@ def served_pooling(model: SentenceTransformer) -> str:
     return "unknown"
 
 
+def context_scale(decoder: FillInDecoder, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+    """() tensor, no gradient: the median norm of the decoder's context tokens ``LN(e(x_j) + p_j)``, ``j >= 1``.
+
+    ``input_ids``/``attention_mask``: (rows, seq). Only real tokens count; position 0 is where the sentence
+    vector goes. At initialisation the decoder's LayerNorm makes this ``sqrt(hidden)`` (19.6 for MiniLM).
+    """
+    with torch.no_grad():
+        tokens = decoder.embed(input_ids)[:, 1:]  # (rows, seq - 1, hidden)
+        return tokens[attention_mask[:, 1:].bool()].norm(dim=-1).median()
+
+
+def at_context_scale(vectors: Tensor, scale: Tensor) -> Tensor:
+    """(rows, hidden): each vector's direction at norm ``scale`` (the gradient reaches the direction only)."""
+    return F.normalize(vectors, dim=-1) * scale
+
+
 def enhanced_decode(decoder: FillInDecoder, vectors: Tensor, input_ids: Tensor, allowed: Tensor) -> Tensor:
     """Two-stream decoding: query ``h + p_i``, context ``[h, LN(e(x_j) + p_j)]``, attention ``allowed``.
 
@@ -135,6 +152,21 @@ class RetroMAELoss(nn.Module):
         paper and the official code, the decoder's masking is this attention mask: the context stream carries
         the original token embeddings (:math:`H_2`).
 
+        The vector's scale at the decoder. The official code (``src/pretrain/modeling.py`` of staoxiao/RetroMAE)
+        feeds the raw last-layer [CLS] state, at the scale of the encoder's token stream (norm about 8 for
+        MiniLM), in both streams: as context position 0 and added to the raw position embeddings as the query.
+        Its context tokens leave BERT's embedding LayerNorm at a comparable norm, so the vector is not drowned.
+        Here, with ``pooling="model"``, the vector is the served embedding, and a model that ends in
+        ``Normalize`` (all-MiniLM-L6-v2, E5) serves ``|h| = 1`` while the context tokens leave the decoder's
+        LayerNorm with norm about 19.6: the bottleneck would be some 20x weaker than designed (swapping ``h``
+        between two passages moved the decoder's predictions by KL 0.11 at initialisation, against 1.20 at token
+        scale). Even the mean-pooled state before ``Normalize`` is only 4.4-5.0 for MiniLM. So the loss owns a
+        scale: the decoder receives the served direction at the median norm of this batch's context tokens,
+        :math:`\hat h = \rho\, h / \lVert h\rVert` with :math:`\rho` = median
+        :math:`\lVert \mathrm{LN}(e(x_j) + p_j)\rVert` (no gradient; see :func:`context_scale`), in both streams.
+        The served vector is compared by cosine, so its norm carries nothing served and only its direction is
+        trained. With ``pooling="cls"`` the raw [CLS] state enters as it is, as in the official code.
+
         Details that follow the official implementation (github.com/staoxiao/RetroMAE) where the paper is silent:
 
         - Decoding targets: every token but the first and the last ([CLS] and [SEP]); the official code
@@ -149,7 +181,8 @@ class RetroMAELoss(nn.Module):
             decoder_mask_ratio: share of tokens each decoder row cannot see; 0.5, RetroMAE's default (50-70%).
             pooling: the sentence vector given to the decoder. ``"model"`` (default): the model's own pooling
                 (mean for all-MiniLM-L6-v2, E5 and the small BERT), the vector the SentenceTransformer serves, so
-                the vector trained is the vector evaluated. ``"cls"``: the encoder's last-layer [CLS] state, as in
+                the vector trained is the vector evaluated; its direction enters the decoder at the context tokens'
+                scale (above). ``"cls"``: the encoder's last-layer [CLS] state, unscaled, as in
                 the paper, whose published models are served with [CLS]; it is accepted only for a model whose own
                 pooling is CLS (there the two are the same vector): training [CLS] and serving a mean would
                 evaluate a vector the objective never shaped.
@@ -231,12 +264,16 @@ class RetroMAELoss(nn.Module):
         return self.compute_loss_from_encoded(vectors, encoded)
 
     def compute_loss_from_encoded(self, vectors: list[Tensor], encoded: EncodedColumns) -> dict[str, Tensor]:
-        """``vectors``: (batch, hidden) sentence vectors per column; ``encoded``: the encoder's masked pass."""
+        """``vectors``: (batch, hidden) sentence vectors per column (the served embedding under ``pooling="model"``,
+        rescaled here; the raw [CLS] state under ``"cls"``); ``encoded``: the encoder's masked pass."""
         ids = pad_cat(encoded.input_ids)  # (rows, seq)
         attention = pad_cat(encoded.attention_mask)  # (rows, seq)
         maskable = attention.bool() & ~torch.isin(ids, self.special_ids.to(ids.device))  # (rows, seq)
         allowed = sample_enhanced_decoding_mask(attention, maskable, self.decoder_mask_ratio)  # (rows, seq, seq)
-        states = enhanced_decode(self.decoder, torch.cat(vectors), ids, allowed)  # (rows, seq, hidden)
+        vectors = torch.cat(vectors)  # (rows, hidden)
+        if self.pooling == "model":  # the served direction at the context tokens' scale (see the class docstring)
+            vectors = at_context_scale(vectors, context_scale(self.decoder, ids, attention))
+        states = enhanced_decode(self.decoder, vectors, ids, allowed)  # (rows, seq, hidden)
         targets = decoding_targets(attention)  # (rows, seq)
         decoder_loss = vocab_cross_entropy(self.mlm_head, states[targets], ids[targets])
         terms = {"decoder": decoder_loss}

@@ -38,6 +38,7 @@ class XPRTLoss(nn.Module):
         gather_across_devices: bool = False,
         merge_columns: bool = True,
         prediction_ratio: float = 1.0,
+        retention_columns: tuple[int, int] | None = None,
     ) -> None:
         r"""
         The full xPRT objective: change the positive (``L_xp``), make the vector carry what the passages share
@@ -99,6 +100,10 @@ class XPRTLoss(nn.Module):
                 one) as in the paper. The vocabulary projection at ~30k positions per 32 groups is the step's
                 largest cost; 0.25 scores a uniform quarter of them, an unbiased estimate of the same loss
                 (see ``docs/losses.md`` for the measured step times).
+            retention_columns: None (default): the retention term reads the anchor and positive columns. Two column
+                positions after the five group columns: it reads the (anchor, positive) text there instead, as
+                ``xprt-st compare`` gives every recipe the mined pair (the random-positive ablation's own
+                positive is another passage); see :class:`WithRetention`.
 
         References:
             - xPRT: Cross-Passage Retrieval Pretraining.
@@ -169,6 +174,9 @@ class XPRTLoss(nn.Module):
         self.gather_across_devices = gather_across_devices
         self.merge_columns = merge_columns
         self.prediction_ratio = float(prediction_ratio)
+        if retention_columns is not None and (len(retention_columns) != 2 or min(retention_columns) < 2):
+            raise ValueError(f"retention_columns must be two positions after the first two, got {retention_columns}")
+        self.retention_columns = None if retention_columns is None else tuple(int(i) for i in retention_columns)
 
         # Owned once here; the term objects below reach them through unregistered references.
         self.teacher = None if retention_weight is None else (teacher if teacher is not None else frozen_copy(model))
@@ -249,14 +257,19 @@ class XPRTLoss(nn.Module):
         else:
             # change only the positive: anchor and positive, unmasked, like MultipleNegativesRankingLoss
             encoded = encode_columns(self.model, features[:2], batched=self.merge_columns)
-        return self.compute_loss_from_encoded(encoded, labels, features[:2])
+        pair = features[:2] if self.retention_columns is None else [features[i] for i in self.retention_columns]
+        return self.compute_loss_from_encoded(encoded, labels, pair, own_pair=self.retention_columns is None)
 
     def compute_loss_from_encoded(
-        self, encoded: EncodedColumns, labels: Tensor | None, unmasked_pair: list[dict[str, Tensor]]
+        self,
+        encoded: EncodedColumns,
+        labels: Tensor | None,
+        unmasked_pair: list[dict[str, Tensor]],
+        own_pair: bool = True,
     ) -> dict[str, Tensor]:
         """All enabled terms from one encoder pass (:class:`EncodedColumns`); the retention term's teacher and
         student both read ``unmasked_pair`` (the anchor and positive features before masking), the student
-        reusing ``encoded`` when that pass was unmasked."""
+        reusing ``encoded`` when that pass was unmasked and ``own_pair`` (the pair is its first two columns)."""
         embeddings = encoded.embeddings  # each (batch, dim)
         terms: dict[str, Tensor] = {}
         if self.cross_passage is not None:
@@ -287,7 +300,7 @@ class XPRTLoss(nn.Module):
             else:
                 teacher = teacher_embeddings(self.teacher, unmasked_pair)
                 student = embeddings[:2]
-                if any(mask.any() for mask in encoded.masks[:2]):
+                if not own_pair or any(mask.any() for mask in encoded.masks[:2]):
                     student = encode_columns(self.model, unmasked_pair, batched=self.merge_columns).embeddings
                 terms["retention"] = self.retention.compute_loss_from_embeddings(student, teacher)
         return terms
@@ -308,6 +321,7 @@ class XPRTLoss(nn.Module):
             "uniformity_t": self.uniformity_t,
             "gather_across_devices": self.gather_across_devices,
             "prediction_ratio": self.prediction_ratio,
+            "retention_columns": self.retention_columns,
         }
 
     @property

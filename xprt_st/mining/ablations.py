@@ -4,8 +4,12 @@
   the positive and the other related passages are random other passages of the same document.
 - ``pairs="random-span"``: Contriever-style random cropping. Each group is ``1 + top_k`` independent
   random word spans of one document, with span lengths drawn from that document's own passage
-  lengths, so baselines train on the same documents with the same text length. A document with
-  ``n`` passages (``n >= 2``) yields ``n`` groups; no encoder is needed.
+  lengths, so baselines train on the same documents with the same text length. When the passages
+  were scored (re-merged from a mining run, as ``xprt-st compare`` does), a document yields as many
+  groups as it has mined anchors (:func:`span_group_count`): the same documents, the same group count
+  and the same row order as the mined groups, so the two differ only in where the pair comes from.
+  Without scores (``xprt-st mine --pairs random-span``, nothing encoded) there are no anchors to
+  match, and a document with ``n`` passages (``n >= 2``) yields ``n`` groups.
 
 Both are deterministic: the random generator is seeded with ``(seed, label)``, so a resumed or
 sharded run draws the same groups.
@@ -31,6 +35,18 @@ def random_related(anchor: int, num_passages: int, top_k: int, rng: np.random.Ge
     others = np.array([j for j in range(num_passages) if j != anchor], dtype=np.int64)
     count = min(top_k, len(others))
     return [int(j) for j in rng.choice(others, size=count, replace=False)]
+
+
+def span_group_count(centralities: np.ndarray, threshold: float | None) -> int | None:
+    """How many random-span groups a document gets: its mined anchor count, or None without scores.
+
+    ``centralities``: the document's passages' centralities; ``threshold``: the run's effective anchor
+    threshold (None when no passage was scored). An anchor is a passage with centrality >= threshold, as in
+    the mined groups, so a document without anchors gets no random-span group either.
+    """
+    if threshold is None:
+        return None
+    return int(np.sum(np.asarray(centralities, dtype=np.float64) >= threshold))
 
 
 def random_spans(

@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from xprt_st.columns import ANCHOR, LABEL
-from xprt_st.mining.ablations import document_rng, random_related, random_spans
+from xprt_st.mining.ablations import document_rng, random_related, random_spans, span_group_count
 from xprt_st.mining.config import MiningConfig, MiningConfigError, NoGroupsError
 from xprt_st.mining.groups import MIN_PASSAGES
 from xprt_st.mining.holdout import is_held_out
@@ -204,7 +204,8 @@ def merge_part(plan: MergePlan, shard: int, chunk: int) -> dict[str, Any]:
         rng = document_rng(config.seed, label)
         groups: list[tuple[list[str], dict[str, Any]]] = []
         if config.pairs == "random-span":
-            for spans in random_spans(texts[start:stop], top_k, rng):
+            count = span_group_count(centralities[start:stop], threshold)  # as many as mined anchors, if scored
+            for spans in random_spans(texts[start:stop], top_k, rng, num_groups=count):
                 groups.append((spans, {"label": label, "doc_id": doc_id, "kind": "random-span"}))
         else:
             for i, related, scores in mined_groups(start, stop, rng, config.positive):

@@ -27,13 +27,14 @@ from xprt_st.models import frozen_copy, load_model
 from xprt_st.recipe import Recipe
 from xprt_st.training.checkpoints import checkpoint_folders, checkpoint_problem, unusable_checkpoints_message
 from xprt_st.training.data import STATS_FILE, load_mined
+from xprt_st.training.fork import check_fork, trainer_class
 from xprt_st.training.objectives import build_loss, get_objective
 from xprt_st.training.progress import LogLinesCallback, RichProgressCallback
+from xprt_st.training.retention_text import add_retention_text, retention_positions
 from xprt_st.training.schedules import Schedule, TermScheduleCallback
 from xprt_st.training.trainer import (
     TRAINING_STATE_DIR,
     TrainingStateError,
-    XPRTTrainer,
     last_complete_checkpoint,
     read_training_config,
 )
@@ -176,6 +177,8 @@ def train_recipe(
     model: str | None = None,
     progress: bool = True,
     callbacks: Sequence[TrainerCallback] = (),
+    fork_from: str | Path | None = None,
+    retention_data: str | Path | None = None,
 ) -> Path:
     """Train ``recipe`` on the mined folder ``data``; write checkpoints and the final model to ``output``.
 
@@ -188,15 +191,27 @@ def train_recipe(
         model: starting model overriding the recipe; refused on resume when it differs from the recorded one.
         progress: draw the rich progress display; without it, each log entry is a log line.
         callbacks: extra Trainer callbacks.
+        fork_from: a checkpoint of ANOTHER run (the trunk) to continue with this recipe's objective and data, into
+            the new ``output``: the trunk's encoder, optimizer state, learning-rate schedule and step carry over
+            (:mod:`xprt_st.training.fork`); the recipe's schedule values must be the trunk's.
+        retention_data: a mined folder whose (anchor, positive) the retention term reads instead of the recipe's own
+            pair, row by row (:mod:`xprt_st.training.retention_text`); ``xprt-st compare`` passes its mined folder so
+            every recipe's retention term reads the same text. Ignored without retention or when it is ``data``.
 
     Returns:
         The output folder, which loads with ``SentenceTransformer(str(output))``.
     """
     output = Path(output)
     check_output_outside_data(output, Path(data))
+    if fork_from is not None and resume is not None:
+        raise TrainingStateError("--fork-from starts a new run from another run's checkpoint; it cannot --resume")
     checkpoint = resolve_checkpoint(output, resume)
     starting_model = model or recipe.training.model
-    if checkpoint is not None:
+    fork = None
+    if fork_from is not None:
+        fork, starting_model = check_fork(fork_from, recipe, model)
+        _check_fresh_output(output)
+    elif checkpoint is not None:
         recorded = read_training_config(checkpoint)
         if model is not None and model != recorded["starting_model"]:
             raise TrainingStateError(
@@ -230,6 +245,8 @@ def train_recipe(
         sentence_model.max_seq_length = recipe.training.max_seq_length
     # Taken before any checkpoint is loaded into the model: the teacher is always the starting model.
     teacher = frozen_copy(sentence_model) if retention else None
+    retention_text = retention and retention_data is not None and Path(retention_data).resolve() != mined.path.resolve()
+    retention_columns = retention_positions(objective.dataset_columns(retention)) if retention_text else None
     loss = build_loss(
         recipe.objective.name,
         sentence_model,
@@ -237,12 +254,15 @@ def train_recipe(
         teacher=teacher,
         retention_weight=recipe.retention.start,
         distributed=world > 1,
+        retention_columns=retention_columns,
     )
 
     dataset = mined.dataset
     if objective.prepare is not None:
         dataset = objective.prepare(dataset, recipe.training.seed)
     dataset = dataset.select_columns([*objective.dataset_columns(retention), "label"])
+    if retention_text:
+        dataset = add_retention_text(dataset, retention_data)
 
     schedules = {name: Schedule(spec.start, spec.end, spec.shape) for name, spec in recipe.schedules.items()}
     if retention:
@@ -279,7 +299,7 @@ def train_recipe(
         report_to=[],
         disable_tqdm=True,  # the rich display or the log lines report instead of tqdm and printed dicts
     )
-    trainer = XPRTTrainer(
+    trainer = trainer_class(fork is not None)(
         model=sentence_model,
         args=args,
         train_dataset=dataset,
@@ -295,11 +315,12 @@ def train_recipe(
     )
     trainer.remove_callback(ProgressCallback)
     trainer.remove_callback(PrinterCallback)
-    if checkpoint is None and (Path(starting_model) / TRAINING_STATE_DIR).is_dir():
+    if checkpoint is None and fork is None and (Path(starting_model) / TRAINING_STATE_DIR).is_dir():
         # A new run from a model trained by xprt-st (any recipe): its encoder and MLM head carry over, the rest
         # of the objective starts fresh. Only a resumed checkpoint restores a run's own loss state.
         trainer.warm_start_loss_modules(starting_model)
-    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    resume_from = fork if fork is not None else checkpoint
+    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     sentence_model.max_seq_length = served_max_seq_length
     trainer.save_model(str(output))
     logger.info("saved the final model to %s (training state in %s/%s)", output, output, TRAINING_STATE_DIR)
