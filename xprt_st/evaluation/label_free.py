@@ -241,6 +241,13 @@ def load_heldout_task(folder: str | Path) -> HeldOut:
     return HeldOut(texts, ids, np.asarray(queries, dtype=np.int64), relevance, folder, digest.hexdigest()[:12])
 
 
+def heldout_of(folder: str | Path) -> HeldOut | None:
+    """The label-free task of the mined folder ``folder``, or None when it has no held-out part."""
+    if read_heldout(folder) is None:
+        return None
+    return load_heldout_task(folder)
+
+
 # --------------------------------------------------------------------------------------------------
 # The math: pure functions of score matrices and embeddings
 # --------------------------------------------------------------------------------------------------
@@ -384,6 +391,15 @@ def drift(model: LabelFreeScore | np.ndarray, start: LabelFreeScore | np.ndarray
 def difference(model: LabelFreeScore, start: LabelFreeScore) -> Interval:
     """Model minus start in nDCG@10, with the paired bootstrap interval over queries."""
     return paired_interval(retrieval_items(model.per_query, start.per_query))
+
+
+def format_comparison(record: Mapping[str, Any]) -> str:
+    """One line of a :func:`comparison` record: both scores, the difference with its interval, the drift."""
+    return (
+        f"start {record['start']:.4f}, trained {record['model']:.4f}, "
+        f"difference {record['difference']:+.4f} [{record['ci_low']:+.4f}, {record['ci_high']:+.4f}]; "
+        f"10-NN overlap with the start {record['knn_overlap_at_10']:.3f}"
+    )
 
 
 def comparison(model: LabelFreeScore, start: LabelFreeScore) -> dict[str, Any]:

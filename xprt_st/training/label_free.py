@@ -36,8 +36,6 @@ from xprt_st.evaluation.label_free import (
     LabelFreeScore,
     comparison,
     knn_overlap,
-    load_heldout_task,
-    read_heldout,
     score_model,
 )
 
@@ -50,13 +48,6 @@ PRIMARY_METRIC = f"ndcg@{K}"
 BEST_METRIC = f"eval_{EVALUATOR_NAME}_{PRIMARY_METRIC}"
 """The Trainer's ``metric_for_best_model`` when ``training.keep_best`` is on."""
 CARD_SECTION_TITLE = "## Label-free check (held-out documents)"
-
-
-def heldout_of(data: str | Path) -> HeldOut | None:
-    """The label-free task of the mined folder ``data``, or None when it has no held-out part."""
-    if read_heldout(data) is None:
-        return None
-    return load_heldout_task(data)
 
 
 class LabelFreeEvaluator(BaseEvaluator):
