@@ -154,9 +154,9 @@ def _no_work(monkeypatch: pytest.MonkeyPatch) -> None:
     targets = (
         ("xprt_st.training.run", "train_recipe"),
         ("xprt_st.evaluation.run", "evaluate_models"),
-        ("xprt_st.evaluation.local", "resolve_tasks"),
-        ("xprt_st.finetune", "finetune_compare"),
-        ("xprt_st.compare", "run_compare"),
+        ("xprt_st.evaluation.catalog", "resolve_tasks"),
+        ("xprt_st.finetune.run", "finetune_compare"),
+        ("xprt_st.compare.run", "run_compare"),
         ("xprt_st.quickstart", "run_quickstart"),
     )
     # Import every module first: one first imported while another's function is patched would keep the

@@ -15,13 +15,13 @@ from xprt_st.cli import app
 from xprt_st.compare import (
     CompareConfigError,
     CompareResult,
-    _claim,
     data_variant,
     gain_table,
     load_compare_config,
     markdown_report,
     write_report,
 )
+from xprt_st.compare.run import _claim
 
 runner = CliRunner()
 
@@ -355,7 +355,7 @@ def test_a_changed_configuration_is_refused_before_its_old_scores_are_shown(tmp_
 
 
 def test_a_finished_model_of_an_edited_recipe_is_refused(tmp_path: Path) -> None:
-    from xprt_st.compare import _check_complete, _resolved_recipe
+    from xprt_st.compare.run import _check_complete, _resolved_recipe
 
     config = load_compare_config(_config_stub(tmp_path))
     folder = tmp_path / "seed-42" / "xprt"

@@ -21,15 +21,14 @@ the key, the file, and the valid keys or values.
 from __future__ import annotations
 
 import copy
-import difflib
-import types
 import typing
-from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
+from xprt_st.binding import INTERNAL, bind
 from xprt_st.models import DEFAULT_MODEL
 
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
@@ -54,7 +53,9 @@ class ObjectiveSpec:
     """The training objective: a registered loss and its keyword arguments."""
 
     name: str = field(
-        metadata={"help": "Registered objective: xprt, cross-passage, self-only, retromae, tsdae (see objectives.py)."}
+        metadata={
+            "help": "Registered objective: xprt, cross-passage, self-only, retromae, tsdae (see xprt_st/objectives.py)."
+        }
     )
     args: dict[str, Any] = field(
         default_factory=dict,
@@ -136,7 +137,9 @@ class Recipe:
         default_factory=dict,
         metadata={"help": "Other scheduled loss attributes, e.g. {cross_weight: {start: 0.1, end: 0.0}}."},
     )
-    source: str = field(default="", metadata={"help": "File the recipe was read from (set by load_recipe)."})
+    source: str = field(
+        default="", metadata={"help": "File the recipe was read from (set by load_recipe).", INTERNAL: True}
+    )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for YAML dumps, checkpoints and model cards."""
@@ -248,7 +251,7 @@ def build_recipe(
             raw[section] = merged[section]
         else:
             raw[section] = merged[section]
-    recipe = _bind(Recipe, raw, "", problems)
+    recipe = bind(Recipe, raw, problems)
     if recipe is not None:
         recipe.source = source
         problems += _check_values(recipe)
@@ -282,103 +285,17 @@ def _check_values(recipe: Recipe) -> list[str]:
         problems.append("retention.start/end: weights must be non-negative")
     if recipe.retention.enabled and recipe.setting == "from-bert":
         problems.append("retention.enabled: the from-bert setting has no starting model worth retaining; set false")
-    from xprt_st.training.objectives import check_objective
+    from xprt_st.objectives import check_objective
 
     problems += check_objective(recipe.objective.name, recipe.objective.args, recipe.retention.enabled)
     return problems
-
-
-def _bind(cls: type, raw: Any, where: str, problems: list[str]) -> Any:
-    """Build dataclass ``cls`` from ``raw``, appending every problem (unknown key, missing key, type)."""
-    label = where.rstrip(".") or "recipe"
-    if not isinstance(raw, dict):
-        problems.append(f"{label}: must be a mapping of keys, found {type(raw).__name__}")
-        return None
-    hints = typing.get_type_hints(cls)
-    known = {f.name: f for f in fields(cls) if f.name != "source"}
-    for key in raw:
-        if key not in known:
-            close = difflib.get_close_matches(str(key), known, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            problems.append(f"{where}{key}: unknown key{hint}; valid keys of {label}: {', '.join(known)}")
-    values: dict[str, Any] = {}
-    ok = True
-    for name, spec in known.items():
-        if name not in raw:
-            if spec.default is MISSING and spec.default_factory is MISSING:
-                problems.append(f"{where}{name}: missing; {spec.metadata.get('help', '')}")
-                ok = False
-            continue
-        value = _convert(hints[name], raw[name], f"{where}{name}", problems)
-        if value is _INVALID:
-            ok = False
-        else:
-            values[name] = value
-    return cls(**values) if ok else None
-
-
-_INVALID = object()
-
-
-def _convert(hint: Any, value: Any, key: str, problems: list[str]) -> Any:
-    """Check (and lightly coerce) ``value`` against the type ``hint``; nested dataclasses are bound."""
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if is_dataclass(hint):
-        bound = _bind(hint, value, f"{key}.", problems)
-        return _INVALID if bound is None else bound
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        inner = [arg for arg in args if arg is not type(None)]
-        return _convert(inner[0], value, key, problems)
-    if origin is Literal:
-        if value not in args:
-            problems.append(f"{key}: {value!r} is not valid; choose one of {', '.join(map(str, args))}")
-            return _INVALID
-        return value
-    if origin is dict:
-        if not isinstance(value, dict):
-            problems.append(f"{key}: must be a mapping, found {type(value).__name__} {value!r}")
-            return _INVALID
-        value_type = args[1] if len(args) == 2 else Any
-        if value_type is Any:
-            return dict(value)
-        converted = {name: _convert(value_type, item, f"{key}.{name}", problems) for name, item in value.items()}
-        return _INVALID if _INVALID in converted.values() else converted
-    if hint is bool:
-        if not isinstance(value, bool):
-            problems.append(f"{key}: must be true or false, found {value!r}")
-            return _INVALID
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            problems.append(f"{key}: must be an integer, found {value!r}")
-            return _INVALID
-        return value
-    if hint is float:
-        if isinstance(value, str):
-            try:
-                return float(value)  # YAML reads 1e-6 (no dot) as a string
-            except ValueError:
-                pass
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            problems.append(f"{key}: must be a number, found {value!r}")
-            return _INVALID
-        return float(value)
-    if hint is str:
-        if not isinstance(value, str):
-            problems.append(f"{key}: must be a string, found {value!r}")
-            return _INVALID
-        return value
-    return value
 
 
 def describe_fields(cls: type = Recipe, prefix: str = "") -> list[tuple[str, str]]:
     """(dotted key, help text) for every recipe field, for ``--help`` style listings and docs."""
     rows = []
     for spec in fields(cls):
-        if spec.name == "source":
+        if spec.metadata.get(INTERNAL):
             continue
         hint = typing.get_type_hints(cls)[spec.name]
         rows.append((f"{prefix}{spec.name}", spec.metadata.get("help", "")))

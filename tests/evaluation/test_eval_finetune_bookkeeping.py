@@ -12,7 +12,7 @@ from xprt_st.finetune import (
     NO_DOMAIN,
     OVERALL,
     ROLES,
-    CompareResult,
+    FinetuneResult,
     FinetuneSettings,
     FoldPlan,
     LabelledPair,
@@ -122,7 +122,7 @@ def test_compare_gains_flags_losing_sub_domains() -> None:
 def test_compare_result_writes_csv_and_json(tmp_path: Path) -> None:
     values = (0.1, 0.2, 0.3, 0.25)
     scores = {role: {OVERALL: value} for role, value in zip(ROLES, values, strict=True)}
-    result = CompareResult(
+    result = FinetuneResult(
         task="toy",
         plan=FoldPlan("given pairs", [], ["q"], 3, 0),
         settings=FinetuneSettings(),
@@ -219,7 +219,7 @@ def test_result_table_is_readable_at_80_columns_with_every_arguana_domain() -> N
     per_query = _per_query(domains)
     scores = {role: domain_means(per_query[role], domains) for role in ROLES}
     counts = domain_counts(sorted(domains), domains)
-    result = CompareResult(
+    result = FinetuneResult(
         task="arguana",
         plan=FoldPlan("split of the task's queries", [], sorted(domains), 0, 0, 0.5),
         settings=FinetuneSettings(),

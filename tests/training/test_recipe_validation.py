@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from xprt_st.objectives import OBJECTIVES
 from xprt_st.recipe import RECIPES_DIR, SETTINGS, RecipeError, available_recipes, build_recipe, load_recipe
-from xprt_st.training.objectives import OBJECTIVES
 
 EXPECTED = {
     "xprt",

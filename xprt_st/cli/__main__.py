@@ -1,5 +1,18 @@
-"""``python -m xprt_st.cli``: the ``xprt-st`` command without the installed script (e.g. from a checkout)."""
+"""``python -m xprt_st.cli``: the ``xprt-st`` command without the installed script (e.g. from a checkout).
 
-from xprt_st.cli import app
+Launchers that need a module (``torchrun -m``, ``accelerate launch -m``) may also run
+``python -m xprt_st.training``, which calls the same :func:`main`.
+"""
 
-app(prog_name="xprt-st")
+from __future__ import annotations
+
+
+def main() -> None:
+    """Run the ``xprt-st`` command line with ``sys.argv``."""
+    from xprt_st.cli import app
+
+    app(prog_name="xprt-st")
+
+
+if __name__ == "__main__":
+    main()

@@ -50,7 +50,9 @@ def compare(
       --output runs/compare-cpu
     """
     from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
-    from xprt_st.compare import CompareConfigError, gain_table, load_compare_config, run_compare
+    from xprt_st.compare.config import CompareConfigError, load_compare_config
+    from xprt_st.compare.report import gain_table
+    from xprt_st.compare.run import run_compare
     from xprt_st.models import ModelLoadError
 
     console = Console(stderr=True)

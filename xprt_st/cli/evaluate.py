@@ -1,5 +1,5 @@
 """`xprt-st evaluate` and `xprt-st finetune-compare`: thin wiring over :mod:`xprt_st.evaluation` and
-:mod:`xprt_st.finetune`."""
+:mod:`xprt_st.finetune.run`."""
 
 from __future__ import annotations
 
@@ -81,7 +81,8 @@ def evaluate(
         raise _fail(error) from error
     with command_logging("evaluate", output_dir, verbose=verbose, progress=verbose, show_info=verbose):
         from xprt_st.evaluation.analysis import overlap_thirds_report, thirds_rich_table, write_thirds_csv
-        from xprt_st.evaluation.local import TaskLoadError, resolve_tasks
+        from xprt_st.evaluation.catalog import resolve_tasks
+        from xprt_st.evaluation.readers import TaskLoadError
         from xprt_st.evaluation.run import default_cache_dir, evaluate_models
 
         try:
@@ -187,15 +188,11 @@ def finetune_compare(
     except (OutputPathError, ModelLoadError) as error:
         raise _fail(error) from error
     with command_logging("finetune-compare", output_dir, verbose=verbose, progress=verbose, show_info=verbose):
-        from xprt_st.evaluation.local import TaskLoadError, read_beir_folder, resolve_beir, subsample_beir
-        from xprt_st.finetune import (
-            FinetuneSettings,
-            beir_train_pairs,
-            finetune_compare,
-            pretrain_from_recipe,
-            query_domains,
-            read_pairs,
-        )
+        from xprt_st.evaluation.catalog import resolve_beir
+        from xprt_st.evaluation.readers import TaskLoadError, read_beir_folder, subsample_beir
+        from xprt_st.finetune.folds import beir_train_pairs, query_domains, read_pairs
+        from xprt_st.finetune.result import FinetuneSettings
+        from xprt_st.finetune.run import finetune_compare, pretrain_from_recipe
 
         try:
             if train_pairs is not None and train_split is not None:

@@ -1,7 +1,9 @@
 """Evaluation through mteb, offline-capable: local BEIR/STS tasks, side-by-side model tables, analyses.
 
-- :mod:`xprt_st.evaluation.local`: BEIR folders and STS files as mteb tasks (named: ``arguana``,
-  ``stsb``, ``sickr``, ``sts12``-``sts15``, ``python-faq``), deterministic subsampling.
+- :mod:`xprt_st.evaluation.readers`: BEIR folders and STS files read into plain data, deterministic subsampling.
+- :mod:`xprt_st.evaluation.tasks`: that data as in-memory mteb tasks (per-query and per-pair scores kept).
+- :mod:`xprt_st.evaluation.catalog`: the named local tasks (``arguana``, ``stsb``, ``sickr``, ``sts12``-``sts15``,
+  ``python-faq``) and the resolution of a task spec; :mod:`xprt_st.evaluation.local` gathers all three.
 - :mod:`xprt_st.evaluation.run`: :func:`evaluate_models` into an :class:`EvaluationReport`
   (rich table, CSV, JSON, bar plot), one mteb result key per model's weights.
 - :mod:`xprt_st.evaluation.analysis`: per-query nDCG@10 and the paper's word-overlap thirds.

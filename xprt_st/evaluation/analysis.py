@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from xprt_st.evaluation.local import BEIRData
+from xprt_st.evaluation.readers import BEIRData
 
 THIRD_NAMES = ("low", "middle", "high")
 _WORD = re.compile(r"\w+")

@@ -17,7 +17,7 @@ from scipy.stats import spearmanr
 from sentence_transformers import SentenceTransformer
 
 from xprt_st.evaluation.analysis import ndcg_at_k
-from xprt_st.evaluation.local import BEIRData, STSData
+from xprt_st.evaluation.readers import BEIRData, STSData
 
 
 def rank_documents(

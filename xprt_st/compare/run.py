@@ -1,0 +1,293 @@
+"""The comparison run: corpus, mining, every recipe per seed, evaluation; locks so processes share a folder, resume."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from xprt_st.compare.config import (
+    CONFIG_FILE,
+    MODEL_SHAPING_KEYS,
+    CompareConfig,
+    CompareConfigError,
+    resolve_compare_tasks,
+)
+from xprt_st.compare.corpus import CORPUS_FILE, build_corpus
+from xprt_st.compare.report import write_report
+from xprt_st.compare.results import START_LABEL, CompareResult, collect_results
+from xprt_st.compare.variants import data_variant, prepare_variant
+
+logger = logging.getLogger(__name__)
+
+COMPLETE = "COMPLETE"
+TIMINGS_FILE = "timings.json"
+
+
+def _record_timing(run: Path, key: str, seconds: float) -> None:
+    path = run / TIMINGS_FILE
+    timings = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    timings[key] = round(seconds, 1)
+    path.write_text(json.dumps(timings, indent=2) + "\n", encoding="utf-8")
+
+
+def check_unchanged(config: CompareConfig, run: Path) -> None:
+    """Refuse ``config`` when ``run`` was made with other :data:`MODEL_SHAPING_KEYS` values, before any work.
+
+    Raises:
+        CompareConfigError: naming every changed key with its old and new value, and what to do.
+    """
+    path = run / CONFIG_FILE
+    if not path.is_file():
+        return
+    try:
+        previous = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as error:
+        raise CompareConfigError(f"{path} is not valid YAML ({error}); restore it or use another --output") from error
+    current = json.loads(json.dumps(config.to_dict()))
+    changed = [
+        f"{key}: {previous[key]!r} -> {current[key]!r}"
+        for key in MODEL_SHAPING_KEYS
+        if key in previous and json.loads(json.dumps(previous[key])) != current[key]
+    ]
+    if changed:
+        raise CompareConfigError(
+            f"{run} was made with other settings ({path}):\n"
+            + "\n".join(f"  - {line}" for line in changed)
+            + f"\nIts mined data, trained models and scores belong to the old values and would be reported as the "
+            f"new ones'. Use another --output, or delete {run} to start over."
+        )
+
+
+def _resolved_recipe(recipe_name: str, config: CompareConfig, seed: int) -> Any:
+    from xprt_st.recipe import load_recipe
+
+    return load_recipe(recipe_name, overrides=config.recipe_overrides(seed), setting=config.setting)
+
+
+def _check_complete(folder: Path, resolved: dict[str, Any]) -> None:
+    """Refuse a finished model trained with another resolved recipe (e.g. its YAML file was edited since)."""
+    marker = json.loads((folder / COMPLETE).read_text(encoding="utf-8") or "{}")
+    recorded = marker.get("resolved")
+    if recorded is None:  # written before markers recorded the recipe
+        return
+    now = json.loads(json.dumps(resolved))
+    # Where the YAML lives and its prose do not shape the model.
+    keys = sorted({*recorded, *now} - {"source", "description"})
+    changed = [key for key in keys if recorded.get(key) != now.get(key)]
+    if changed:
+        raise CompareConfigError(
+            f"{folder} was trained with another recipe (differs in: {', '.join(changed)}); its scores would be "
+            f"reported as this recipe's. Delete {folder} and its scores under scores/, or use another --output."
+        )
+
+
+def _train(recipe_name: str, config: CompareConfig, seed: int, data: Path, output: Path, progress: bool) -> None:
+    from xprt_st.training import train_recipe
+    from xprt_st.training.trainer import last_complete_checkpoint
+
+    recipe = _resolved_recipe(recipe_name, config, seed)
+    resume = None
+    if last_complete_checkpoint(output) is not None:
+        resume = "last"
+        logger.info("%s: resuming from its last complete checkpoint", output)
+    elif output.exists():
+        # Neither finished (no COMPLETE marker) nor resumable: left by a run killed before its first checkpoint.
+        logger.info("%s: removing an unfinished run without a complete checkpoint", output)
+        shutil.rmtree(output)
+    train_recipe(recipe, data=data, output=output, resume=resume, progress=progress)
+
+
+def _evaluate(
+    model_spec: str | Path | None,
+    label: str,
+    tasks: Sequence[Any],
+    config: CompareConfig,
+    cache_dir: Path,
+    scores_file: Path,
+) -> dict[str, Any]:
+    from xprt_st.evaluation.run import evaluate_models
+    from xprt_st.models import load_model
+
+    if scores_file.is_file():
+        return json.loads(scores_file.read_text(encoding="utf-8"))
+    model = load_model(None if model_spec is None else str(model_spec), device=config.device)
+    # Same token limit for every model: training saves its own max_seq_length into the folder.
+    model.max_seq_length = config.eval_max_seq_length
+    report = evaluate_models(
+        [model], list(tasks), labels=[label], batch_size=config.eval_batch_size, cache_dir=cache_dir
+    )
+    payload = {
+        "model": str(model_spec) if model_spec is not None else "default",
+        "scores": {task: report.score(label, task) for task in report.tasks},
+        "metrics": {task: report.metric(task) for task in report.tasks},
+        "per_item": _per_item(report, label),
+    }
+    scores_file.parent.mkdir(parents=True, exist_ok=True)
+    scores_file.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    return payload
+
+
+def _per_item(report: Any, label: str) -> dict[str, dict[str, Any]]:
+    """Each task's per-item scores (queries' nDCG@10, pairs' cosine and gold): what the report's bootstrap resamples."""
+    items: dict[str, dict[str, Any]] = {}
+    for task in report.tasks:
+        if label in report.per_query.get(task, {}):
+            items[task] = {"kind": "retrieval", "ndcg_at_10": report.per_query[task][label]}
+        elif label in report.per_pair.get(task, {}):
+            items[task] = {"kind": "sts", **report.per_pair[task][label]}
+    return items
+
+
+def _claim(lock: Path) -> Path | None:
+    """Take ``lock`` (holding this process id) unless a live process holds it; None when it is held.
+
+    Several ``xprt-st compare`` processes may then share one run folder (e.g. one per seed, or the same
+    recipe list in another order) without training the same recipe twice.
+    """
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(2):
+        try:
+            handle = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                owner = int(lock.read_text(encoding="utf-8").strip() or 0)
+                os.kill(owner, 0)
+            except (ValueError, ProcessLookupError, FileNotFoundError):
+                lock.unlink(missing_ok=True)  # left by a killed process
+                continue
+            except PermissionError:
+                return None
+            return None
+        os.write(handle, str(os.getpid()).encode())
+        os.close(handle)
+        return lock
+    return None
+
+
+def _train_and_evaluate(
+    name: str,
+    label: str,
+    seed: int,
+    folder: Path,
+    data: Path,
+    tasks: Sequence[Any],
+    config: CompareConfig,
+    run: Path,
+    cache_dir: Path,
+    progress: bool,
+) -> None:
+    resolved = _resolved_recipe(name, config, seed).to_dict()
+    if (folder / COMPLETE).is_file():
+        _check_complete(folder, resolved)
+    else:
+        started = time.perf_counter()
+        logger.info("seed %d: training %s", seed, label)
+        _train(name, config, seed, data, folder, progress)
+        marker = {"recipe": name, "seed": seed, "resolved": resolved}
+        (folder / COMPLETE).write_text(json.dumps(marker) + "\n", encoding="utf-8")
+        _record_timing(run, f"seed {seed} train {label}", time.perf_counter() - started)
+    scores_file = run / "scores" / config.evaluation_key() / f"seed-{seed}" / f"{label}.json"
+    if not scores_file.is_file():
+        started = time.perf_counter()
+        _evaluate(folder, label, tasks, config, cache_dir, scores_file)
+        _record_timing(run, f"seed {seed} evaluate {label}", time.perf_counter() - started)
+
+
+def run_compare(
+    config: CompareConfig,
+    output: str | Path,
+    *,
+    progress: bool = True,
+    report_only: bool = False,
+) -> CompareResult:
+    """Run (or continue) the whole comparison into ``output`` and write the report; see the module doc.
+
+    Args:
+        config: the comparison; its recipes, seeds and overrides are validated before anything runs.
+        output: run folder; reusing it continues a killed run (finished stages are skipped).
+        progress: draw the mining and training progress displays.
+        report_only: write the report from the scores present now, training and evaluating nothing.
+
+    Returns:
+        The scores of every finished model, also in ``output/compare.{md,csv,png}``.
+
+    Raises:
+        CompareConfigError: before any work, when ``output`` was made with other :data:`MODEL_SHAPING_KEYS`
+            values, or holds a finished model of a recipe that resolves differently now.
+    """
+    from xprt_st.evaluation.tasks import task_label
+    from xprt_st.mining import mine
+    from xprt_st.recipe import load_recipe
+
+    run = Path(output)
+    check_unchanged(config, run)
+    run.mkdir(parents=True, exist_ok=True)
+    (run / CONFIG_FILE).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
+    cache_dir = run / "eval-cache" / config.evaluation_key()
+    tasks = resolve_compare_tasks(config)
+    labels = [task_label(task) for task in tasks]
+
+    if not report_only:
+        started = time.perf_counter()
+        corpus_stats = build_corpus(config, run / "corpus")
+        mined = run / "mined"
+        fresh = not (mined / "stats.json").is_file()
+        # On complete shards this only re-merges (seconds), so a changed threshold applies without re-encoding.
+        mining_stats = mine(
+            [run / "corpus" / CORPUS_FILE],
+            mined,
+            model=config.mining_model or config.model,
+            progress=progress,
+            **config.mining,
+        )
+        if fresh:
+            _record_timing(run, "corpus+mining", time.perf_counter() - started)
+        logger.info(
+            "mining: %d groups from %d of %d documents (threshold %s)",
+            mining_stats["groups"],
+            mining_stats["documents_with_groups"],
+            mining_stats["documents"],
+            mining_stats["threshold"],
+        )
+        logger.info("corpus: %d documents", corpus_stats["documents"])
+
+        data: dict[str, Path] = {}
+        for name in config.recipes:
+            recipe = load_recipe(name, setting=config.setting)
+            variant, options = data_variant(recipe.data.requires)
+            if variant not in data:
+                folder = mined if variant == "mined" else run / "data" / variant
+                if variant != "mined":
+                    prepare_variant(mined, folder, options, config.corpus_seed, progress)
+                data[variant] = folder
+            data[name] = data[variant]
+
+        start_file = run / "scores" / config.evaluation_key() / f"{START_LABEL}.json"
+        if not start_file.is_file():
+            started = time.perf_counter()
+            _evaluate(config.model, START_LABEL, tasks, config, cache_dir, start_file)
+            _record_timing(run, "evaluate start", time.perf_counter() - started)
+        for seed in config.seeds:
+            for name in config.recipes:
+                label = Path(name).stem
+                folder = run / f"seed-{seed}" / label
+                lock = _claim(run / f"seed-{seed}" / f".{label}.lock")
+                if lock is None:
+                    logger.info("seed %d: %s is being trained by another compare process; skipped here", seed, label)
+                    continue
+                try:
+                    _train_and_evaluate(name, label, seed, folder, data[name], tasks, config, run, cache_dir, progress)
+                finally:
+                    lock.unlink(missing_ok=True)
+
+    result = collect_results(run, config, labels)
+    write_report(result, run, config)
+    return result

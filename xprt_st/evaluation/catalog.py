@@ -1,0 +1,305 @@
+"""The named local tasks and the resolution of a task spec (a name, a path, an MTEB name) into an mteb task.
+
+Task specs understood by :func:`resolve_tasks`:
+
+- a named local task (:data:`LOCAL_TASKS`: ``arguana``, ``stsb``, ``sickr``, ``sts12`` ... ``sts15``,
+  ``python-faq``), read from ``data_dir`` (default ``../shared/data`` or ``$XPRT_DATA_DIR``);
+- a BEIR folder path: ``corpus.jsonl[.gz]``, ``queries.jsonl[.gz]`` and ``qrels/test.tsv``;
+- an STS file path: a tab-separated file ``sentence1<TAB>sentence2<TAB>score`` (header optional), the
+  STS-B 7-field layout, or the SICK layout; or a SemEval STS folder of ``STS.input.*`` / ``STS.gs.*``;
+- an MTEB task name (e.g. ``ArguAna``) when the hub is reachable; offline, names that have a local
+  equivalent fall back to it.
+
+Files are read by :mod:`xprt_st.evaluation.readers` and wrapped by :mod:`xprt_st.evaluation.tasks`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xprt_st.evaluation.readers import (
+    BEIRData,
+    STSData,
+    TaskLoadError,
+    _find_file,
+    read_beir_folder,
+    read_semeval_sts_folder,
+    read_sts_file,
+    subsample_beir,
+    subsample_sts,
+)
+from xprt_st.evaluation.tasks import (
+    LocalRetrievalTask,
+    LocalSTSTask,
+    _file_fingerprint,
+    _fingerprint,
+    make_retrieval_task,
+    make_sts_task,
+)
+
+logger = logging.getLogger(__name__)
+
+DATA_DIR_ENV = "XPRT_DATA_DIR"
+"""Environment variable that overrides the default folder of the named local tasks."""
+
+PACKAGED_DATA = Path(__file__).resolve().parents[1] / "data"
+"""Data shipped inside the package (the ``python-faq`` task)."""
+
+
+def default_data_dir() -> Path:
+    """``$XPRT_DATA_DIR`` when set, else ``../shared/data`` relative to the working directory."""
+    return Path(os.environ.get(DATA_DIR_ENV, Path("..") / "shared" / "data"))
+
+
+@dataclass(frozen=True)
+class LocalTaskSpec:
+    """Where a named local task lives and how to read it.
+
+    Attributes:
+        kind: ``"beir"``, ``"sts-files"`` (listed files, concatenated) or ``"semeval"`` (an STS year folder).
+        folder: folder under the data directory (or an absolute path for packaged data).
+        files: for ``"sts-files"``, the files inside ``folder``, in order.
+        mteb_name: the MTEB task it reproduces, if any.
+        ignore_identical_ids: for retrieval, ArguAna's rule that a query's own id is never a result.
+        min_score, max_score: the gold score range (STS).
+    """
+
+    kind: str
+    folder: str
+    files: tuple[str, ...] = ()
+    mteb_name: str | None = None
+    ignore_identical_ids: bool = False
+    min_score: float = 0
+    max_score: float = 5
+    packaged: bool = False
+
+
+LOCAL_TASKS: dict[str, LocalTaskSpec] = {
+    "arguana": LocalTaskSpec("beir", "arguana", mteb_name="ArguAna", ignore_identical_ids=True),
+    "stsb": LocalTaskSpec("sts-files", "stsbenchmark", ("sts-test.csv",), mteb_name="STSBenchmark"),
+    "sickr": LocalTaskSpec(
+        "sts-files",
+        "sickr",
+        ("SICK_train.txt", "SICK_trial.txt", "SICK_test_annotated.txt"),
+        mteb_name="SICK-R",
+        min_score=1,
+    ),
+    "sts12": LocalTaskSpec("semeval", "sts12", mteb_name="STS12"),
+    "sts13": LocalTaskSpec("semeval", "sts13", mteb_name="STS13"),
+    "sts14": LocalTaskSpec("semeval", "sts14", mteb_name="STS14"),
+    "sts15": LocalTaskSpec("semeval", "sts15", mteb_name="STS15"),
+    "python-faq": LocalTaskSpec("beir", "python-faq", packaged=True),
+}
+"""Named local tasks: ``arguana``, ``stsb``, ``sickr`` (all 9,927 pairs, as MTEB), ``sts12``-``sts15``
+(all sets of the year) read from the data directory, and ``python-faq`` shipped with the package."""
+
+
+def _hub_offline() -> bool:
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+def _sts_file(folder: Path, name: str) -> Path:
+    for candidate in (folder / name, folder / f"{name}.gz"):
+        if candidate.is_file():
+            return candidate
+    raise TaskLoadError(f"STS folder {folder} has no {name} (nor {name}.gz)")
+
+
+def local_task_folder(key: str, data_dir: str | Path | None = None) -> Path:
+    """The folder of the named local task ``key`` (a key of :data:`LOCAL_TASKS`): packaged, or under ``data_dir``.
+
+    Raises:
+        TaskLoadError: the folder does not exist, naming it and how to point at the right data folder.
+    """
+    spec = LOCAL_TASKS[key]
+    base = PACKAGED_DATA if spec.packaged else Path(data_dir) if data_dir is not None else default_data_dir()
+    folder = base / spec.folder
+    if not folder.is_dir():
+        raise TaskLoadError(
+            f"task {key!r} needs the folder {folder}, which does not exist; pass --data-dir "
+            f"(or set ${DATA_DIR_ENV}) to the folder that holds {spec.folder}/"
+        )
+    return folder
+
+
+def load_local_task(
+    name: str,
+    data_dir: str | Path | None = None,
+    *,
+    max_queries: int | None = None,
+    max_corpus: int | None = None,
+    seed: int = 0,
+) -> LocalRetrievalTask | LocalSTSTask:
+    """Build the named local task (a key of :data:`LOCAL_TASKS`), reading from ``data_dir``.
+
+    ``max_queries`` subsamples retrieval queries (or STS pairs); ``max_corpus`` the retrieval corpus.
+    """
+    key = name.lower()
+    if key not in LOCAL_TASKS:
+        raise TaskLoadError(f"unknown local task {name!r}; valid names: {', '.join(LOCAL_TASKS)}")
+    spec = LOCAL_TASKS[key]
+    folder = local_task_folder(key, data_dir)
+    if spec.kind == "beir":
+        return beir_task(
+            folder,
+            label=key,
+            ignore_identical_ids=spec.ignore_identical_ids,
+            max_queries=max_queries,
+            max_corpus=max_corpus,
+            seed=seed,
+        )
+    if spec.kind == "semeval":
+        paths = sorted(folder.glob("STS.*.txt*"))
+        data = read_semeval_sts_folder(folder)
+    else:
+        paths = [_sts_file(folder, file) for file in spec.files]
+        data = STSData([], [], [])
+        for path in paths:
+            data.extend(read_sts_file(path))
+    data = subsample_sts(data, max_queries, seed)
+    return make_sts_task(
+        data,
+        key,
+        min_score=spec.min_score,
+        max_score=spec.max_score,
+        revision=_fingerprint(_file_fingerprint(paths), max_queries, seed),
+    )
+
+
+def beir_task(
+    folder: str | Path,
+    *,
+    label: str | None = None,
+    ignore_identical_ids: bool | None = None,
+    max_queries: int | None = None,
+    max_corpus: int | None = None,
+    seed: int = 0,
+    split: str = "test",
+) -> LocalRetrievalTask:
+    """An mteb retrieval task from a BEIR folder, optionally subsampled (see :func:`subsample_beir`).
+
+    ``ignore_identical_ids`` None means: on when some query id is also a corpus id (as in ArguAna,
+    where a query's own argument sits in the corpus), which is the only case where it matters.
+    """
+    folder = Path(folder)
+    data = read_beir_folder(folder, split)
+    if ignore_identical_ids is None:
+        # decided on the full data: a subsample may leave a query's own document out of the corpus
+        ignore_identical_ids = any(qid in data.corpus for qid in data.queries)
+    full_size = (len(data.queries), len(data.corpus))
+    data = subsample_beir(data, max_queries=max_queries, max_corpus=max_corpus, seed=seed)
+    if (len(data.queries), len(data.corpus)) != full_size:
+        logger.info(
+            "%s: subsampled to %d of %d queries and %d of %d documents (seed %d)",
+            folder,
+            len(data.queries),
+            full_size[0],
+            len(data.corpus),
+            full_size[1],
+            seed,
+        )
+    files = [_find_file(folder, "corpus.jsonl"), _find_file(folder, "queries.jsonl"), folder / "qrels" / f"{split}.tsv"]
+    revision = _fingerprint(_file_fingerprint(files), max_queries, max_corpus, seed, ignore_identical_ids)
+    return make_retrieval_task(data, label or folder.name, ignore_identical_ids=ignore_identical_ids, revision=revision)
+
+
+def resolve_beir(spec: str, data_dir: str | Path | None = None, split: str = "test") -> tuple[BEIRData, str, bool]:
+    """Read a retrieval task given as a named local BEIR task or a BEIR folder path.
+
+    Returns the data, its label and whether a query's own id must never be a result.
+    """
+    key = spec.strip().lower()
+    if key in LOCAL_TASKS and LOCAL_TASKS[key].kind == "beir":
+        folder = local_task_folder(key, data_dir)
+        return read_beir_folder(folder, split), key, LOCAL_TASKS[key].ignore_identical_ids
+    folder = Path(spec).expanduser()
+    if folder.is_dir():
+        data = read_beir_folder(folder, split)
+        return data, folder.name, any(qid in data.corpus for qid in data.queries)
+    retrieval = [name for name, value in LOCAL_TASKS.items() if value.kind == "beir"]
+    raise TaskLoadError(
+        f"unknown retrieval task {spec!r}: give a local retrieval task ({', '.join(retrieval)}) or a BEIR folder path"
+    )
+
+
+def valid_task_names() -> list[str]:
+    """The names :func:`resolve_tasks` accepts besides paths (and MTEB names when online)."""
+    return list(LOCAL_TASKS)
+
+
+def resolve_task(
+    spec: str,
+    data_dir: str | Path | None = None,
+    *,
+    max_queries: int | None = None,
+    max_corpus: int | None = None,
+    seed: int = 0,
+) -> Any:
+    """Turn one task spec (a local name, a path, or an MTEB name) into an mteb task; see the module doc."""
+    spec = spec.strip()
+    if spec.lower() in LOCAL_TASKS:
+        return load_local_task(spec, data_dir, max_queries=max_queries, max_corpus=max_corpus, seed=seed)
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        if any(path.glob("corpus.jsonl*")) or (path / "qrels").is_dir() or any(path.glob("queries.jsonl*")):
+            return beir_task(path, max_queries=max_queries, max_corpus=max_corpus, seed=seed)
+        if any(path.glob("STS.input.*")):
+            data = subsample_sts(read_semeval_sts_folder(path), max_queries, seed)
+            revision = _fingerprint(_file_fingerprint(sorted(path.glob("STS.*.txt*"))), max_queries, seed)
+            return make_sts_task(data, path.name, revision=revision)
+        raise TaskLoadError(
+            f"folder {path} is neither a BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv) "
+            "nor a SemEval STS folder (STS.input.*.txt with STS.gs.*.txt)"
+        )
+    if path.is_file():
+        data = subsample_sts(read_sts_file(path), max_queries, seed)
+        return make_sts_task(data, path.name, revision=_fingerprint(_file_fingerprint([path]), max_queries, seed))
+
+    import mteb
+
+    try:
+        hub_task = mteb.get_task(spec)
+    except KeyError:
+        hub_task = None
+    if hub_task is not None:
+        local = next((key for key, value in LOCAL_TASKS.items() if value.mteb_name == spec), None)
+        if not _hub_offline():
+            if max_queries is not None or max_corpus is not None:
+                logger.warning("--max-queries/--max-corpus apply to local tasks only; %s runs in full", spec)
+            return hub_task
+        if local is not None:
+            logger.info("the hub is offline: running MTEB task %s from the local copy %r", spec, local)
+            return load_local_task(local, data_dir, max_queries=max_queries, max_corpus=max_corpus, seed=seed)
+        raise TaskLoadError(
+            f"MTEB task {spec!r} needs the Hugging Face hub, which is offline (HF_HUB_OFFLINE); "
+            f"offline tasks: {', '.join(LOCAL_TASKS)}, a BEIR folder path, or an STS file path"
+        )
+    raise TaskLoadError(
+        f"unknown task {spec!r}: not a local task name ({', '.join(LOCAL_TASKS)}), not an existing "
+        "BEIR folder or STS file path, and not an MTEB task name"
+    )
+
+
+def resolve_tasks(
+    specs: Sequence[str],
+    data_dir: str | Path | None = None,
+    *,
+    max_queries: int | None = None,
+    max_corpus: int | None = None,
+    seed: int = 0,
+) -> list[Any]:
+    """Resolve comma-separated or repeated task specs into mteb tasks, in order, without duplicates."""
+    names = [part.strip() for spec in specs for part in spec.split(",") if part.strip()]
+    if not names:
+        raise TaskLoadError(f"no task given; valid names: {', '.join(LOCAL_TASKS)}, a BEIR folder or an STS file")
+    tasks = []
+    for name in dict.fromkeys(names):
+        tasks.append(resolve_task(name, data_dir, max_queries=max_queries, max_corpus=max_corpus, seed=seed))
+    return tasks

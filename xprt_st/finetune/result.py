@@ -1,0 +1,127 @@
+"""What a finetune-compare run was given and produced: settings, folds, scores, gain rows; its files and table."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from xprt_st.finetune.folds import FoldPlan
+from xprt_st.finetune.gains import ROLES, GainRow
+
+if TYPE_CHECKING:
+    from rich.console import Group
+
+
+@dataclass
+class FinetuneSettings:
+    """Fine-tuning settings shared by both models (identical runs but for the starting weights).
+
+    Attributes:
+        epochs: passes over the training pairs.
+        batch_size: pairs per batch; the other positives of the batch are the negatives of MNRL.
+        learning_rate: peak learning rate (linear decay after warm-up).
+        warmup_ratio: fraction of steps of linear warm-up.
+        scale: MNRL's inverse temperature (20 = temperature 0.05, the sentence-transformers default).
+        seed: seed of weight init of new layers, data order and dropout.
+    """
+
+    epochs: int = 1
+    batch_size: int = 32
+    learning_rate: float = 2e-5
+    warmup_ratio: float = 0.1
+    scale: float = 20.0
+    seed: int = 0
+
+
+@dataclass
+class FinetuneResult:
+    """Everything a finetune-compare run produced: the fold plan, settings, scores and gain rows."""
+
+    task: str
+    plan: FoldPlan
+    settings: FinetuneSettings
+    models: dict[str, str]
+    rows: list[GainRow]
+    per_query: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def to_json(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "task": self.task,
+            "models": self.models,
+            "plan": asdict(self.plan),
+            "settings": asdict(self.settings),
+            "rows": [asdict(row) for row in self.rows],
+            "per_query_ndcg_at_10": self.per_query,
+        }
+        path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+        return path
+
+    def to_csv(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(GainRow.__dataclass_fields__))
+            writer.writeheader()
+            for row in self.rows:
+                writer.writerow(asdict(row))
+        return path
+
+    def rich_table(self) -> Group:
+        """The printed result, readable at 80 columns: scores, gains with their 95% intervals, then flags.
+
+        Two narrow tables (one row per sub-domain each) instead of one wide one, so no domain name or
+        flag is cut; verdicts and flags are spelled out in full below them.
+        """
+        from rich import box
+        from rich.console import Group
+        from rich.markup import escape
+        from rich.table import Table
+        from rich.text import Text
+
+        def table(title: str) -> Table:
+            grid = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+            grid.add_column("domain", no_wrap=True)
+            grid.add_column("n", justify="right", no_wrap=True)
+            return grid
+
+        n_test = len(self.plan.test_query_ids)
+        scores = table(f"finetune-compare on {self.task}: nDCG@10 ×100, {n_test} test queries")
+        for role in ROLES:
+            scores.add_column(role, justify="right", no_wrap=True)
+        gains = table(escape("gain of pre-training ×100 [paired bootstrap 95% CI]"))
+        gains.add_column("before fine-tuning", justify="right", no_wrap=True)
+        gains.add_column("after fine-tuning", justify="right", no_wrap=True)
+        for row in self.rows:
+            values = (row.base, row.pretrained, row.base_ft, row.pretrained_ft)
+            scores.add_row(row.domain, str(row.n_queries), *(f"{100 * value:.2f}" for value in values))
+            gains.add_row(
+                row.domain,
+                str(row.n_queries),
+                _gain_cell(row.gain_before, row.before_low, row.before_high),
+                _gain_cell(row.gain_after, row.after_low, row.after_high),
+            )
+        notes = [Text("")]
+        for stage, attribute in (("before", "verdict_before"), ("after", "verdict_after")):
+            by_verdict: dict[str, list[str]] = {}
+            for row in self.rows:
+                by_verdict.setdefault(getattr(row, attribute) or "no interval", []).append(row.domain)
+            parts = [f"{verdict}: {', '.join(names)}" for verdict, names in sorted(by_verdict.items())]
+            notes.append(Text(f"{stage} fine-tuning: " + "; ".join(parts)))
+        notes.append(Text("(gain or loss only where the 95% interval excludes 0)", style="dim"))
+        for row in self.rows:
+            if row.flag:
+                notes.append(Text(f"{row.domain}: {row.flag}", style="red"))
+        return Group(scores, Text(""), gains, *notes)
+
+
+def _gain_cell(gain: float, low: float, high: float) -> str:
+    """``+1.23 [-0.40, +2.85]`` (×100), or the bare gain without an interval."""
+    if math.isnan(low):
+        return f"{100 * gain:+.2f}"
+    return f"{100 * gain:+.2f} [{100 * low:+.2f}, {100 * high:+.2f}]"

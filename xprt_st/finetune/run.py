@@ -1,0 +1,174 @@
+"""finetune-compare's edges: fine-tune a copy with MNRL, pre-train from a recipe, and the end-to-end comparison."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from sentence_transformers import SentenceTransformer
+
+from xprt_st.evaluation.readers import BEIRData
+from xprt_st.evaluation.tasks import make_retrieval_task
+from xprt_st.finetune.folds import LabelledPair, plan_folds, restrict_queries
+from xprt_st.finetune.gains import ROLES, compare_gains, domain_counts, domain_means, gain_intervals
+from xprt_st.finetune.result import FinetuneResult, FinetuneSettings
+
+logger = logging.getLogger(__name__)
+
+
+def finetune(
+    model: SentenceTransformer,
+    pairs: Sequence[LabelledPair],
+    settings: FinetuneSettings,
+    output_dir: str | Path,
+) -> SentenceTransformer:
+    """Fine-tune a deep copy of ``model`` on (query, positive) pairs with MultipleNegativesRankingLoss.
+
+    The copy is trained and returned; ``model`` is left untouched. Batches never hold two identical
+    texts (the NO_DUPLICATES sampler) so an in-batch negative is never a copy of the positive.
+    """
+    import torch
+    from datasets import Dataset
+    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+    from sentence_transformers.sentence_transformer.training_args import BatchSamplers
+    from transformers import set_seed
+
+    if not pairs:
+        raise ValueError("no training pairs to fine-tune on")
+    set_seed(settings.seed)
+    student = copy.deepcopy(model)
+    dataset = Dataset.from_dict({"anchor": [p.query for p in pairs], "positive": [p.positive for p in pairs]})
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(output_dir),
+        num_train_epochs=settings.epochs,
+        per_device_train_batch_size=settings.batch_size,
+        learning_rate=settings.learning_rate,
+        warmup_ratio=settings.warmup_ratio,
+        seed=settings.seed,
+        data_seed=settings.seed,
+        batch_sampler=BatchSamplers.NO_DUPLICATES,
+        save_strategy="no",
+        report_to="none",
+        logging_steps=max(1, len(pairs) // settings.batch_size // 5),
+        disable_tqdm=True,
+        use_cpu=not torch.cuda.is_available(),
+    )
+    trainer = SentenceTransformerTrainer(
+        model=student,
+        args=args,
+        train_dataset=dataset,
+        loss=MultipleNegativesRankingLoss(student, scale=settings.scale),
+    )
+    trainer.train()
+    return student
+
+
+def pretrain_from_recipe(
+    recipe: str | Path,
+    mined: str | Path,
+    base: str | Path | None,
+    output: str | Path,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    progress: bool = False,
+) -> Path:
+    """Produce the pre-trained model: train ``recipe`` from ``base`` on a mined folder (``xprt-st mine``).
+
+    A thin call of :func:`xprt_st.training.train_recipe` so that finetune-compare can start from a
+    recipe and a corpus; ``overrides`` are dotted recipe keys, e.g. ``{"training.max_steps": 100}``.
+
+    Returns:
+        The folder of the pre-trained model.
+    """
+    from xprt_st.models import DEFAULT_MODEL
+    from xprt_st.recipe import load_recipe
+    from xprt_st.training import train_recipe
+
+    loaded = load_recipe(recipe, overrides=dict(overrides) if overrides else None)
+    # None means the default model, not the recipe's: base is what the comparison starts from.
+    return train_recipe(loaded, mined, output, model=DEFAULT_MODEL if base is None else str(base), progress=progress)
+
+
+def finetune_compare(
+    base: str | Path | SentenceTransformer | None,
+    pretrained: str | Path | SentenceTransformer,
+    data: BEIRData,
+    *,
+    task: str = "task",
+    ignore_identical_ids: bool = False,
+    train_pairs: Sequence[LabelledPair] | None = None,
+    test_fraction: float = 0.5,
+    domains: Mapping[str, str] | None = None,
+    settings: FinetuneSettings | None = None,
+    output_dir: str | Path = "xprt-finetune",
+    save_models: bool = False,
+    eval_batch_size: int = 64,
+    device: str | None = None,
+    tolerance: float = 0.0,
+) -> FinetuneResult:
+    """Fine-tune base and pre-trained models identically and compare the four on held-out queries.
+
+    Args:
+        base: the starting model (name, folder, loaded model; None = the offline default).
+        pretrained: the model after (xPRT) continued pre-training from ``base``.
+        data: the retrieval task (test judgements; also the source of train pairs without ``train_pairs``).
+        task: its name in tables.
+        ignore_identical_ids: never count a document whose id is the query's (ArguAna).
+        train_pairs: labelled pairs; None splits ``data``'s queries into folds (:func:`plan_folds`).
+        test_fraction: share of queries in the test fold when splitting.
+        domains: query id -> sub-domain (see :func:`query_domains`); None = overall only.
+        settings: fine-tuning settings, identical for both models.
+        output_dir: trainer scratch space and, with ``save_models``, the two fine-tuned models.
+        tolerance: a gain below ``-tolerance`` is flagged.
+    """
+    from xprt_st.evaluation.run import evaluate_model, model_label
+    from xprt_st.models import load_model
+
+    settings = settings or FinetuneSettings()
+    output_dir = Path(output_dir)
+    domains = dict(domains or {})
+    plan, pairs = plan_folds(
+        data, train_pairs=train_pairs, test_fraction=test_fraction, seed=settings.seed, domains=domains
+    )
+    logger.info(
+        "folds (%s): %d train queries, %d test queries, %d train pairs",
+        plan.source,
+        len(plan.train_query_ids),
+        len(plan.test_query_ids),
+        len(pairs),
+    )
+    test_task = make_retrieval_task(
+        restrict_queries(data, plan.test_query_ids), f"{task}-test", ignore_identical_ids=ignore_identical_ids
+    )
+    loaded = {
+        role: spec if isinstance(spec, SentenceTransformer) else load_model(spec, device=device)
+        for role, spec in (("base", base), ("pretrained", pretrained))
+    }
+    lengths = {role: model.max_seq_length for role, model in loaded.items()}
+    if lengths["base"] != lengths["pretrained"]:
+        # the same texts must reach both models: score (and fine-tune) the pre-trained one at the base's limit
+        logger.warning(
+            "the pre-trained model reads %s tokens and the base %s: both are fine-tuned and scored at %s",
+            lengths["pretrained"],
+            lengths["base"],
+            lengths["base"],
+        )
+        loaded["pretrained"].max_seq_length = lengths["base"]
+    names = {"base": model_label(base), "pretrained": model_label(pretrained)}
+    names.update({"base+ft": f"{names['base']}+ft", "pretrained+ft": f"{names['pretrained']}+ft"})
+    for role in ("base", "pretrained"):
+        loaded[f"{role}+ft"] = finetune(loaded[role], pairs, settings, output_dir / f"trainer-{role}")
+        if save_models:
+            loaded[f"{role}+ft"].save(str(output_dir / f"{role}+ft"))
+    per_query: dict[str, dict[str, float]] = {}
+    for role in ROLES:
+        _, values = evaluate_model(loaded[role], [test_task], label=role, batch_size=eval_batch_size, cache_dir=None)
+        per_query[role] = values[f"{task}-test"]
+    scores = {role: domain_means(per_query[role], domains) for role in ROLES}
+    counts = domain_counts(plan.test_query_ids, domains)
+    rows = compare_gains(scores, counts, tolerance=tolerance, intervals=gain_intervals(per_query, domains))
+    return FinetuneResult(task=task, plan=plan, settings=settings, models=names, rows=rows, per_query=per_query)

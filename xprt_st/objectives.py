@@ -1,0 +1,281 @@
+"""Objectives by name: what a recipe's ``objective.name`` builds and which mined columns it reads.
+
+Each objective turns ``(model, teacher, args)`` into a loss for :class:`~xprt_st.training.XPRTTrainer`
+and names the dataset columns fed to it, in order. With retention on, the loss is wrapped in
+:class:`~xprt_st.losses.WithRetention` (its first two columns are always ``anchor`` and ``positive``, so
+every method gets the same retention term); within-passage baselines then read their own columns
+through :class:`ColumnSelect`.
+
+Register another objective with :func:`register_objective`.
+
+This registry sits below both its readers: the recipe loader validates ``objective.*`` against it
+(:func:`check_objective`) without importing the training package, and the trainer builds the loss from
+it (:func:`build_loss`). ``xprt_st.training.objectives`` re-exports it for older imports.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from datasets import Dataset
+from sentence_transformers import SentenceTransformer
+from torch import Tensor, nn
+
+from xprt_st.columns import ANCHOR, GROUP_COLUMNS, POSITIVE
+
+logger = logging.getLogger(__name__)
+
+DAMAGED = "damaged"
+"""Column added for TSDAE: the anchor with words deleted."""
+
+
+class ObjectiveUnavailableError(ImportError):
+    """The loss an objective needs is not provided by this installation."""
+
+
+@dataclass(frozen=True)
+class Objective:
+    """A named training objective.
+
+    Attributes:
+        name: the recipe's ``objective.name``.
+        summary: one line for listings and the model card.
+        loss_class: ``"module:Class"`` of the loss whose keyword arguments ``objective.args`` binds to.
+        columns: dataset columns fed to the loss without retention, in order.
+        retention_columns: columns with retention on (must start with anchor, positive).
+        loss_positions: with retention, which of ``retention_columns`` the base loss reads (None: all).
+        derived: columns made from the mined ones by ``prepare`` (not required in the mined folder).
+        prepare: adds the derived columns, given the dataset and the seed.
+        fixed_args: arguments the objective always passes (not settable from the recipe).
+        native_retention: the loss builds its own retention term from ``teacher`` and ``retention_weight``
+            arguments (XPRTLoss) instead of being wrapped in ``WithRetention``.
+        vector_arg: the loss argument that picks which sentence vector it trains (RetroMAE's ``pooling``), whose
+            value ``"model"`` means the model's own pooling, the vector that is served and evaluated.
+    """
+
+    name: str
+    summary: str
+    loss_class: str
+    columns: tuple[str, ...]
+    retention_columns: tuple[str, ...]
+    loss_positions: tuple[int, ...] | None = None
+    derived: tuple[str, ...] = ()
+    prepare: Callable[[Dataset, int], Dataset] | None = None
+    fixed_args: dict[str, Any] = field(default_factory=dict)
+    native_retention: bool = False
+    vector_arg: str | None = None
+
+    def dataset_columns(self, retention: bool) -> tuple[str, ...]:
+        return self.retention_columns if retention else self.columns
+
+    def mined_columns(self, retention: bool) -> tuple[str, ...]:
+        """The columns the mined folder must provide."""
+        return tuple(column for column in self.dataset_columns(retention) if column not in self.derived)
+
+    def resolve_class(self) -> type[nn.Module]:
+        module_name, _, class_name = self.loss_class.partition(":")
+        try:
+            module = __import__(module_name, fromlist=[class_name])
+            return getattr(module, class_name)
+        except (ImportError, AttributeError) as error:
+            raise ObjectiveUnavailableError(
+                f"objective {self.name!r} needs {module_name}.{class_name}, which this installation does not provide"
+            ) from error
+
+    def accepted_args(self) -> list[str] | None:
+        """Keyword arguments the recipe may set; None when the loss takes ``**kwargs``."""
+        parameters = inspect.signature(self.resolve_class().__init__).parameters
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+            return None
+        reserved = {"self", "model", "teacher", "retention_weight", *self.fixed_args}
+        return [name for name in parameters if name not in reserved]
+
+
+class ColumnSelect(nn.Module):
+    """Feed a loss only some of the batch's columns (a within-passage baseline inside ``WithRetention``).
+
+    ``loss`` stays a registered submodule, so its decoder is saved as loss-owned state and the model
+    card finds it; ``model`` is a plain reference, as ``WithRetention`` expects.
+    """
+
+    def __init__(self, loss: nn.Module, positions: Iterable[int], model: SentenceTransformer) -> None:
+        super().__init__()
+        self.loss = loss
+        self.positions = tuple(positions)
+        object.__setattr__(self, "model", model)
+
+    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None) -> Any:
+        features = list(sentence_features)
+        return self.loss([features[position] for position in self.positions], labels)
+
+    def get_config_dict(self) -> dict[str, Any]:
+        return {"positions": list(self.positions)}
+
+
+def delete_words(text: str, ratio: float, rng: random.Random) -> str:
+    """TSDAE noise: delete each word with probability ``ratio``; keep one word if all would go."""
+    words = text.split()
+    if not words:
+        return text
+    kept = [word for word in words if rng.random() >= ratio]
+    return " ".join(kept) if kept else rng.choice(words)
+
+
+def add_damaged_anchor(dataset: Dataset, seed: int, ratio: float = 0.6) -> Dataset:
+    """Add the ``damaged`` column (anchor with 60% of its words deleted, TSDAE's default)."""
+    rng = random.Random(seed)
+    damaged = [delete_words(text, ratio, rng) for text in dataset[ANCHOR]]
+    return dataset.add_column(DAMAGED, damaged)
+
+
+OBJECTIVES: dict[str, Objective] = {}
+
+
+def register_objective(objective: Objective) -> Objective:
+    """Add (or replace) an objective so recipes can name it."""
+    OBJECTIVES[objective.name] = objective
+    return objective
+
+
+register_objective(
+    Objective(
+        name="xprt",
+        summary="xPRT: L_xp + 0.1 (L_cross + L_self + L_MLM + L_unif) (one batched encoder pass)",
+        loss_class="xprt_st.losses:XPRTLoss",
+        columns=GROUP_COLUMNS,
+        retention_columns=GROUP_COLUMNS,
+        native_retention=True,
+    )
+)
+register_objective(
+    Objective(
+        name="cross-passage",
+        summary="L_xp only: symmetric InfoNCE, anchor vs its top related passage, same-document negatives masked",
+        loss_class="xprt_st.losses:CrossPassageLoss",
+        columns=(ANCHOR, POSITIVE),
+        retention_columns=(ANCHOR, POSITIVE),
+    )
+)
+register_objective(
+    Objective(
+        name="self-only",
+        summary="xPRT without cross-passage terms: self fill-in + MLM + uniformity on each group's own passages",
+        loss_class="xprt_st.losses:XPRTLoss",
+        columns=GROUP_COLUMNS,
+        retention_columns=GROUP_COLUMNS,
+        fixed_args={"xp_weight": 0.0, "cross_weight": 0.0},
+        native_retention=True,
+    )
+)
+register_objective(
+    Objective(
+        name="retromae",
+        summary="RetroMAE with enhanced decoding on the anchor passage (within-passage baseline)",
+        loss_class="xprt_st.losses:RetroMAELoss",
+        columns=(ANCHOR,),
+        retention_columns=(ANCHOR, POSITIVE),
+        loss_positions=(0,),
+        vector_arg="pooling",
+    )
+)
+register_objective(
+    Objective(
+        name="tsdae",
+        summary="TSDAE: sentence-transformers' DenoisingAutoEncoderLoss on the anchor passage",
+        loss_class="sentence_transformers.sentence_transformer.losses:DenoisingAutoEncoderLoss",
+        columns=(DAMAGED, ANCHOR),
+        retention_columns=(ANCHOR, POSITIVE, DAMAGED),
+        loss_positions=(2, 0),
+        derived=(DAMAGED,),
+        prepare=add_damaged_anchor,
+    )
+)
+
+
+def get_objective(name: str) -> Objective:
+    try:
+        return OBJECTIVES[name]
+    except KeyError:
+        raise KeyError(f"unknown objective {name!r}; registered: {', '.join(sorted(OBJECTIVES))}") from None
+
+
+def check_objective(name: str, args: dict[str, Any], retention: bool) -> list[str]:
+    """Problems with an objective name and its arguments, found without building anything."""
+    if name not in OBJECTIVES:
+        return [f"objective.name: {name!r} is not a registered objective; valid: {', '.join(sorted(OBJECTIVES))}"]
+    objective = OBJECTIVES[name]
+    try:
+        accepted = objective.accepted_args()
+    except ObjectiveUnavailableError as error:
+        return [f"objective.name: {error}"]
+    problems = []
+    for key in args:
+        if key in objective.fixed_args:
+            problems.append(f"objective.args.{key}: fixed to {objective.fixed_args[key]!r} by objective {name!r}")
+        elif accepted is not None and key not in accepted:
+            problems.append(
+                f"objective.args.{key}: not an argument of {objective.loss_class.split(':')[1]}; "
+                f"valid: {', '.join(accepted) or 'none'}"
+            )
+    return problems
+
+
+def trained_vector_problems(name: str, args: dict[str, Any]) -> list[str]:
+    """Problems when objective ``name`` with ``args`` trains a vector other than the model's own pooling.
+
+    A comparison serves and evaluates every model, the start included, with the model's own pooling; an
+    objective that shapes another vector (RetroMAE's [CLS] on a mean-pooled model) would be scored on a vector
+    it never trained. The comparison runner refuses such a recipe before anything runs.
+    """
+    objective = OBJECTIVES.get(name)
+    if objective is None or objective.vector_arg is None:
+        return []
+    parameter = inspect.signature(objective.resolve_class().__init__).parameters[objective.vector_arg]
+    value = args.get(objective.vector_arg, parameter.default)
+    if value == "model":
+        return []
+    return [
+        f"objective.args.{objective.vector_arg}: {value!r} trains a vector other than the model's own pooling, "
+        f"which the comparison serves and evaluates for every recipe and for the start; set "
+        f"objective.args.{objective.vector_arg}: model in the recipe"
+    ]
+
+
+def build_loss(
+    name: str,
+    model: SentenceTransformer,
+    args: dict[str, Any] | None = None,
+    teacher: SentenceTransformer | None = None,
+    retention_weight: float = 40.0,
+    distributed: bool = False,
+) -> nn.Module:
+    """Build the loss of objective ``name``, with the retention term toward ``teacher`` when one is given.
+
+    The retention term is the loss's own (XPRTLoss) or added by ``WithRetention`` (every other objective).
+
+    With ``distributed`` true, losses that can gather in-batch negatives across processes do so unless
+    ``args`` says otherwise, so same-document masking and negatives are global under torchrun.
+    """
+    objective = get_objective(name)
+    loss_class = objective.resolve_class()
+    kwargs = {**(args or {}), **objective.fixed_args}
+    parameters = inspect.signature(loss_class.__init__).parameters
+    if distributed and "gather_across_devices" in parameters:
+        kwargs.setdefault("gather_across_devices", True)
+    if objective.native_retention:
+        return loss_class(
+            model, teacher=teacher, retention_weight=None if teacher is None else retention_weight, **kwargs
+        )
+    loss = loss_class(model, **kwargs)
+    if teacher is None:
+        return loss
+    from xprt_st.losses import WithRetention
+
+    if objective.loss_positions is not None:
+        loss = ColumnSelect(loss, objective.loss_positions, model)
+    return WithRetention(loss, teacher=teacher, retention_weight=retention_weight)
