@@ -65,6 +65,7 @@ from datasets import Dataset, load_from_disk
 
 from xprt_st.columns import LABEL
 from xprt_st.evaluation.bootstrap import Interval, PairedItems, paired_interval, retrieval_items
+from xprt_st.evaluation.readers import BEIRData, TaskLoadError
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ _CHUNK = 1024
 """Query rows scored at once: bounds memory to ``_CHUNK * passages`` similarities."""
 
 
-class HeldOutError(ValueError):
+class HeldOutError(TaskLoadError):
     """A mined folder has no usable held-out part for the label-free task."""
 
 
@@ -393,13 +394,33 @@ def difference(model: LabelFreeScore, start: LabelFreeScore) -> Interval:
     return paired_interval(retrieval_items(model.per_query, start.per_query))
 
 
-def format_comparison(record: Mapping[str, Any]) -> str:
+def format_comparison(record: Mapping[str, Any], names: tuple[str, str] = ("start", "trained")) -> str:
     """One line of a :func:`comparison` record: both scores, the difference with its interval, the drift."""
+    reference, model = names
     return (
-        f"start {record['start']:.4f}, trained {record['model']:.4f}, "
+        f"{reference} {record['start']:.4f}, {model} {record['model']:.4f}, "
         f"difference {record['difference']:+.4f} [{record['ci_low']:+.4f}, {record['ci_high']:+.4f}]; "
-        f"10-NN overlap with the start {record['knn_overlap_at_10']:.3f}"
+        f"10-NN overlap with the {reference} {record['knn_overlap_at_10']:.3f}"
     )
+
+
+def compare_to_reference(
+    heldout: HeldOut,
+    models: Sequence[tuple[str, Any]],
+    reference: tuple[str, Any],
+    batch_size: int = 32,
+) -> list[dict[str, Any]]:
+    """Each ``(label, model)`` against ``reference`` (a ``(label, model)``): one :func:`comparison` record each."""
+    reference_label, reference_model = reference
+    start = score_model(reference_model, heldout, batch_size)
+    return [
+        {
+            "model_label": label,
+            "reference_label": reference_label,
+            **comparison(score_model(model, heldout, batch_size), start),
+        }
+        for label, model in models
+    ]
 
 
 def comparison(model: LabelFreeScore, start: LabelFreeScore) -> dict[str, Any]:
@@ -428,7 +449,7 @@ def label_free_task(folder: str | Path) -> Any:
     Query ids are the anchor's passage id, so mteb's ``ignore_identical_ids`` leaves each anchor out
     of its own candidates; the judgements carry the grades; mteb scores them with pytrec_eval.
     """
-    from xprt_st.evaluation.local import BEIRData, make_retrieval_task
+    from xprt_st.evaluation.tasks import make_retrieval_task
 
     heldout = load_heldout_task(folder)
     data = BEIRData(
