@@ -75,3 +75,51 @@ def test_finish_needs_the_start(tmp_path, tiny_model):
     evaluator = LabelFreeEvaluator(load_heldout_task(heldout_folder(tmp_path / "mined")))
     with pytest.raises(RuntimeError, match="score_start"):
         finish(evaluator, tiny_model, tmp_path)
+
+
+def _train(*extra: str):
+    from typer.testing import CliRunner
+
+    from xprt_st.cli import app
+
+    return CliRunner().invoke(app, ["train", "--max-seq-length", "32", "--no-progress", *extra], catch_exceptions=False)
+
+
+def test_train_on_a_folder_with_heldout_documents_scores_them_and_keeps_the_best(tmp_path, tiny_model_path):
+    from sentence_transformers import SentenceTransformer
+    from training_helpers import write_mined
+
+    data = heldout_folder(write_mined(tmp_path / "mined", n_groups=8))
+    output = tmp_path / "run"
+    result = _train(
+        "--recipe", "change-only-positive", "--data", str(data), "--output", str(output),
+        "--model", str(tiny_model_path), "--max-steps", "4", "--batch-size", "4", "--save-steps", "2",
+        "--eval-steps", "1", "--keep-best", "--learning-rate", "1e-3",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    record = json.loads((output / RESULT_FILE).read_text())
+    heldout = load_heldout_task(data)
+    start = score_model(SentenceTransformer(str(tiny_model_path), device="cpu"), heldout)
+    final = score_model(SentenceTransformer(str(output), device="cpu"), heldout)
+    assert record["start"] == pytest.approx(start.score, abs=1e-6)
+    assert record["model"] == pytest.approx(final.score, abs=1e-6)
+    assert [row["step"] for row in record["history"]] == [1, 2, 3, 4]
+    # the best of the saved checkpoints (2 and 4) by the label-free score is the final model
+    saved = {row["step"]: row["label-free_ndcg@10"] for row in record["history"] if row["step"] in (2, 4)}
+    best_step = max(saved, key=lambda step: (saved[step], -step))
+    assert record["best_checkpoint"].endswith(f"checkpoint-{best_step}")
+    assert record["model"] == pytest.approx(saved[best_step], abs=1e-6)
+    assert "## Label-free check" in (output / "README.md").read_text()
+
+
+def test_keep_best_without_heldout_documents_fails_before_training(tmp_path, tiny_model_path):
+    from training_helpers import write_mined
+
+    data = write_mined(tmp_path / "mined", n_groups=8)
+    result = _train(
+        "--recipe", "change-only-positive", "--data", str(data), "--output", str(tmp_path / "run"),
+        "--model", str(tiny_model_path), "--max-steps", "2", "--batch-size", "4", "--keep-best",
+    )  # fmt: skip
+    assert result.exit_code == 2
+    assert "no held-out documents" in " ".join(result.output.split())
+    assert not (tmp_path / "run" / "checkpoint-1").exists()

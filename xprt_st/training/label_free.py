@@ -32,9 +32,11 @@ from sentence_transformers.sentence_transformer.evaluation import BaseEvaluator
 
 from xprt_st.evaluation.label_free import (
     HeldOut,
+    HeldOutError,
     K,
     LabelFreeScore,
     comparison,
+    heldout_of,
     knn_overlap,
     score_model,
 )
@@ -57,16 +59,26 @@ class LabelFreeEvaluator(BaseEvaluator):
         heldout: the task (:func:`xprt_st.evaluation.label_free.load_heldout_task`).
         name: prefix of the metrics (``label-free_ndcg@10``).
         batch_size: encoding batch size.
+        max_seq_length: token limit while scoring (the serving limit, when training cuts passages shorter), so
+            the start, every step and the final model read the held-out passages alike; None: the model's.
 
     Call :meth:`score_start` on the starting model before training: it is the reference of the drift
     and of the final interval. Every call keeps its step and metrics in :attr:`history`.
     """
 
-    def __init__(self, heldout: HeldOut, *, name: str = EVALUATOR_NAME, batch_size: int = 32) -> None:
+    def __init__(
+        self,
+        heldout: HeldOut,
+        *,
+        name: str = EVALUATOR_NAME,
+        batch_size: int = 32,
+        max_seq_length: int | None = None,
+    ) -> None:
         super().__init__()
         self.heldout = heldout
         self.name = name
         self.batch_size = batch_size
+        self.max_seq_length = max_seq_length
         self.primary_metric = PRIMARY_METRIC
         self.greater_is_better = True
         self.start: LabelFreeScore | None = None
@@ -75,7 +87,7 @@ class LabelFreeEvaluator(BaseEvaluator):
 
     def score_start(self, model: Any) -> LabelFreeScore:
         """Score the starting model (the reference of every later call) and return its score."""
-        self.start = score_model(model, self.heldout, self.batch_size)
+        self.start = self._score(model)
         self.history.append({"step": 0, f"{self.name}_{PRIMARY_METRIC}": self.start.score, "model": "start"})
         logger.info("label-free nDCG@10 of the starting model: %.4f", self.start.score)
         return self.start
@@ -83,7 +95,7 @@ class LabelFreeEvaluator(BaseEvaluator):
     def __call__(
         self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1
     ) -> dict[str, float]:
-        result = score_model(model, self.heldout, self.batch_size)
+        result = self._score(model)
         self.last = result
         metrics = {PRIMARY_METRIC: result.score}
         if self.start is not None:
@@ -99,15 +111,63 @@ class LabelFreeEvaluator(BaseEvaluator):
         self.history.append({"step": steps, "epoch": epoch, **metrics})
         return metrics
 
+    def _score(self, model: Any) -> LabelFreeScore:
+        limit = model.max_seq_length
+        if self.max_seq_length is not None:
+            model.max_seq_length = self.max_seq_length
+        try:
+            return score_model(model, self.heldout, self.batch_size)
+        finally:
+            model.max_seq_length = limit
+
     def get_config_dict(self) -> dict[str, Any]:
         return {"queries": len(self.heldout.queries), "passages": len(self.heldout.texts)}
+
+
+def training_evaluator(data: str | Path, training: Any, max_seq_length: int | None = None) -> LabelFreeEvaluator | None:
+    """The evaluator of a run on the mined folder ``data``: None when it holds no held-out documents.
+
+    Raises:
+        MinedDataError: the held-out part is broken, or ``training.keep_best`` is asked for without one.
+    """
+    from xprt_st.training.data import MinedDataError
+
+    try:
+        heldout = heldout_of(data)
+    except HeldOutError as error:
+        raise MinedDataError(str(error)) from error
+    if heldout is None:
+        if training.keep_best:
+            raise MinedDataError(
+                f"training.keep_best picks the checkpoint by the label-free task, but {data} has no held-out "
+                "documents; mine it with `xprt-st mine ... --holdout 0.1`, or drop keep_best"
+            )
+        return None
+    logger.info(
+        "%s has %d held-out documents' passages (%d anchors): scoring the label-free task every %d steps",
+        data,
+        len(heldout.texts),
+        len(heldout.queries),
+        training.eval_steps or training.save_steps,
+    )
+    return LabelFreeEvaluator(heldout, max_seq_length=max_seq_length)
+
+
+def evaluation_arguments(evaluator: LabelFreeEvaluator | None, training: Any) -> dict[str, Any]:
+    """The Trainer arguments that run ``evaluator`` every ``training.eval_steps`` (and keep the best, if asked)."""
+    if evaluator is None:
+        return {}
+    arguments: dict[str, Any] = {"eval_strategy": "steps", "eval_steps": training.eval_steps or training.save_steps}
+    if training.keep_best:
+        arguments |= {"load_best_model_at_end": True, "metric_for_best_model": BEST_METRIC, "greater_is_better": True}
+    return arguments
 
 
 def finish(evaluator: LabelFreeEvaluator, model: Any, output: str | Path, best_checkpoint: str | None = None) -> dict:
     """Score the final ``model``, write ``output/label_free.json`` and the model-card section; return the record."""
     if evaluator.start is None:
         raise RuntimeError("LabelFreeEvaluator.score_start(starting model) must run before training")
-    final = score_model(model, evaluator.heldout, evaluator.batch_size)
+    final = evaluator._score(model)
     record = {
         **comparison(final, evaluator.start),
         "data": str(evaluator.heldout.path),

@@ -26,6 +26,7 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from xprt_st.models import frozen_copy, load_model
 from xprt_st.recipe import Recipe
 from xprt_st.training.data import STATS_FILE, load_mined
+from xprt_st.training.label_free import evaluation_arguments, finish, training_evaluator
 from xprt_st.training.objectives import build_loss, get_objective
 from xprt_st.training.progress import LogLinesCallback, RichProgressCallback
 from xprt_st.training.schedules import Schedule, TermScheduleCallback
@@ -182,6 +183,9 @@ def train_recipe(
     # training.max_seq_length cuts the training passages; the saved model keeps the start's serving limit, so
     # a model trained on 64-token passages still reads 256-token queries and documents like its start did
     served_max_seq_length = sentence_model.max_seq_length
+    label_free = training_evaluator(mined.path, recipe.training, served_max_seq_length)
+    if label_free is not None:
+        label_free.score_start(sentence_model)  # before any checkpoint is loaded: this is the starting model
     if recipe.training.max_seq_length is not None:
         sentence_model.max_seq_length = recipe.training.max_seq_length
     # Taken before any checkpoint is loaded into the model: the teacher is always the starting model.
@@ -234,12 +238,14 @@ def train_recipe(
         dataloader_num_workers=training.dataloader_num_workers,
         report_to=[],
         disable_tqdm=True,  # the rich display or the log lines report instead of tqdm and printed dicts
+        **evaluation_arguments(label_free, training),
     )
     trainer = XPRTTrainer(
         model=sentence_model,
         args=args,
         train_dataset=dataset,
         loss=loss,
+        evaluator=label_free,
         callbacks=all_callbacks,
         starting_model=starting_model,
         training_metadata={
@@ -258,5 +264,7 @@ def train_recipe(
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     sentence_model.max_seq_length = served_max_seq_length
     trainer.save_model(str(output))
+    if label_free is not None and trainer.is_world_process_zero():
+        finish(label_free, sentence_model, output, trainer.state.best_model_checkpoint)
     logger.info("saved the final model to %s (training state in %s/%s)", output, output, TRAINING_STATE_DIR)
     return output
