@@ -144,7 +144,7 @@ def training_evaluator(data: str | Path, training: Any, max_seq_length: int | No
             )
         return None
     logger.info(
-        "%s has %d held-out documents' passages (%d anchors): scoring the label-free task every %d steps",
+        "%s holds %d passages of held-out documents (%d anchors): scoring the label-free task every %d steps",
         data,
         len(heldout.texts),
         len(heldout.queries),
