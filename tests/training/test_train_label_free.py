@@ -60,6 +60,12 @@ def test_the_evaluator_runs_in_the_trainer_and_writes_start_and_final(tmp_path, 
     out = tmp_path / "out"
     out.mkdir()
     record = finish(evaluator, tiny_model, out)
+    calls = []
+    evaluator._score = lambda model: calls.append(model) or final  # the last evaluation was at step 2
+    again = tmp_path / "again"
+    again.mkdir()
+    assert finish(evaluator, tiny_model, again, step=2)["model"] == record["model"] and calls == []
+    assert finish(evaluator, tiny_model, again, step=3)["model"] == record["model"] and len(calls) == 1
     stored = json.loads((out / RESULT_FILE).read_text())
     assert stored["start"] == pytest.approx(score_model(start, heldout).score, abs=1e-6)
     assert stored["model"] == pytest.approx(final.score, abs=1e-6)

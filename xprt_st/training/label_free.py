@@ -83,6 +83,7 @@ class LabelFreeEvaluator(BaseEvaluator):
         self.greater_is_better = True
         self.start: LabelFreeScore | None = None
         self.last: LabelFreeScore | None = None
+        self.last_step: int | None = None
         self.history: list[dict[str, Any]] = []
 
     def score_start(self, model: Any) -> LabelFreeScore:
@@ -96,7 +97,7 @@ class LabelFreeEvaluator(BaseEvaluator):
         self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1
     ) -> dict[str, float]:
         result = self._score(model)
-        self.last = result
+        self.last, self.last_step = result, steps
         metrics = {PRIMARY_METRIC: result.score}
         if self.start is not None:
             metrics[f"knn_overlap@{K}"] = float(knn_overlap(result.embeddings, self.start.embeddings).mean())
@@ -163,11 +164,22 @@ def evaluation_arguments(evaluator: LabelFreeEvaluator | None, training: Any) ->
     return arguments
 
 
-def finish(evaluator: LabelFreeEvaluator, model: Any, output: str | Path, best_checkpoint: str | None = None) -> dict:
-    """Score the final ``model``, write ``output/label_free.json`` and the model-card section; return the record."""
+def finish(
+    evaluator: LabelFreeEvaluator,
+    model: Any,
+    output: str | Path,
+    best_checkpoint: str | None = None,
+    step: int | None = None,
+) -> dict:
+    """Score the final ``model``, write ``output/label_free.json`` and the model-card section; return the record.
+
+    When the evaluator's last call was at ``step`` (the run's last step) and no best checkpoint was loaded,
+    that call scored these very weights, and its score is reused instead of encoding the passages again.
+    """
     if evaluator.start is None:
         raise RuntimeError("LabelFreeEvaluator.score_start(starting model) must run before training")
-    final = evaluator._score(model)
+    reuse = best_checkpoint is None and step is not None and evaluator.last is not None and evaluator.last_step == step
+    final = evaluator.last if reuse else evaluator._score(model)
     record = {
         **comparison(final, evaluator.start),
         "data": str(evaluator.heldout.path),

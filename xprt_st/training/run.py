@@ -265,6 +265,6 @@ def train_recipe(
     sentence_model.max_seq_length = served_max_seq_length
     trainer.save_model(str(output))
     if label_free is not None and trainer.is_world_process_zero():
-        finish(label_free, sentence_model, output, trainer.state.best_model_checkpoint)
+        finish(label_free, sentence_model, output, trainer.state.best_model_checkpoint, trainer.state.global_step)
     logger.info("saved the final model to %s (training state in %s/%s)", output, output, TRAINING_STATE_DIR)
     return output
