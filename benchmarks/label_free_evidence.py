@@ -125,6 +125,27 @@ def load_candidate(row: dict[str, Any], output: Path, start: Any, max_steps: int
     return trained if row["kind"] == "final" else interpolate(start, trained, row["alpha"])
 
 
+def recorded_label_free(row: dict[str, Any], output: Path, max_steps: int) -> float | None:
+    """The label-free score training already wrote (``label_free.json``) for the start, a checkpoint or a final model.
+
+    The held-out passages are at most 64 tokens (the mining limit), so the serving limit training scored them at
+    and :data:`EVAL_MAX_SEQ_LENGTH` give the same embeddings.
+    """
+    runs = sorted((output / "runs").glob("*/label_free.json"))
+    if row["kind"] == "start":
+        return json.loads(runs[0].read_text())["start"] if runs else None
+    if row["kind"] not in ("final", "checkpoint"):
+        return None
+    path = output / "runs" / row["run"] / "label_free.json"
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    if row["kind"] == "final":
+        return float(record["model"])
+    rows = [h for h in record["history"] if h.get("step") == max_steps // 2]
+    return float(rows[0]["label-free_ndcg@10"]) if rows else None
+
+
 def score_candidates(rows: list[dict[str, Any]], output: Path, mined: Path, data_dir: Path, max_steps: int) -> dict:
     from xprt_st.evaluation.catalog import resolve_task
     from xprt_st.evaluation.label_free import load_heldout_task, score_model
@@ -146,12 +167,13 @@ def score_candidates(rows: list[dict[str, Any]], output: Path, mined: Path, data
             continue
         model = load_candidate(row, output, start, max_steps)
         model.max_seq_length = EVAL_MAX_SEQ_LENGTH
-        label_free = score_model(model, heldout)
+        recorded = recorded_label_free(row, output, max_steps)
+        label_free = recorded if recorded is not None else score_model(model, heldout).score
         report = evaluate_models([model], tasks, labels=["m"], cache_dir=None)
         record = {
             **row,
-            "label_free": label_free.score,
-            "label_free_per_query": label_free.per_query,
+            "label_free": label_free,
+            "label_free_source": "the run's label_free.json" if recorded is not None else "scored here",
             "labelled": {task: report.score("m", task) for task in report.tasks},
             "items": {
                 **{task: {"kind": "retrieval", "ndcg_at_10": q["m"]} for task, q in report.per_query.items()},
