@@ -149,6 +149,16 @@ class TrainingSpec:
     save_total_limit: int | None = field(default=3, metadata={"help": "Checkpoints kept; null keeps all."})
     logging_steps: int = field(default=10, metadata={"help": "Log (and show) the loss terms every N steps."})
     dataloader_num_workers: int = field(default=0, metadata={"help": "Data-loading worker processes."})
+    eval_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "With held-out documents in the data: score the label-free task every N steps; null: save_steps."
+        },
+    )
+    keep_best: bool = field(
+        default=False,
+        metadata={"help": "With held-out documents: end on the checkpoint with the best label-free nDCG@10."},
+    )
 
 
 @dataclass
@@ -335,6 +345,13 @@ def _check_values(recipe: Recipe) -> list[str]:
     for key in ("save_steps", "logging_steps", "gradient_accumulation_steps"):
         if getattr(training, key) < 1:
             problems.append(f"training.{key}: must be at least 1, got {getattr(training, key)}")
+    if training.eval_steps is not None and training.eval_steps < 1:
+        problems.append(f"training.eval_steps: must be at least 1 or null, got {training.eval_steps}")
+    elif training.keep_best and training.save_steps % (training.eval_steps or training.save_steps):
+        problems.append(
+            f"training.keep_best: the best checkpoint must be a saved one, so save_steps ({training.save_steps}) must "
+            f"be a multiple of eval_steps ({training.eval_steps})"
+        )
     if recipe.retention.start < 0 or recipe.retention.end < 0:
         problems.append("retention.start/end: weights must be non-negative")
     if recipe.retention.enabled and recipe.setting == "from-bert":

@@ -48,6 +48,13 @@ def train(
     seed: Annotated[int | None, typer.Option("--seed", help="Seed for initialisation, data order, masking.")] = None,
     save_steps: Annotated[int | None, typer.Option("--save-steps", help="Checkpoint every N steps.")] = None,
     logging_steps: Annotated[int | None, typer.Option("--logging-steps", help="Log loss terms every N steps.")] = None,
+    eval_steps: Annotated[
+        int | None, typer.Option("--eval-steps", help="With held-out documents: label-free score every N steps.")
+    ] = None,
+    keep_best: Annotated[
+        bool | None,
+        typer.Option("--keep-best/--no-keep-best", help="End on the checkpoint with the best label-free score."),
+    ] = None,
     precision: Annotated[str | None, typer.Option("--precision", help="fp32, bf16 or fp16.")] = None,
     max_seq_length: Annotated[int | None, typer.Option("--max-seq-length", help="Token limit per passage.")] = None,
     print_recipe: Annotated[
@@ -87,6 +94,8 @@ def train(
         "training.seed": seed,
         "training.save_steps": save_steps,
         "training.logging_steps": logging_steps,
+        "training.eval_steps": eval_steps,
+        "training.keep_best": keep_best,
         "training.precision": precision,
         "training.max_seq_length": max_seq_length,
     }

@@ -7,6 +7,8 @@ Task specs understood by :func:`resolve_tasks`:
 - a BEIR folder path: ``corpus.jsonl[.gz]``, ``queries.jsonl[.gz]`` and ``qrels/test.tsv``;
 - an STS file path: a tab-separated file ``sentence1<TAB>sentence2<TAB>score`` (header optional), the
   STS-B 7-field layout, or the SICK layout; or a SemEval STS folder of ``STS.input.*`` / ``STS.gs.*``;
+- ``mined:DIR``: the label-free task on the held-out documents of the mined folder ``DIR``
+  (:mod:`xprt_st.evaluation.label_free`; subsampling does not apply to it);
 - an MTEB task name (e.g. ``ArguAna``) when the hub is reachable; offline, names that have a local
   equivalent fall back to it.
 
@@ -23,6 +25,7 @@ from pathlib import Path
 
 from mteb.abstasks import AbsTask
 
+from xprt_st.evaluation.label_free import TASK_PREFIX, label_free_task
 from xprt_st.evaluation.readers import (
     BEIRData,
     STSData,
@@ -245,6 +248,8 @@ def resolve_task(
 ) -> AbsTask:
     """Turn one task spec (a local name, a path, or an MTEB name) into an mteb task; see the module doc."""
     spec = spec.strip()
+    if spec.startswith(TASK_PREFIX):
+        return label_free_task(spec[len(TASK_PREFIX) :])
     if spec.lower() in LOCAL_TASKS:
         return load_local_task(spec, data_dir, max_queries=max_queries, max_corpus=max_corpus, seed=seed)
     path = Path(spec).expanduser()
@@ -283,8 +288,8 @@ def resolve_task(
             f"offline tasks: {', '.join(LOCAL_TASKS)}, a BEIR folder path, or an STS file path"
         )
     raise TaskLoadError(
-        f"unknown task {spec!r}: not a local task name ({', '.join(LOCAL_TASKS)}), not an existing "
-        "BEIR folder or STS file path, and not an MTEB task name"
+        f"unknown task {spec!r}: not a local task name ({', '.join(LOCAL_TASKS)}), not mined:DIR, not an "
+        "existing BEIR folder or STS file path, and not an MTEB task name"
     )
 
 

@@ -28,6 +28,7 @@ from xprt_st.recipe import Recipe
 from xprt_st.training.checkpoints import checkpoint_folders, checkpoint_problem, unusable_checkpoints_message
 from xprt_st.training.data import STATS_FILE, load_mined
 from xprt_st.training.fork import check_fork, trainer_class
+from xprt_st.training.label_free import evaluation_arguments, finish, training_evaluator
 from xprt_st.training.objectives import build_loss, get_objective
 from xprt_st.training.progress import LogLinesCallback, RichProgressCallback
 from xprt_st.training.retention_text import add_retention_text, retention_positions
@@ -241,6 +242,9 @@ def train_recipe(
     # training.max_seq_length cuts the training passages; the saved model keeps the start's serving limit, so
     # a model trained on 64-token passages still reads 256-token queries and documents like its start did
     served_max_seq_length = sentence_model.max_seq_length
+    label_free = training_evaluator(mined.path, recipe.training, served_max_seq_length)
+    if label_free is not None:
+        label_free.score_start(sentence_model)  # before any checkpoint is loaded: this is the starting model
     if recipe.training.max_seq_length is not None:
         sentence_model.max_seq_length = recipe.training.max_seq_length
     # Taken before any checkpoint is loaded into the model: the teacher is always the starting model.
@@ -298,12 +302,14 @@ def train_recipe(
         dataloader_num_workers=training.dataloader_num_workers,
         report_to=[],
         disable_tqdm=True,  # the rich display or the log lines report instead of tqdm and printed dicts
+        **evaluation_arguments(label_free, training),
     )
     trainer = trainer_class(fork is not None)(
         model=sentence_model,
         args=args,
         train_dataset=dataset,
         loss=loss,
+        evaluator=label_free,
         callbacks=all_callbacks,
         starting_model=starting_model,
         training_metadata={
@@ -323,5 +329,7 @@ def train_recipe(
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     sentence_model.max_seq_length = served_max_seq_length
     trainer.save_model(str(output))
+    if label_free is not None and trainer.is_world_process_zero():
+        finish(label_free, sentence_model, output, trainer.state.best_model_checkpoint, trainer.state.global_step)
     logger.info("saved the final model to %s (training state in %s/%s)", output, output, TRAINING_STATE_DIR)
     return output
