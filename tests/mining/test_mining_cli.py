@@ -218,3 +218,16 @@ def test_every_mine_option_defaults_to_the_library_default():
     shared = set(defaults) & set(options)
     assert {"holdout", "overlap_tokens", "chunk_size", "batch_size", "seed"} <= shared
     assert {name: options[name].default for name in shared} == {name: defaults[name] for name in shared}
+
+
+def test_mine_refuses_raw_html_in_the_text_field_without_html_before_any_work(tmp_path, tiny_model_path):
+    page = "<!DOCTYPE html><html><head><title>T</title></head><body><div><p>Some text.</p></div></body></html>"
+    corpus = tmp_path / "pages.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"p{i}", "html": page}) + "\n" for i in range(4)))
+    out = tmp_path / "out"
+    result = runner.invoke(
+        app, ["mine", str(corpus), "-o", str(out), "--text-field", "html", "--model", str(tiny_model_path)]
+    )
+    assert result.exit_code == 2, result.output
+    assert "HTML markup" in result.output and "--html" in result.output
+    assert not (out / "mining_config.json").exists()  # refused before anything was recorded

@@ -195,6 +195,7 @@ class Engine:
             split=self.config.split,
             skip_unreadable=self.config.skip_unreadable,
             fallback_text_field=self.config.fallback_text_field,
+            html=self.config.html,
         )
         check_output_outside_inputs(self.output_dir, self.corpus)
         self._lock = self.layout.lock(self.lock_scope)
