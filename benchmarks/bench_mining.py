@@ -161,7 +161,7 @@ def _bench_ray(args: argparse.Namespace) -> dict:
     import torch
 
     from xprt_st.mining import MiningConfig, load_passages
-    from xprt_st.mining.ray_engine import RayEngine
+    from xprt_st.mining.engines.ray import RayEngine
     from xprt_st.models import load_model
 
     gpus = torch.cuda.device_count()

@@ -158,6 +158,40 @@ def test_config_errors_are_listed_together(tmp_path: Path) -> None:
     assert "foo: unknown key" in message and "maxdocs" in message and "tasks:" in message
 
 
+def test_config_fields_are_type_checked_by_the_shared_binder(tmp_path: Path) -> None:
+    # One binder for recipes and comparison configs: a field of the wrong type is named with the value.
+    path = tmp_path / "typed.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "corpus": [{"path": "x.zip", "html": "yes", "max_documents": "10"}],
+                "tasks": [{"name": "stsb", "max_queries": 1.5}],
+                "seeds": [1, "two"],
+            }
+        )
+    )
+    with pytest.raises(CompareConfigError) as error:
+        load_compare_config(path)
+    message = str(error.value)
+    assert "corpus[0].html: must be true or false, found 'yes'" in message
+    assert "corpus[0].max_documents: must be an integer, found '10'" in message
+    assert "tasks[0].max_queries: must be an integer, found 1.5" in message
+    assert "seeds[1]: must be an integer, found 'two'" in message
+
+
+def test_a_bad_shared_override_is_named_by_its_config_key_not_a_flag(tmp_path: Path) -> None:
+    path = tmp_path / "lr.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {"corpus": [{"path": "x.jsonl"}], "tasks": ["stsb"], "recipes": ["xprt"], "training": {"learning_rate": -1}}
+        )
+    )
+    with pytest.raises(CompareConfigError) as error:
+        load_compare_config(path)
+    assert "recipe xprt: training.learning_rate: must be positive, got -1.0" in str(error.value)
+    assert "--learning-rate" not in str(error.value)
+
+
 def test_data_variants_follow_the_recipes_requirements() -> None:
     assert data_variant({"positive": "mined", "pairs": "mined"})[0] == "mined"
     assert data_variant({"positive": "random", "pairs": "mined"}) == (

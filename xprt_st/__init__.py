@@ -6,6 +6,8 @@ The public API, importable from the top level (resolved lazily so ``import xprt_
     from xprt_st import XPRTLoss, CrossPassageLoss, RetroMAELoss  # losses for SentenceTransformerTrainer
     from xprt_st import XPRTTrainer, load_recipe, train_recipe    # training with loss-owned modules
     from xprt_st import evaluate_models, finetune_compare         # offline mteb evaluation
+    from xprt_st import load_heldout_task, LabelFreeEvaluator     # the label-free check (held-out documents)
+    from xprt_st.interpolate import interpolate, select_alpha     # start/trained weight interpolation
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ _EXPORTS = {
     "xprt_st.recipe": ("load_recipe", "Recipe"),
     "xprt_st.evaluation": ("evaluate_models", "EvaluationReport", "overlap_thirds"),
     "xprt_st.finetune": ("finetune_compare",),
+    "xprt_st.evaluation.label_free": ("load_heldout_task", "score_model"),
+    "xprt_st.training.label_free": ("LabelFreeEvaluator",),
     "xprt_st.models": ("DEFAULT_MODEL", "load_model", "attach_mlm_head"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
@@ -40,7 +44,7 @@ _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = sorted(_WHERE)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> Any:  # noqa: ANN401 (any exported object)
     if name not in _WHERE:
         raise AttributeError(f"module 'xprt_st' has no attribute {name!r}")
     return getattr(importlib.import_module(_WHERE[name]), name)

@@ -84,7 +84,7 @@ def bind(cls: type[T], raw: object, problems: list[str], where: str = "", root: 
     return cls(**values) if ok else None
 
 
-def convert(hint: Any, value: Any, key: str, problems: list[str], root: str = "recipe") -> Any:
+def convert(hint: object, value: object, key: str, problems: list[str], root: str = "recipe") -> object:
     """Check (and lightly coerce) ``value`` against the type ``hint``; nested dataclasses are bound.
 
     Returns the checked value, or a private sentinel after appending a problem naming ``key``.

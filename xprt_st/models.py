@@ -8,6 +8,7 @@ cannot load offline fails at once with the reason (:func:`resolve_model_name`, u
 from __future__ import annotations
 
 import copy
+import json
 import logging
 from pathlib import Path
 
@@ -205,3 +206,62 @@ def _pretrained_head_state(folder: str) -> dict[str, Tensor]:
             if key in _PRETRAINED_HEAD_KEYS:
                 state[_PRETRAINED_HEAD_KEYS[key]] = handle.get_tensor(key)
     return state
+
+
+AUTO_MAP_FILES = ("config.json", "tokenizer_config.json")
+"""Files of a saved model whose ``auto_map`` may name custom code (``"modeling_x.XModel"``)."""
+
+
+def drop_dangling_auto_map(folder: str | Path) -> list[str]:
+    """Remove the ``auto_map`` entries of a saved model whose code file is not in the model's folder.
+
+    A start with custom code is loaded here without running that code (``trust_remote_code`` stays off), so the
+    model trained and saved is the standard class its ``model_type`` names; transformers still copies the start's
+    ``auto_map`` into the saved ``config.json``. Left there, it sends ``trust_remote_code=True`` users to a module
+    the folder does not ship (or to another repository's code), not to the class that was trained. An entry is
+    kept when its module file (``modeling_x.py``) is next to the config; ``repo--module.Class`` references to other
+    repositories are never local, so they go too.
+
+    Returns:
+        The ``"file: key"`` entries removed (logged).
+    """
+    removed: list[str] = []
+    for name in AUTO_MAP_FILES:
+        for path in sorted(Path(folder).rglob(name)):
+            try:
+                config = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+                continue
+            auto_map = config.get("auto_map") if isinstance(config, dict) else None
+            if not isinstance(auto_map, dict):
+                continue
+            kept = {key: value for key, value in auto_map.items() if _auto_map_code_present(path.parent, value)}
+            if len(kept) == len(auto_map):
+                continue
+            removed += [f"{path.relative_to(folder)}: {key}" for key in auto_map if key not in kept]
+            if kept:
+                config["auto_map"] = kept
+            else:
+                del config["auto_map"]
+            path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    if removed:
+        logger.info(
+            "removed auto_map entries whose custom code is not in %s (the saved model is the standard class that "
+            "was trained): %s",
+            folder,
+            ", ".join(removed),
+        )
+    return removed
+
+
+def _auto_map_code_present(folder: Path, reference: object) -> bool:
+    references = reference if isinstance(reference, list) else [reference]
+    for item in references:
+        if item is None:
+            continue
+        if not isinstance(item, str) or "--" in item or "." not in item:
+            return False
+        module = item.rsplit(".", 1)[0]
+        if not (folder / f"{module.replace('.', '/')}.py").is_file():
+            return False
+    return True

@@ -18,6 +18,7 @@ from __future__ import annotations
 import inspect
 import logging
 import random
+import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,70 @@ class ObjectiveUnavailableError(ImportError):
 
 
 @dataclass(frozen=True)
+class Bound:
+    """The accepted interval of a numeric loss argument, checked when a recipe is read (before any model loads).
+
+    Example:
+        >>> Bound(low=0).describe(), Bound(0, 1, high_open=True).describe(), Bound(0, low_open=True).contains(0)
+        ('>= 0', 'in [0, 1)', False)
+    """
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def contains(self, value: float) -> bool:
+        """Whether ``value`` lies in the interval."""
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return not (self.high is not None and (value >= self.high if self.high_open else value > self.high))
+
+    def describe(self) -> str:
+        """``>= 0``, ``> 0``, ``in (0, 1]`` ...: how a message states the accepted values."""
+        if self.high is None:
+            return f"{'>' if self.low_open else '>='} {self.low:g}"
+        if self.low is None:
+            return f"{'<' if self.high_open else '<='} {self.high:g}"
+        return f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
+
+
+NON_NEGATIVE = Bound(low=0)
+POSITIVE_NUMBER = Bound(low=0, low_open=True)
+RATIO = Bound(0, 1, high_open=True)
+"""``[0, 1)``: the fill-in losses' mask ratios."""
+OPEN_RATIO = Bound(0, 1, low_open=True, high_open=True)
+"""``(0, 1)``: a mask ratio that must mask something (MLM, RetroMAE)."""
+
+XPRT_BOUNDS = {
+    **dict.fromkeys(("xp_weight", "cross_weight", "self_weight", "mlm_weight", "unif_weight"), NON_NEGATIVE),
+    "temperature": POSITIVE_NUMBER,
+    "encoder_mask_ratio": RATIO,
+    "decoder_mask_ratio": RATIO,
+    "prediction_ratio": Bound(0, 1, low_open=True),
+    "num_condition_vectors": Bound(low=1),
+    "retention_temperature": POSITIVE_NUMBER,
+    "uniformity_t": POSITIVE_NUMBER,
+}
+"""XPRTLoss's arguments: the checks its terms make when built, plus ``num_condition_vectors >= 1`` (0 fails only
+at the first fill-in step) and ``retention_temperature > 0`` (the retention term divides by it, unchecked)."""
+
+
+def _xprt_arg_problems(args: dict[str, Any]) -> list[str]:
+    """XPRTLoss's one rule across arguments: the MLM term and the self fill-in term (its teacher is read at the
+    encoder's masked positions) need ``encoder_mask_ratio`` above 0 while their weight is; the others accept 0."""
+    ratio = args.get("encoder_mask_ratio", 0.15)
+    weights = {key: args.get(key, 0.1) for key in ("mlm_weight", "self_weight")}
+    active = [f"{key} {value:g}" for key, value in weights.items() if value > 0]
+    if ratio == 0 and active:
+        return [
+            f"objective.args.encoder_mask_ratio: 0 masks nothing, which the MLM and self fill-in terms need "
+            f"({', '.join(active)}); give a value in (0, 1), or set mlm_weight and self_weight to 0"
+        ]
+    return []
+
+
+@dataclass(frozen=True)
 class Objective:
     """A named training objective.
 
@@ -56,6 +121,9 @@ class Objective:
             arguments (XPRTLoss) instead of being wrapped in ``WithRetention``.
         vector_arg: the loss argument that picks which sentence vector it trains (RetroMAE's ``pooling``), whose
             value ``"model"`` means the model's own pooling, the vector that is served and evaluated.
+        arg_bounds: accepted interval of each numeric argument, checked with the types of the loss's signature
+            when the recipe is read (:func:`check_objective`), so a bad value never waits for a loaded model.
+        arg_rules: problems across arguments (given the arguments after the type check).
     """
 
     name: str
@@ -69,8 +137,11 @@ class Objective:
     fixed_args: dict[str, Any] = field(default_factory=dict)
     native_retention: bool = False
     vector_arg: str | None = None
+    arg_bounds: dict[str, Bound] = field(default_factory=dict)
+    arg_rules: Callable[[dict[str, Any]], list[str]] | None = None
 
     def dataset_columns(self, retention: bool) -> tuple[str, ...]:
+        """The columns fed to the loss, in order, with retention on or off."""
         return self.retention_columns if retention else self.columns
 
     def mined_columns(self, retention: bool) -> tuple[str, ...]:
@@ -78,6 +149,7 @@ class Objective:
         return tuple(column for column in self.dataset_columns(retention) if column not in self.derived)
 
     def resolve_class(self) -> type[nn.Module]:
+        """Import the loss class (:class:`ObjectiveUnavailableError` when this installation lacks it)."""
         module_name, _, class_name = self.loss_class.partition(":")
         try:
             module = __import__(module_name, fromlist=[class_name])
@@ -109,11 +181,15 @@ class ColumnSelect(nn.Module):
         self.positions = tuple(positions)
         object.__setattr__(self, "model", model)
 
-    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None) -> Any:
+    def forward(
+        self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None
+    ) -> Tensor | dict[str, Tensor]:
+        """The inner loss on the selected columns only."""
         features = list(sentence_features)
         return self.loss([features[position] for position in self.positions], labels)
 
     def get_config_dict(self) -> dict[str, Any]:
+        """What the model card records of this wrapper."""
         return {"positions": list(self.positions)}
 
 
@@ -150,6 +226,8 @@ register_objective(
         columns=GROUP_COLUMNS,
         retention_columns=GROUP_COLUMNS,
         native_retention=True,
+        arg_bounds=XPRT_BOUNDS,
+        arg_rules=_xprt_arg_problems,
     )
 )
 register_objective(
@@ -159,6 +237,7 @@ register_objective(
         loss_class="xprt_st.losses:CrossPassageLoss",
         columns=(ANCHOR, POSITIVE),
         retention_columns=(ANCHOR, POSITIVE),
+        arg_bounds={"temperature": POSITIVE_NUMBER},
     )
 )
 register_objective(
@@ -170,6 +249,8 @@ register_objective(
         retention_columns=GROUP_COLUMNS,
         fixed_args={"xp_weight": 0.0, "cross_weight": 0.0},
         native_retention=True,
+        arg_bounds=XPRT_BOUNDS,
+        arg_rules=_xprt_arg_problems,
     )
 )
 register_objective(
@@ -181,6 +262,7 @@ register_objective(
         retention_columns=(ANCHOR, POSITIVE),
         loss_positions=(0,),
         vector_arg="pooling",
+        arg_bounds={"encoder_mask_ratio": OPEN_RATIO, "decoder_mask_ratio": OPEN_RATIO, "mlm_weight": NON_NEGATIVE},
     )
 )
 register_objective(
@@ -198,6 +280,7 @@ register_objective(
 
 
 def get_objective(name: str) -> Objective:
+    """The registered objective ``name`` (KeyError listing the registered ones)."""
     try:
         return OBJECTIVES[name]
     except KeyError:
@@ -205,24 +288,68 @@ def get_objective(name: str) -> Objective:
 
 
 def check_objective(name: str, args: dict[str, Any], retention: bool) -> list[str]:
-    """Problems with an objective name and its arguments, found without building anything."""
+    """Problems with an objective name and its arguments, found without building anything (see :func:`bind_args`)."""
+    return bind_args(name, args)[1]
+
+
+def bind_args(name: str, args: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Check objective ``name``'s arguments without building anything: names, types, ranges, rules across them.
+
+    Each argument is checked against the type of the loss's signature (the recipe binder's checks: a float
+    argument takes ``1e-6`` written without a dot, which YAML reads as a string) and against
+    :attr:`Objective.arg_bounds`; every problem is one line naming the key, the value and what is accepted.
+
+    Returns:
+        The arguments as the loss should receive them (numbers coerced) and the problems.
+
+    Example:
+        >>> args, problems = bind_args("xprt", {"cross_weight": -1, "temperature": "hot"})
+        >>> for problem in problems:
+        ...     print(problem)
+        objective.args.cross_weight: -1 is out of range; XPRTLoss accepts a number >= 0
+        objective.args.temperature: must be a number, found 'hot'
+        >>> bind_args("cross-passage", {"temperature": "1e-2"})
+        ({'temperature': 0.01}, [])
+    """
+    from xprt_st.binding import convert, is_invalid
+
     if name not in OBJECTIVES:
-        return [f"objective.name: {name!r} is not a registered objective; valid: {', '.join(sorted(OBJECTIVES))}"]
+        return args, [f"objective.name: {name!r} is not a registered objective; valid: {', '.join(sorted(OBJECTIVES))}"]
     objective = OBJECTIVES[name]
     try:
         accepted = objective.accepted_args()
+        loss_class = objective.resolve_class()
     except ObjectiveUnavailableError as error:
-        return [f"objective.name: {error}"]
-    problems = []
-    for key in args:
+        return args, [f"objective.name: {error}"]
+    class_name = objective.loss_class.split(":")[1]
+    try:
+        hints = typing.get_type_hints(loss_class.__init__)
+    except (NameError, TypeError):  # a loss annotated with names its module does not define: names checked only
+        hints = {}
+    problems: list[str] = []
+    bound: dict[str, Any] = {}
+    for key, value in args.items():
         if key in objective.fixed_args:
             problems.append(f"objective.args.{key}: fixed to {objective.fixed_args[key]!r} by objective {name!r}")
-        elif accepted is not None and key not in accepted:
+            continue
+        if accepted is not None and key not in accepted:
             problems.append(
-                f"objective.args.{key}: not an argument of {objective.loss_class.split(':')[1]}; "
-                f"valid: {', '.join(accepted) or 'none'}"
+                f"objective.args.{key}: not an argument of {class_name}; valid: {', '.join(accepted) or 'none'}"
             )
-    return problems
+            continue
+        converted = convert(hints[key], value, f"objective.args.{key}", problems) if key in hints else value
+        if is_invalid(converted):
+            continue
+        limits = objective.arg_bounds.get(key)
+        if limits is not None and converted is not None and not limits.contains(converted):
+            problems.append(
+                f"objective.args.{key}: {value!r} is out of range; {class_name} accepts a number {limits.describe()}"
+            )
+            continue
+        bound[key] = converted
+    if not problems and objective.arg_rules is not None:
+        problems += objective.arg_rules(bound)
+    return bound, problems
 
 
 def trained_vector_problems(name: str, args: dict[str, Any]) -> list[str]:

@@ -36,6 +36,12 @@ NO_GAIN_NOTE = (
 )
 """Printed under the quickstart's table when the pre-training did not gain (the docs' findings, in brief)."""
 
+LABEL_FREE_NOTE = (
+    "A drift and sanity signal, not a verdict: the held-out documents' related passages were chosen by the "
+    "mining model, so this check is of the objective's own kind (README, 'Did it help?')."
+)
+"""Printed under the label-free line: how far to trust it."""
+
 
 @dataclass
 class QuickstartConfig:
@@ -68,7 +74,8 @@ def run_quickstart(config: QuickstartConfig, progress: bool = True) -> dict[str,
         "interval": {task: {"ci_low", "ci_high", "verdict"}}, "gained": bool}``, also written to
         ``OUTPUT/summary.json``; the report files are in ``OUTPUT/evaluation``. ``interval`` is the gain's
         paired bootstrap 95% interval over the task's queries; ``gained`` is True only when every task's
-        interval lies above 0.
+        interval lies above 0. ``label_free`` is :func:`label_free_summary` (None when the mined folder has
+        no held-out part).
     """
     output = Path(config.output)
     mined = output / "mined"
@@ -110,8 +117,26 @@ def run_quickstart(config: QuickstartConfig, progress: bool = True) -> dict[str,
     )
     report.write(output / "evaluation")
     summary = _summary(report, stats, config)
+    summary["label_free"] = label_free_summary(mined, config.model, model_dir)
     (output / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
     return summary
+
+
+def label_free_summary(mined: Path, start: str | None, trained: Path) -> dict[str, Any] | None:
+    """The label-free check of ``trained`` against ``start`` on the held-out part of ``mined``, or None without one.
+
+    The record of :func:`xprt_st.evaluation.label_free.comparison`: both nDCG@10 scores, the difference with
+    its paired bootstrap interval, and the 10-NN overlap with the start.
+    """
+    from xprt_st.evaluation.label_free import comparison, heldout_of, score_model
+    from xprt_st.models import load_model
+
+    heldout = heldout_of(mined)
+    if heldout is None:
+        return None
+    before = score_model(load_model(start), heldout)
+    after = score_model(load_model(trained), heldout)
+    return comparison(after, before)
 
 
 def _first_documents(source: Path, count: int, target: Path) -> Path:

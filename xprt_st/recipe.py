@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import typing
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -40,12 +41,40 @@ LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine
 
 
 class RecipeError(ValueError):
-    """One or more problems in a recipe; ``problems`` lists each one."""
+    """One or more problems in a recipe; ``problems`` lists each one.
 
-    def __init__(self, source: str, problems: list[str]) -> None:
+    Problems with a value given on the command line (``flag_problems``, each starting with the flag, e.g.
+    ``--learning-rate: must be positive, got -1.0``) are reported as the flag's, not as the recipe file's.
+    One problem is one line.
+    """
+
+    def __init__(self, source: str, problems: list[str], flag_problems: list[str] | None = None) -> None:
         self.source = source
-        self.problems = problems
-        super().__init__(f"{len(problems)} problem(s) in recipe {source}:\n" + "\n".join(f"  - {p}" for p in problems))
+        self.file_problems = list(problems)
+        self.flag_problems = list(flag_problems or [])
+        self.problems = self.file_problems + self.flag_problems
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        if len(self.problems) == 1:
+            return self.flag_problems[0] if self.flag_problems else f"recipe {self.source}: {self.file_problems[0]}"
+        if not self.flag_problems:
+            where = f" in recipe {self.source}"
+            lines = self.file_problems
+        else:
+            where = "" if self.file_problems else " in the command line"
+            lines = [f"recipe {self.source}: {p}" for p in self.file_problems] + self.flag_problems
+        return f"{len(self.problems)} problem(s){where}:\n" + "\n".join(f"  - {p}" for p in lines)
+
+
+def override_flag(dotted: str) -> str:
+    """The command-line flag named after an override key (``training.learning_rate`` -> ``--learning-rate``).
+
+    Example:
+        >>> override_flag("training.max_seq_length")
+        '--max-seq-length'
+    """
+    return "--" + dotted.rsplit(".", 1)[-1].replace("_", "-")
 
 
 @dataclass
@@ -120,6 +149,16 @@ class TrainingSpec:
     save_total_limit: int | None = field(default=3, metadata={"help": "Checkpoints kept; null keeps all."})
     logging_steps: int = field(default=10, metadata={"help": "Log (and show) the loss terms every N steps."})
     dataloader_num_workers: int = field(default=0, metadata={"help": "Data-loading worker processes."})
+    eval_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "With held-out documents in the data: score the label-free task every N steps; null: save_steps."
+        },
+    )
+    keep_best: bool = field(
+        default=False,
+        metadata={"help": "With held-out documents: end on the checkpoint with the best label-free nDCG@10."},
+    )
 
 
 @dataclass
@@ -194,6 +233,8 @@ def load_recipe(
     name_or_path: str | Path,
     overrides: dict[str, Any] | None = None,
     setting: str | None = None,
+    *,
+    override_labels: Mapping[str, str] | None = None,
 ) -> Recipe:
     """Read, merge and validate a recipe.
 
@@ -201,6 +242,9 @@ def load_recipe(
         name_or_path: a YAML path or the name of a packaged recipe (``xprt``, ``tsdae``, ...).
         overrides: dotted keys from the command line, e.g. ``{"training.max_steps": 100}``.
         setting: replaces the recipe's ``setting`` (``continued`` or ``from-bert``).
+        override_labels: what to call each override (and ``setting``) in messages; by default the flag named
+            after its key (:func:`override_flag`: ``--learning-rate``, ``--setting``), so a bad value given on
+            the command line is reported as the flag's, not as the recipe file's.
 
     Raises:
         RecipeError: listing every problem, each with its key and the valid keys or values.
@@ -215,7 +259,7 @@ def load_recipe(
         raise RecipeError(source, [f"not valid YAML{where}: {getattr(error, 'problem', error)}"]) from error
     if not isinstance(raw, dict):
         raise RecipeError(source, [f"the file must hold a mapping of keys, found {type(raw).__name__}"])
-    return build_recipe(raw, source=source, overrides=overrides, setting=setting)
+    return build_recipe(raw, source=source, overrides=overrides, setting=setting, override_labels=override_labels)
 
 
 def build_recipe(
@@ -223,10 +267,16 @@ def build_recipe(
     source: str = "<dict>",
     overrides: dict[str, Any] | None = None,
     setting: str | None = None,
+    *,
+    override_labels: Mapping[str, str] | None = None,
 ) -> Recipe:
     """Validate an already parsed recipe mapping (see :func:`load_recipe`)."""
     problems: list[str] = []
     raw = copy.deepcopy(raw)
+    given = [key for key, value in (overrides or {}).items() if value is not None] + (
+        ["setting"] * (setting is not None)
+    )
+    labels = {key: (override_labels or {}).get(key, override_flag(key)) for key in given}
     for dotted, value in (overrides or {}).items():
         if value is None:
             continue
@@ -256,9 +306,23 @@ def build_recipe(
         recipe.source = source
         problems += _check_values(recipe)
     if problems:
-        raise RecipeError(source, problems)
+        file_problems, flag_problems = _split_by_origin(problems, labels)
+        raise RecipeError(source, file_problems, flag_problems)
     assert recipe is not None
     return recipe
+
+
+def _split_by_origin(problems: list[str], labels: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """Problems of the file, and problems of a value given as an override, renamed after its label."""
+    in_file, from_flags = [], []
+    for problem in problems:
+        key, _, rest = problem.partition(": ")
+        label = next((labels[k] for k in labels if key == k or key.startswith(f"{k}.")), None)
+        if label is None:
+            in_file.append(problem)
+        else:
+            from_flags.append(f"{label}: {rest}" if key in labels else f"{label} ({key}): {rest}")
+    return in_file, from_flags
 
 
 def _check_values(recipe: Recipe) -> list[str]:
@@ -281,14 +345,23 @@ def _check_values(recipe: Recipe) -> list[str]:
     for key in ("save_steps", "logging_steps", "gradient_accumulation_steps"):
         if getattr(training, key) < 1:
             problems.append(f"training.{key}: must be at least 1, got {getattr(training, key)}")
+    if training.eval_steps is not None and training.eval_steps < 1:
+        problems.append(f"training.eval_steps: must be at least 1 or null, got {training.eval_steps}")
+    elif training.keep_best and training.save_steps % (training.eval_steps or training.save_steps):
+        problems.append(
+            f"training.keep_best: the best checkpoint must be a saved one, so save_steps ({training.save_steps}) must "
+            f"be a multiple of eval_steps ({training.eval_steps})"
+        )
     if recipe.retention.start < 0 or recipe.retention.end < 0:
         problems.append("retention.start/end: weights must be non-negative")
     if recipe.retention.enabled and recipe.setting == "from-bert":
         problems.append("retention.enabled: the from-bert setting has no starting model worth retaining; set false")
-    from xprt_st.objectives import check_objective
+    from xprt_st.objectives import bind_args
 
-    problems += check_objective(recipe.objective.name, recipe.objective.args, recipe.retention.enabled)
-    return problems
+    args, objective_problems = bind_args(recipe.objective.name, recipe.objective.args)
+    if not objective_problems:
+        recipe.objective.args = args  # numbers as the loss takes them (YAML reads 1e-6 as a string)
+    return problems + objective_problems
 
 
 def describe_fields(cls: type = Recipe, prefix: str = "") -> list[tuple[str, str]]:

@@ -237,3 +237,14 @@ def test_result_table_is_readable_at_80_columns_with_every_arguana_domain() -> N
         assert f"{row.domain}: {row.flag}" in text
     assert "pretrained+ft" in text and "before fine-tuning" in text and "after fine-tuning: loss:" in text
     assert "[paired bootstrap 95% CI]" in text  # the title's brackets are text, not rich markup
+
+
+def test_a_bad_pretrain_override_is_named_as_the_pretrain_set_key(tmp_path):
+    # finetune-compare's --pretrain-set KEY=VALUE: a bad value is that flag's, found before any model loads
+    from xprt_st.finetune import pretrain_from_recipe
+    from xprt_st.recipe import RecipeError
+
+    with pytest.raises(RecipeError) as caught:
+        pretrain_from_recipe("xprt", tmp_path / "mined", None, tmp_path / "out", overrides={"training.max_steps": 0})
+    assert str(caught.value) == "--pretrain-set training.max_steps: must be -1 (use epochs) or positive, got 0"
+    assert not (tmp_path / "out").exists()

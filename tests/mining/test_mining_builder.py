@@ -24,7 +24,7 @@ from xprt_st.mining import (
     merge,
     mine,
 )
-from xprt_st.mining.builder import ShardResult
+from xprt_st.mining.engines.base import ShardResult
 from xprt_st.mining.reader import input_differences
 from xprt_st.mining.scoring import TfidfScorer, tfidf_cosine
 
@@ -144,22 +144,22 @@ def test_resume_after_a_kill_recomputes_nothing_finished(tmp_path, tiny_model, m
     GroupBuilder([corpus], reference, _config(chunk_size=3), model=tiny_model, progress=False).run()
 
     out = tmp_path / "out"
-    original = GroupBuilder._write_chunk
+    original = GroupBuilder.write_chunk
     calls = {"n": 0}
 
-    def dying_write(self, directory, chunk_index, table, encode_seconds):
+    def dying_write(self, shard, num_shards, chunk, table, encode_seconds):
         calls["n"] += 1
         if calls["n"] == 3:
             raise KeyboardInterrupt("simulated kill while writing chunk 2")
-        original(self, directory, chunk_index, table, encode_seconds)
+        original(self, shard, num_shards, chunk, table, encode_seconds)
 
-    monkeypatch.setattr(GroupBuilder, "_write_chunk", dying_write)
+    monkeypatch.setattr(GroupBuilder, "write_chunk", dying_write)
     with pytest.raises(KeyboardInterrupt):
         GroupBuilder([corpus], out, _config(chunk_size=3), model=tiny_model, progress=False).run()
     shard = out / "shards" / "shard-00000-of-00001"
     assert sorted(p.name for p in shard.glob("chunk-*")) == ["chunk-00000", "chunk-00001"]
     assert not (shard / "COMPLETE").exists() and not (out / "stats.json").exists()
-    monkeypatch.setattr(GroupBuilder, "_write_chunk", original)
+    monkeypatch.setattr(GroupBuilder, "write_chunk", original)
 
     builder = GroupBuilder([corpus], out, _config(chunk_size=3), model=tiny_model, progress=False)
     counter = _CountingEncoder(builder)
@@ -384,11 +384,11 @@ def test_resuming_after_the_corpus_was_edited_is_refused(tmp_path, tiny_model, m
     corpus = _corpus(tmp_path / "corpus.jsonl", documents=6)
     out = tmp_path / "out"
 
-    def dying_write(self, directory, chunk_index, table, encode_seconds):
+    def dying_write(self, shard, num_shards, chunk, table, encode_seconds):
         raise KeyboardInterrupt("simulated kill")
 
     with monkeypatch.context() as patch:
-        patch.setattr(GroupBuilder, "_write_chunk", dying_write)
+        patch.setattr(GroupBuilder, "write_chunk", dying_write)
         with pytest.raises(KeyboardInterrupt):
             GroupBuilder([corpus], out, _config(chunk_size=2), model=tiny_model, progress=False).run()
     stored = json.loads((out / "mining_config.json").read_text())["inputs"]

@@ -55,6 +55,12 @@ def test_mine_merge_and_inspect(tmp_path, tiny_model_path):
     assert result.exit_code == 0, result.output
     assert len(re.findall(r"class='doc'", (tmp_path / "r.html").read_text())) == 2
 
+    result = runner.invoke(app, ["mine", "--merge", str(out), "--holdout", "0.5", "--threshold-quantile", "0.3", "-q"])
+    assert result.exit_code == 0, result.output
+    holdout = json.loads((out / "stats.json").read_text())["holdout"]
+    assert re.search(rf"held out: documents\s*│\s*{holdout['documents']}\b", result.output) and holdout["documents"]
+    assert (out / "heldout" / "passages" / "state.json").is_file()
+
 
 def test_mine_reports_wrong_columns_and_bad_flags(tmp_path, tiny_model_path):
     corpus = _corpus(tmp_path / "c.jsonl")
@@ -198,3 +204,17 @@ def test_mine_sends_library_warnings_to_the_run_log_and_shows_them_with_verbose(
             assert text in log
             assert (text in result.output) is verbose, (verbose, text)
         assert "xPRT mining summary" in result.output
+
+
+def test_every_mine_option_defaults_to_the_library_default():
+    import dataclasses
+    import inspect
+
+    from xprt_st.cli.mine import mine
+    from xprt_st.mining import MiningConfig
+
+    defaults = {field.name: field.default for field in dataclasses.fields(MiningConfig)}
+    options = inspect.signature(mine).parameters
+    shared = set(defaults) & set(options)
+    assert {"holdout", "overlap_tokens", "chunk_size", "batch_size", "seed"} <= shared
+    assert {name: options[name].default for name in shared} == {name: defaults[name] for name in shared}

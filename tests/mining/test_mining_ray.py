@@ -22,9 +22,9 @@ from typer.testing import CliRunner
 from tests.conftest import shared_data
 from xprt_st.cli import app
 from xprt_st.columns import GROUP_COLUMNS, LABEL
-from xprt_st.mining import GroupBuilder, MiningConfig
-from xprt_st.mining.builder import STATS_FILE
-from xprt_st.mining.ray_engine import RayEngine, RayEngineError
+from xprt_st.mining import GroupBuilder, MiningConfig, load_heldout
+from xprt_st.mining.engines.ray import RayEngine, RayEngineError
+from xprt_st.mining.layout import STATS_FILE
 
 TOPICS = ["river", "violin", "glacier", "tax", "comet", "bakery", "chess", "volcano"]
 runner = CliRunner()
@@ -89,6 +89,7 @@ def _config(**overrides) -> MiningConfig:
         "chunk_size": 3,  # several chunks, some spanning both files
         "threshold_quantile": 0.5,
         "id_field": "id",
+        "holdout": 0.25,  # so every comparison covers the held-out part too
     }
     settings.update(overrides)
     return MiningConfig(**settings)
@@ -108,6 +109,9 @@ def _assert_same_output(local: Path, other: Path) -> None:
     assert _rows(other) == _rows(local)
     assert _figures(other) == _figures(local)
     assert (other / "groups_meta.jsonl").read_text() == (local / "groups_meta.jsonl").read_text()
+    for part in (0, 1):
+        held = [load_heldout(folder)[part].to_pandas().astype(str) for folder in (local, other)]
+        assert sorted(map(tuple, held[0].values)) == sorted(map(tuple, held[1].values)) and len(held[0])
     # DataFrame.equals counts NaN == NaN (single-passage documents have no centrality).
     assert (
         pq.read_table(other / "passages.parquet")
@@ -118,7 +122,9 @@ def _assert_same_output(local: Path, other: Path) -> None:
 
 def test_ray_with_two_workers_matches_the_local_engine(tmp_path, tiny_model, local_ray, reference):
     corpus, local = reference
-    engine = RayEngine(corpus, tmp_path / "ray", _config(), model=tiny_model, num_workers=2, progress=False)
+    engine = RayEngine(
+        corpus, tmp_path / "ray", _config(), model=tiny_model, num_workers=2, merge_in_workers=True, progress=False
+    )
     ray_stats = engine.run()
     assert sorted(engine.chunks_computed) == list(range(len(engine.chunks_computed)))
     assert len(engine.chunks_computed) > 3
@@ -194,6 +200,7 @@ def test_the_cli_mines_on_ray_with_workers_loading_the_model(tmp_path, tiny_mode
     out = tmp_path / "cli"
     options = ["--max-tokens", "32", "--min-tokens", "8", "--batch-size", "8", "--chunk-size", "3"]
     options += ["--threshold-quantile", "0.5", "--id-field", "id", "--model", str(tiny_model_path), "-q"]
+    options += ["--holdout", "0.25"]
     result = runner.invoke(app, ["mine", *map(str, corpus), "-o", str(out), "--engine", "ray", *options])
     assert result.exit_code == 0, result.output
     assert "xPRT mining summary" in result.output
@@ -247,16 +254,17 @@ def test_without_ray_installed_the_error_gives_the_install_line(tmp_path, monkey
 
 
 def test_chunks_are_the_local_engines_and_may_span_input_units():
-    from xprt_st.mining.ray_engine import _chunk_plan, _sum_counts
+    from xprt_st.mining.engines.ray import chunk_plan
+    from xprt_st.mining.stats import sum_counts
 
     units = [{"documents_with_passages": 4}, {"documents_with_passages": 0}, {"documents_with_passages": 5}]
-    assert _chunk_plan(units, 3) == [[(0, 0, 3)], [(0, 3, 4), (2, 0, 2)], [(2, 2, 5)]]
-    assert _chunk_plan([{"documents_with_passages": 0}], 3) == [[]]  # one empty chunk, as the local engine
+    assert chunk_plan(units, 3) == [[(0, 0, 3)], [(0, 3, 4), (2, 0, 2)], [(2, 2, 5)]]
+    assert chunk_plan([{"documents_with_passages": 0}], 3) == [[]]  # one empty chunk, as the local engine
     counts = [
         {"documents": 4, "skipped": {"empty": 1}, "repairs": {}, "text_fields": {"text": 3}},
         {"documents": 2, "skipped": {"empty": 1, "invalid_json": 1}, "repairs": {"decoded_latin1": 1}},
     ]
-    assert _sum_counts(counts) == {
+    assert sum_counts(counts) == {
         "documents": 6,
         "skipped": {"empty": 2, "invalid_json": 1},
         "repairs": {"decoded_latin1": 1},

@@ -15,14 +15,23 @@ import pytest
 
 from tests.conftest import shared_data
 from xprt_st.mining.reader import (
+    DEFAULT_MAX_DOCUMENT_CHARS,
+    UNREADABLE_RECORD,
     CorpusColumnError,
+    CorpusMarkupError,
     CorpusReadError,
+    CorpusRecordError,
+    DuplicateCounter,
+    RawRecord,
+    _Hash64Set,
     check_sources,
     expand_sources,
     extract_main_text,
     input_differences,
     input_identity,
     iter_corpus,
+    looks_like_markup,
+    nesting_depth,
 )
 
 
@@ -213,3 +222,205 @@ def test_input_identity_tells_other_input_from_the_same_bytes(tmp_path):
     ]
     _jsonl(corpus, [{"text": "one"}, {"text": "two"}, {"text": "added"}])
     assert "bytes when mined" in input_differences(stored, [corpus])[0]
+
+
+# ---- issue 20: raw HTML without --html, unreadable records, capped zip members, duplicates, deep pages
+
+
+def test_raw_html_in_the_text_field_is_refused_without_html_before_any_work(tmp_path):
+    pages = _jsonl(tmp_path / "pages.jsonl", [{"html": _PAGE, "id": f"p{i}"} for i in range(3)])
+    with pytest.raises(CorpusMarkupError, match=r"pages\.jsonl: the field 'html' of 3 of its first 3 records is HTML.*"
+                       r"pages\.jsonl:1.*Pass --html"):  # fmt: skip
+        check_sources([pages], text_field="html", html=False)
+    assert check_sources([pages], text_field="html", html=True) == [pages]
+    assert check_sources([pages], text_field="html") == [pages]  # a caller that does not say: no check
+
+
+def test_prose_that_mentions_tags_is_not_taken_for_markup(tmp_path):
+    prose = [
+        "Wrap the block in a <div> element and close it with </div>; nothing else is needed.",
+        "An HTML tutorial: write <p>text</p> for a paragraph, <b>bold</b> for bold and <i>it</i> for italics. "
+        + "Browsers have rendered these since the nineties and every page of the web still uses them. " * 5,
+        "Plain text about rivers, valleys and the sea, with no markup at all.",
+    ]
+    assert not any(looks_like_markup(text) for text in prose)
+    assert looks_like_markup(_PAGE) and looks_like_markup("<!DOCTYPE html><title>x</title>")
+    path = _jsonl(tmp_path / "docs.jsonl", [{"text": text} for text in prose])
+    assert check_sources([path], html=False) == [path]
+    # one page among mostly prose is not a corpus of pages
+    mixed = _jsonl(tmp_path / "mixed.jsonl", [{"text": _PAGE}] + [{"text": t} for t in prose])
+    assert check_sources([mixed], html=False) == [mixed]
+
+
+def test_real_debian_pages_as_text_are_refused_with_the_fix():
+    path = shared_data("debian-docs-html", "pages.jsonl.gz")
+    with pytest.raises(CorpusMarkupError, match=r"of 20 of its first 20 records is HTML markup.*--html"):
+        check_sources([path], text_field="html", html=False)
+
+
+def _unreadable_lines(path: Path) -> Path:
+    deep = '{"id": "3", "text": "deep", "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    with path.open("w", encoding="ascii") as handle:
+        handle.write('{"id": "1", "text": "a good first record"}\n')
+        handle.write('{"id": "2", "text": "a lone half \\ud800 of a pair"}\n')  # the JSON escape a UTF-16 writer leaves
+        handle.write(deep + "\n")
+        handle.write('{"text": "fine text", "id": "bad \\udfff id"}\n')
+        handle.write('{"id": "5", "text": "a good last record"}\n')
+    return path
+
+
+def test_an_unreadable_record_names_its_file_and_line_without_skip_unreadable(tmp_path):
+    path = _unreadable_lines(tmp_path / "c.jsonl")
+    with pytest.raises(CorpusRecordError, match=r"c\.jsonl:2: field 'text' holds a lone surrogate.*--skip-unreadable"):
+        list(iter_corpus([path]))
+    (tmp_path / "deep.jsonl").write_text(path.read_text().splitlines()[2] + "\n")
+    with pytest.raises(CorpusRecordError, match=r"deep\.jsonl:1: the JSON is nested deeper"):
+        list(iter_corpus([tmp_path / "deep.jsonl"]))
+    with pytest.raises(CorpusRecordError, match=r"deep\.jsonl:1: the JSON is nested deeper"):
+        check_sources([tmp_path / "deep.jsonl"])  # a first record: refused before any work
+
+
+def test_unreadable_records_are_skipped_and_counted_with_skip_unreadable(tmp_path):
+    path = _unreadable_lines(tmp_path / "c.jsonl")
+    records = list(iter_corpus([path], id_field="id", skip_unreadable=True))
+    assert [r.skip for r in records] == [None, UNREADABLE_RECORD, UNREADABLE_RECORD, UNREADABLE_RECORD, None]
+    assert [r.ordinal for r in records] == [0, 1, 2, 3, 4]
+    assert "field 'id' holds a lone surrogate" in records[3].problem
+    assert records[4].text == "a good last record"
+    assert check_sources([tmp_path / "c.jsonl"], skip_unreadable=True)
+
+
+def test_zip_members_are_streamed_and_stop_at_the_character_cap(tmp_path, monkeypatch):
+    path = tmp_path / "big.zip"
+    member = ("All work and no play makes a dull corpus. " * 200_000).encode()  # 8.4 MB, compresses to ~30 kB
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("a/small.txt", "A short article.")
+        archive.writestr("a/huge.txt", member)
+    read_bytes = []
+    original_read = zipfile.ZipExtFile.read
+
+    def counting_read(self, n=-1):
+        data = original_read(self, n)
+        read_bytes.append(len(data))
+        return data
+
+    monkeypatch.setattr(zipfile.ZipExtFile, "read", counting_read)
+    huge, small = list(iter_corpus([path]))
+    assert huge.doc_id == "a/huge.txt" and len(huge.text) == DEFAULT_MAX_DOCUMENT_CHARS
+    assert sum(read_bytes) <= 4 * DEFAULT_MAX_DOCUMENT_CHARS + (1 << 17)  # the cap, not the member's 8.4 MB
+    assert huge.bytes_not_read == len(member) - (sum(read_bytes) - len("A short article."))
+    assert small.text == "A short article." and small.bytes_not_read == 0
+
+
+def test_a_capped_read_never_cuts_a_utf8_character_into_a_latin1_repair(tmp_path):
+    (tmp_path / "accents.txt").write_text("é" * 100_000 + "\n", encoding="utf-8")  # 2 bytes a character
+    (record,) = iter_corpus([tmp_path / "accents.txt"], max_chars=70_000)
+    assert record.text == "é" * 70_000 and record.repair is None
+    assert record.bytes_not_read == 200_001 - (1 << 16) * 3  # three 64 KiB blocks read: 98,304 characters
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("caf\xe9 ".encode("latin-1") * 30_000)
+    (record,) = iter_corpus([latin], max_chars=1_000)
+    assert record.text == "café " * 200 and record.repair == "decoded_latin1"
+
+
+def test_duplicate_documents_and_ids_are_counted_with_a_warning(tmp_path, caplog):
+    rows = [
+        {"id": "a", "text": "The same text."},
+        {"id": "b", "text": "Another text."},
+        {"id": "c", "text": "The same text."},
+        {"id": "a", "text": "A third text under an id already used."},
+    ]
+    path = _jsonl(tmp_path / "dup.jsonl", rows)
+    counts: Counter[str] = Counter()
+    with caplog.at_level("WARNING"):
+        records = list(iter_corpus([path], id_field="id", counts=counts))
+    assert len(records) == 4  # counted, not dropped
+    assert counts == Counter(duplicate_documents=1, duplicate_ids=1)
+    assert "dup.jsonl:3 repeats an earlier document's text" in caplog.text
+    assert "dup.jsonl:4 repeats the id 'a'" in caplog.text
+    counts = Counter()
+    list(iter_corpus([_jsonl(tmp_path / "unique.jsonl", rows[:2])], id_field="id", counts=counts))
+    assert counts["duplicate_documents"] == counts["duplicate_ids"] == 0
+
+
+def test_the_duplicate_tables_stop_growing_at_their_bound_and_stay_exact_below_it():
+    table = _Hash64Set(max_slots=1 << 10)
+    values = [(i * 0x9E3779B97F4A7C15) % (1 << 64) or 1 for i in range(1, 2_000)]
+    seen = [table.add(v) for v in values[:500]]
+    assert not any(seen) and len(table) == 500 and all(table.add(v) for v in values[:500])
+    for v in values[500:]:
+        table.add(v)
+    assert table.full and len(table) == 717 and len(table._table) == 1 << 10  # 70% of 1024 slots, no more
+    counter = DuplicateCounter(max_slots=1 << 10)
+    for i in range(3_000):
+        counter.add(RawRecord(i, f"id-{i}", f"text {i % 2_000}", f"f:{i}"))
+    assert counter.saturated and 0 < counter.documents <= 1_000 and counter.ids == 0
+
+
+def test_pages_nested_deeper_than_the_parser_limit_keep_their_main_text():
+    paragraph = "The lighthouse keeper logged every passing ship in a thick leather book, night after night. " * 4
+    for depth in (300, 3_000):
+        page = (
+            "<html><head><script>var tracking = 1;</script></head><body><nav>Home | About us | Contact</nav>"
+            + "<div>" * depth
+            + f"<p>{paragraph}</p><p>Storms came from the west. {paragraph}</p>"
+            + "</div>" * depth
+            + "<footer>Copyright 2024 Example Corp.</footer></body></html>"
+        )
+        assert nesting_depth(page) > 255
+        text = extract_main_text(page, f"deep-{depth}")
+        assert text is not None and "lighthouse keeper" in text and "Storms came from the west" in text
+        assert "About us" not in text and "tracking" not in text
+
+
+def test_mine_names_an_unreadable_record_counts_it_with_skip_unreadable_and_warns_of_duplicates(
+    tmp_path, tiny_model_path
+):
+    from typer.testing import CliRunner
+
+    from xprt_st.cli import app
+
+    rows = [
+        json.dumps(
+            {"text": "\n\n".join(f"Paragraph {j} of document {i} is about topic {i}, detail {j}." for j in range(4))}
+        )
+        for i in range(6)
+    ]
+    rows.insert(2, '{"text": "a lone half \\ud800 of a surrogate pair"}')
+    rows.append(rows[0])  # an exact duplicate document: counted with a warning, not dropped
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("\n".join(rows) + "\n", encoding="ascii")
+    runner = CliRunner(env={"COLUMNS": "250"})
+    common = ["--model", str(tiny_model_path), "--max-tokens", "32", "--min-tokens", "8", "-q"]
+    common += ["--threshold-quantile", "0.5"]
+    result = runner.invoke(app, ["mine", str(corpus), "--output", str(tmp_path / "out"), *common])
+    assert result.exit_code == 2, result.output
+    message = " ".join(result.output.split())
+    assert "c.jsonl:3: field 'text' holds a lone surrogate" in message and "--skip-unreadable" in message
+    result = runner.invoke(app, ["mine", str(corpus), "--output", str(tmp_path / "out"), "--skip-unreadable", *common])
+    assert result.exit_code == 0, result.output
+    stats = json.loads((tmp_path / "out" / "stats.json").read_text())
+    assert stats["skipped"]["unreadable_record"] == 1
+    assert "c.jsonl:8 repeats an earlier document's text" in " ".join(result.output.split())
+
+
+def test_cases_that_already_held_stay_held(tmp_path):
+    """Issue 20's 'holds well' reader cases: NUL bytes, emoji and right-to-left text, integer and null ids,
+    an empty file, and a folder mixing corpus files with other files."""
+    rows = [
+        {"id": 7, "text": "NUL\x00inside a text"},
+        {"id": None, "text": "emoji 🧭🌊 and right-to-left שלום עולם مرحبا"},
+        {"id": "../../etc/x", "text": "an id that looks like a path"},
+    ]
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    _jsonl(folder / "a.jsonl", rows)
+    (folder / "empty.jsonl").write_text("")
+    (folder / "notes.csv").write_text("a,b\n")
+    (folder / "readme.md").write_text("# not a corpus file")
+    assert expand_sources([folder]) == [folder / "a.jsonl", folder / "empty.jsonl"]
+    records = list(iter_corpus([folder], id_field="id"))
+    assert [r.text for r in records] == [row["text"] for row in rows]
+    assert [r.doc_id for r in records] == ["7", f"{folder / 'a.jsonl'}:2", "../../etc/x"]  # a null id: file:line
+    assert all(r.skip is None for r in records)
+    assert list(iter_corpus([folder / "empty.jsonl"])) == []

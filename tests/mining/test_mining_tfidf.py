@@ -12,7 +12,7 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 
 from xprt_st.columns import GROUP_COLUMNS, LABEL
 from xprt_st.mining import GroupBuilder, MiningConfig, MiningConfigError
-from xprt_st.mining.builder import CONFIG_FILE, DF_FILE
+from xprt_st.mining.layout import CONFIG_FILE, DF_FILE
 from xprt_st.mining.scoring import tfidf_cosine
 from xprt_st.mining.tfidf import TfidfScorer
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from xprt_st.objectives import OBJECTIVES
 from xprt_st.recipe import RECIPES_DIR, SETTINGS, RecipeError, available_recipes, build_recipe, load_recipe
@@ -85,3 +86,90 @@ def test_objective_arguments_are_bound_without_building():
 def test_unknown_recipe_name_lists_the_packaged_ones():
     with pytest.raises(RecipeError, match=r"packaged recipes: .*xprt"):
         load_recipe("no-such-recipe")
+
+
+# Issue 20, item 8: a wrongly typed or out-of-range objective argument is a one-line RecipeError naming the
+# key, the value and what is accepted, raised while reading the recipe (before any model loads); it was a
+# TypeError ("'>' not supported ...") or ValueError ("cross_weight must be >= 0") from inside the loss.
+@pytest.mark.parametrize(
+    ("objective", "args", "expected"),
+    [
+        ("xprt", {"cross_weight": -1}, "objective.args.cross_weight: -1 is out of range; XPRTLoss accepts a "
+         "number >= 0"),
+        ("xprt", {"temperature": "hot"}, "objective.args.temperature: must be a number, found 'hot'"),
+        ("xprt", {"encoder_mask_ratio": 1.0}, "objective.args.encoder_mask_ratio: 1.0 is out of range; XPRTLoss "
+         "accepts a number in [0, 1)"),
+        ("xprt", {"num_condition_vectors": 2.5}, "objective.args.num_condition_vectors: must be an integer, found 2.5"),
+        ("self-only", {"prediction_ratio": 0}, "objective.args.prediction_ratio: 0 is out of range; XPRTLoss accepts "
+         "a number in (0, 1]"),
+        ("cross-passage", {"temperature": 0}, "objective.args.temperature: 0 is out of range; CrossPassageLoss "
+         "accepts a number > 0"),
+        ("retromae", {"pooling": "mean"}, "objective.args.pooling: 'mean' is not valid; choose one of cls, model"),
+        ("retromae", {"decoder_mask_ratio": 0}, "objective.args.decoder_mask_ratio: 0 is out of range; RetroMAELoss "
+         "accepts a number in (0, 1)"),
+        ("tsdae", {"tie_encoder_decoder": "yes"}, "objective.args.tie_encoder_decoder: must be true or false, found "
+         "'yes'"),
+    ],
+)  # fmt: skip
+def test_bad_objective_argument_is_one_line_naming_key_value_and_range(tmp_path, objective, args, expected):
+    # read without the training package (tests/test_objectives.py checks that in a fresh process)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({"name": "bad", "objective": {"name": objective, "args": args}}))
+    with pytest.raises(RecipeError) as caught:
+        load_recipe(path)
+    assert str(caught.value) == f"recipe {path}: {expected}"
+    assert "\n" not in str(caught.value)
+
+
+def test_objective_rule_across_arguments_and_numbers_as_the_loss_takes_them():
+    with pytest.raises(
+        RecipeError, match=r"encoder_mask_ratio: 0 masks nothing, .* \(mlm_weight 0.1, self_weight 0.1\)"
+    ):
+        build_recipe({"name": "t", "objective": {"name": "xprt", "args": {"encoder_mask_ratio": 0}}})
+    unmasked = {"encoder_mask_ratio": 0, "mlm_weight": 0, "self_weight": 0}
+    quiet = build_recipe({"name": "t", "objective": {"name": "xprt", "args": unmasked}})
+    assert quiet.objective.args == {"encoder_mask_ratio": 0.0, "mlm_weight": 0.0, "self_weight": 0.0}
+    # YAML reads 1e-2 (no dot) as a string: the loss receives the number
+    recipe = build_recipe(yaml.safe_load("name: t\nobjective: {name: cross-passage, args: {temperature: 1e-2}}"))
+    assert recipe.objective.args == {"temperature": 0.01}
+
+
+# Issue 20, item 9: a bad value given as a flag is the flag's problem, not one "in recipe .../recipes/xprt.yaml".
+def test_problems_of_command_line_values_name_the_flag_not_the_packaged_file():
+    with pytest.raises(RecipeError) as caught:
+        load_recipe("xprt", overrides={"training.learning_rate": -1.0})
+    assert str(caught.value) == "--learning-rate: must be positive, got -1.0"
+    with pytest.raises(RecipeError) as caught:
+        load_recipe("xprt", overrides={"training.batch_size": 1, "training.learning_rate": 0.0}, setting="nope")
+    message = str(caught.value)
+    assert message.startswith("3 problem(s) in the command line:\n") and "xprt.yaml" not in message
+    assert "  - --setting: 'nope' is not a setting" in message
+    assert "  - --batch-size: 1 groups; in-batch negatives need at least 2 per device" in message
+    # a problem of the file next to one of a flag: each says where it comes from
+    with pytest.raises(RecipeError) as caught:
+        build_recipe(
+            {"name": "t", "objective": {"name": "xprt", "args": {"cross_weight": -1}}},
+            source="mine.yaml",
+            overrides={"training.max_steps": 0},
+            override_labels={"training.max_steps": "--steps"},
+        )
+    assert str(caught.value).splitlines() == [
+        "2 problem(s):",
+        "  - recipe mine.yaml: objective.args.cross_weight: -1 is out of range; XPRTLoss accepts a number >= 0",
+        "  - --steps: must be -1 (use epochs) or positive, got 0",
+    ]
+
+
+def test_override_flags_are_the_train_commands_own_options():
+    # The default label of an override is the flag named after its key: it must be an option `xprt-st train` has.
+    import typer.main
+
+    from xprt_st.cli import app
+    from xprt_st.recipe import override_flag
+
+    command = typer.main.get_command(app).commands["train"]
+    options = {option for parameter in command.params for option in parameter.opts}
+    for key in ("training.model", "training.max_steps", "training.epochs", "training.batch_size",
+                "training.learning_rate", "training.seed", "training.save_steps", "training.logging_steps",
+                "training.precision", "training.max_seq_length", "setting"):  # fmt: skip
+        assert override_flag(key) in options, key

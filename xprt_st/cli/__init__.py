@@ -66,7 +66,7 @@ app = typer.Typer(
 )
 
 # The imports register each subcommand on ``app``.
-from xprt_st.cli import compare, evaluate, mine, quickstart, train  # noqa: E402, F401
+from xprt_st.cli import compare, evaluate, interpolate, mine, quickstart, train  # noqa: E402, F401
 
 for _info in app.registered_commands:
     if _info.cls in (None, TyperCommand):

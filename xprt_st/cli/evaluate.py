@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 import yaml
@@ -34,8 +35,8 @@ def evaluate(
         typer.Option(
             "--tasks",
             "-t",
-            help="Comma-separated tasks: arguana, stsb, sickr, sts12-sts15, python-faq, a BEIR folder, an STS "
-            "file, or an MTEB task name (online).",
+            help="Comma-separated tasks: arguana, stsb, sickr, sts12-sts15, python-faq, mined:DIR (the label-free "
+            "task on a mined folder's held-out documents), a BEIR folder, an STS file, or an MTEB task name (online).",
         ),
     ] = ["arguana", "stsb"],  # noqa: B006 (typer reads defaults, never mutates them)
     data_dir: Annotated[
@@ -113,7 +114,66 @@ def evaluate(
             if rows:
                 console.print(thirds_rich_table(rows))
                 paths["thirds"] = write_thirds_csv(rows, output_dir / "overlap_thirds.csv")
+        drift = _label_free_drift(specs, report.models, tasks, device=device, batch_size=batch_size)
+        if drift:
+            paths["label_free"] = output_dir / "label_free.json"
+            paths["label_free"].write_text(json.dumps(drift, indent=2) + "\n", encoding="utf-8")
     console.print("wrote " + ", ".join(str(path) for path in paths.values()), highlight=False)
+
+
+def _label_free_drift(
+    specs: list[str], labels: list[str], tasks: list[str], *, device: str | None, batch_size: int
+) -> list[dict[str, Any]]:
+    """The label-free difference with its interval and the drift of each ``mined:DIR`` task, printed and returned.
+
+    With several models, every model after the first is compared with the first; with one model trained by
+    xprt-st, with the starting model its ``training_state/`` records; otherwise there is no reference.
+    """
+    from xprt_st.evaluation.label_free import TASK_PREFIX, compare_to_reference, format_comparison, load_heldout_task
+    from xprt_st.models import load_model
+    from xprt_st.training.trainer import TrainingStateError, read_training_config
+
+    mined = [part.strip() for spec in tasks for part in spec.split(",") if part.strip().startswith(TASK_PREFIX)]
+    if not mined:
+        return []
+    if len(specs) > 1:
+        reference, others = (labels[0], specs[0]), list(zip(labels[1:], specs[1:], strict=True))
+    else:
+        try:
+            start = read_training_config(specs[0])["starting_model"]
+        except (TrainingStateError, KeyError):
+            err_console.print(
+                f"[yellow]{', '.join(mined)}: no drift line; give the starting model too (xprt-st evaluate START "
+                f"{specs[0]} ...) to compare with it[/yellow]"
+            )
+            return []
+        reference, others = (f"start {start}", start), [(labels[0], specs[0])]
+    loaded: dict[str, Any] = {}
+
+    def model(spec: str) -> Any:
+        if spec not in loaded:
+            loaded[spec] = load_model(spec, device=device)
+        return loaded[spec]
+
+    records = []
+    for spec in dict.fromkeys(mined):
+        heldout = load_heldout_task(spec[len(TASK_PREFIX) :])
+        rows = compare_to_reference(
+            heldout,
+            [(label, model(name)) for label, name in others],
+            (reference[0], model(reference[1])),
+            batch_size=batch_size,
+        )
+        for row in rows:
+            names = (row["reference_label"], row["model_label"])
+            console.print(f"{spec}: {format_comparison(row, names)}", highlight=False)
+            records.append({"task": spec, **row})
+    console.print(
+        "The label-free task is a drift and sanity signal, not a verdict: its related passages were chosen by the "
+        "mining model.",
+        highlight=False,
+    )
+    return records
 
 
 @app.command("finetune-compare")

@@ -10,19 +10,17 @@ from rich.console import Console
 
 from xprt_st.cli import app
 from xprt_st.cli.common import OutputPathError, check_output_folder, command_logging
-from xprt_st.mining.builder import (
-    GroupBuilder,
-    MiningConfig,
-    MiningError,
-    NoGroupsError,
-    ShardResult,
-    merge,
-    summary_table,
-)
-from xprt_st.mining.groups import DEFAULT_THRESHOLD_QUANTILE, DEFAULT_TOP_K, PAPER_THRESHOLD
-from xprt_st.mining.passages import DEFAULT_MAX_PASSAGES, DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
+from xprt_st.mining.config import MiningConfig, MiningError, NoGroupsError
+from xprt_st.mining.groups import DEFAULT_THRESHOLD_QUANTILE, PAPER_THRESHOLD
+from xprt_st.mining.layout import MiningLayout
+from xprt_st.mining.merge import merge
+from xprt_st.mining.mine import ENGINES, ShardResult, run_mining
 from xprt_st.mining.reader import CorpusError
 from xprt_st.mining.report import write_report
+from xprt_st.mining.stats import summary_table
+
+DEFAULTS = MiningConfig()
+"""Every option's default is the library's (one place holds each default)."""
 
 console = Console(stderr=True)
 
@@ -58,21 +56,25 @@ def mine(
         typer.Option(help="Field with the text; default 'text' (with --html: 'html', else 'text' where it is absent)."),
     ] = None,
     id_field: Annotated[str | None, typer.Option(help="Field with the document id (side files only).")] = None,
-    html: Annotated[bool, typer.Option("--html", help="Extract the main text of raw HTML with trafilatura.")] = False,
-    split: Annotated[str, typer.Option(help="Split of a Hugging Face dataset.")] = "train",
+    html: Annotated[
+        bool, typer.Option("--html", help="Extract the main text of raw HTML with trafilatura.")
+    ] = DEFAULTS.html,
+    split: Annotated[str, typer.Option(help="Split of a Hugging Face dataset.")] = DEFAULTS.split,
     model: Annotated[
         str | None, typer.Option(help="Mining model name or path; default the packaged all-MiniLM-L6-v2.")
     ] = None,
     prompt: Annotated[str | None, typer.Option(help='Prompt text before each passage, e.g. "passage: " (E5).')] = None,
     prompt_name: Annotated[str | None, typer.Option(help="Name of a prompt stored in the model.")] = None,
     device: Annotated[str | None, typer.Option(help="Torch device; default: all GPUs when present.")] = None,
-    batch_size: Annotated[int, typer.Option(help="Encoding batch size.")] = 64,
-    max_tokens: Annotated[int, typer.Option(help="Most tokens per passage.")] = DEFAULT_MAX_TOKENS,
+    batch_size: Annotated[int, typer.Option(help="Encoding batch size.")] = DEFAULTS.batch_size,
+    max_tokens: Annotated[int, typer.Option(help="Most tokens per passage.")] = DEFAULTS.max_tokens,
     min_tokens: Annotated[
         int, typer.Option(help="A passage closes at a block end after this many.")
-    ] = DEFAULT_MIN_TOKENS,
-    overlap_tokens: Annotated[int, typer.Option(help="Tokens repeated after a cut inside a block.")] = 0,
-    max_passages: Annotated[int, typer.Option(help="Most passages per document.")] = DEFAULT_MAX_PASSAGES,
+    ] = DEFAULTS.min_tokens,
+    overlap_tokens: Annotated[
+        int, typer.Option(help="Tokens repeated after a cut inside a block.")
+    ] = DEFAULTS.overlap_tokens,
+    max_passages: Annotated[int, typer.Option(help="Most passages per document.")] = DEFAULTS.max_passages,
     threshold: Annotated[
         float | None,
         typer.Option(
@@ -89,15 +91,22 @@ def mine(
             "documents without groups (docs/mining.md)."
         ),
     ] = None,
-    top_k: Annotated[int, typer.Option(help="Related passages per anchor (paper: 4).")] = DEFAULT_TOP_K,
-    rank_by: Annotated[str, typer.Option(help="fused (paper) | embedding | tfidf.")] = "fused",
-    positive: Annotated[str, typer.Option(help="mined (paper) | random (ablation).")] = "mined",
-    pairs: Annotated[str, typer.Option(help="mined | random-span (Contriever-style baseline).")] = "mined",
-    seed: Annotated[int, typer.Option(help="Seed of the random ablations.")] = 0,
-    num_shards: Annotated[int, typer.Option(help="Number of shards (one job each).")] = 1,
+    top_k: Annotated[int, typer.Option(help="Related passages per anchor (paper: 4).")] = DEFAULTS.top_k,
+    rank_by: Annotated[str, typer.Option(help="fused (paper) | embedding | tfidf.")] = DEFAULTS.rank_by,
+    positive: Annotated[str, typer.Option(help="mined (paper) | random (ablation).")] = DEFAULTS.positive,
+    pairs: Annotated[str, typer.Option(help="mined | random-span (Contriever-style baseline).")] = DEFAULTS.pairs,
+    seed: Annotated[int, typer.Option(help="Seed of the random ablations and of --holdout.")] = DEFAULTS.seed,
+    holdout: Annotated[
+        float,
+        typer.Option(
+            help="Fraction of whole documents (chosen by a hash of --seed and the document id) kept apart in "
+            "DIR/heldout/ and never trained on: the material of the label-free check. Default 0: none."
+        ),
+    ] = DEFAULTS.holdout,
+    num_shards: Annotated[int, typer.Option(help="Number of shards (one job each).")] = DEFAULTS.num_shards,
     shard_index: Annotated[int | None, typer.Option(help="Run only this shard; default all.")] = None,
-    chunk_size: Annotated[int, typer.Option(help="Documents per checkpoint inside a shard.")] = 1000,
-    engine: Annotated[str, typer.Option(help="local (one process, the reference) | ray (a Ray cluster).")] = "local",
+    chunk_size: Annotated[int, typer.Option(help="Documents per checkpoint inside a shard.")] = DEFAULTS.chunk_size,
+    engine: Annotated[str, typer.Option(help="local (one process, the reference) | ray (a Ray cluster).")] = ENGINES[0],
     num_workers: Annotated[
         int | None, typer.Option(help="Ray encoder workers; default one per GPU, or one per CPU without GPUs.")
     ] = None,
@@ -107,7 +116,9 @@ def mine(
             envvar="RAY_ADDRESS", help="Ray cluster to attach to (HOST:PORT); default a local one for this command."
         ),
     ] = None,
-    skip_unreadable: Annotated[bool, typer.Option(help="Count unreadable files instead of failing.")] = False,
+    skip_unreadable: Annotated[
+        bool, typer.Option(help="Count unreadable files instead of failing.")
+    ] = DEFAULTS.skip_unreadable,
     report: Annotated[bool, typer.Option("--report", help="Also write DIR/report.html (like inspect).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
     verbose: Annotated[
@@ -151,6 +162,7 @@ def mine(
                 positive=positive,
                 pairs=pairs,
                 seed=seed,
+                holdout=holdout,
             )
             if merge_dir is not None:
                 if corpus or output is not None or overwrite:
@@ -163,26 +175,23 @@ def mine(
                 if not corpus or output is None:
                     raise typer.BadParameter("give CORPUS... and --output DIR (or --merge DIR)")
                 folder = output
-                if engine == "ray":
-                    if shard_index is not None:
-                        raise typer.BadParameter("--shard-index is for --engine local; the Ray engine runs every shard")
-                    from xprt_st.mining.ray_engine import RayEngine
-
-                    ray_engine = RayEngine(
-                        corpus,
-                        output,
-                        config,
-                        num_workers=num_workers,
-                        address=ray_address,
-                        progress=not quiet,
-                        overwrite=overwrite,
+                stored = MiningLayout(output)
+                if not overwrite and stored.stored_settings() is not None:
+                    console.print(
+                        f"resuming the mining run stored in {output}: {stored.stored_chunks()} scored chunks are "
+                        "kept, only the missing work is done (--overwrite mines again from scratch)"
                     )
-                    result = ray_engine.run()
-                elif engine != "local":
-                    raise typer.BadParameter(f"--engine {engine!r} is not one of ['local', 'ray']")
-                else:
-                    builder = GroupBuilder(corpus, output, config, progress=not quiet, overwrite=overwrite)
-                    result = builder.run(shard_index=shard_index)
+                result = run_mining(
+                    corpus,
+                    output,
+                    config,
+                    engine=engine,
+                    shard_index=shard_index,
+                    progress=not quiet,
+                    overwrite=overwrite,
+                    num_workers=num_workers,
+                    ray_address=ray_address,
+                )
                 if isinstance(result, ShardResult):
                     console.print(
                         f"shard {result.shard_index} complete (chunks computed {result.chunks_computed}, reused "

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from xprt_st.cli import app
-from xprt_st.quickstart import NO_GAIN_NOTE
+from xprt_st.quickstart import LABEL_FREE_NOTE, NO_GAIN_NOTE
 
 console = Console()
 
@@ -70,9 +70,19 @@ def quickstart(
     console.print(table)
     if not summary["gained"]:
         console.print(NO_GAIN_NOTE, highlight=False)
+    if summary.get("label_free"):
+        console.print(label_free_line(summary["label_free"]), highlight=False)
+        console.print(LABEL_FREE_NOTE, highlight=False)
     console.print(
         f"Everything is in [bold]{output}[/bold]; the trained model loads with SentenceTransformer('{output}/model')."
     )
+
+
+def label_free_line(record: dict) -> str:
+    """The quickstart's label-free line (held-out documents of the mined folder, no labels)."""
+    from xprt_st.evaluation.label_free import format_comparison
+
+    return f"Label-free nDCG@10 on {record['queries']} held-out anchors: {format_comparison(record)}"
 
 
 def _bounds(fields: dict[str, str]) -> str:

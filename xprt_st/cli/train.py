@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 
 from xprt_st.cli import app
 
@@ -47,6 +48,13 @@ def train(
     seed: Annotated[int | None, typer.Option("--seed", help="Seed for initialisation, data order, masking.")] = None,
     save_steps: Annotated[int | None, typer.Option("--save-steps", help="Checkpoint every N steps.")] = None,
     logging_steps: Annotated[int | None, typer.Option("--logging-steps", help="Log loss terms every N steps.")] = None,
+    eval_steps: Annotated[
+        int | None, typer.Option("--eval-steps", help="With held-out documents: label-free score every N steps.")
+    ] = None,
+    keep_best: Annotated[
+        bool | None,
+        typer.Option("--keep-best/--no-keep-best", help="End on the checkpoint with the best label-free score."),
+    ] = None,
     precision: Annotated[str | None, typer.Option("--precision", help="fp32, bf16 or fp16.")] = None,
     max_seq_length: Annotated[int | None, typer.Option("--max-seq-length", help="Token limit per passage.")] = None,
     print_recipe: Annotated[
@@ -71,6 +79,7 @@ def train(
     from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
     from xprt_st.models import ModelLoadError
     from xprt_st.recipe import RecipeError, load_recipe
+    from xprt_st.training.checkpoints import CheckpointSpaceError, CheckpointWriteError
     from xprt_st.training.data import MinedDataError
     from xprt_st.training.run import OutputFolderError, train_recipe
     from xprt_st.training.trainer import NonFiniteLossError, NonFiniteWeightsError, TrainingStateError
@@ -85,13 +94,15 @@ def train(
         "training.seed": seed,
         "training.save_steps": save_steps,
         "training.logging_steps": logging_steps,
+        "training.eval_steps": eval_steps,
+        "training.keep_best": keep_best,
         "training.precision": precision,
         "training.max_seq_length": max_seq_length,
     }
     try:
         resolved = load_recipe(recipe, overrides=overrides, setting=setting)
     except RecipeError as error:
-        console.print(f"[red]error:[/red] {error}", markup=True, highlight=False)
+        console.print(f"[red]error:[/red] {escape(str(error))}", markup=True, highlight=False)
         raise typer.Exit(2) from error
     if print_recipe:
         typer.echo(yaml.safe_dump(resolved.to_dict(), sort_keys=False), nl=False)
@@ -104,7 +115,7 @@ def train(
         if resume is None and fork_from is None:  # on resume or fork, the checkpoint records the starting model
             check_model(resolved.training.model, "--model" if model else f"recipe {recipe}: training.model")
     except (OutputPathError, ModelLoadError) as error:
-        console.print(f"[red]error:[/red] {error}", highlight=False)
+        console.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
         raise typer.Exit(2) from error
     main_process = int(os.environ.get("RANK", "0")) == 0  # under torchrun / accelerate launch, one process reports
     with command_logging("train", output, verbose=verbose, progress=progress, show_info=main_process):
@@ -112,11 +123,11 @@ def train(
             folder = train_recipe(
                 resolved, data=data, output=output, resume=resume, model=model, progress=progress, fork_from=fork_from
             )
-        except (MinedDataError, ModelLoadError, TrainingStateError, OutputFolderError) as error:
-            console.print(f"[red]error:[/red] {error}", highlight=False)
+        except (MinedDataError, ModelLoadError, TrainingStateError, OutputFolderError, CheckpointSpaceError) as error:
+            console.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
             raise typer.Exit(2) from error
-        except (NonFiniteLossError, NonFiniteWeightsError) as error:
-            console.print(f"[red]training stopped:[/red] {error}", highlight=False)
+        except (NonFiniteLossError, NonFiniteWeightsError, CheckpointWriteError) as error:
+            console.print(f"[red]training stopped:[/red] {escape(str(error))}", highlight=False)
             raise typer.Exit(1) from error
     if main_process:
         console.print(f"[green]done:[/green] {folder} loads with SentenceTransformer({str(folder)!r})")

@@ -7,9 +7,12 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from mteb.abstasks import AbsTask
 
 from xprt_st.binding import bind
 
@@ -152,7 +155,10 @@ class CompareConfig:
         for name in self.recipes:
             try:
                 recipe = load_recipe(
-                    name, overrides=self.recipe_overrides(seed=self.seeds[0] if self.seeds else 0), setting=self.setting
+                    name,
+                    overrides=self.recipe_overrides(seed=self.seeds[0] if self.seeds else 0),
+                    setting=self.setting,
+                    override_labels=self.override_labels(),
                 )
             except RecipeError as error:
                 problems += [f"recipe {name}: {problem}" for problem in error.problems]
@@ -174,6 +180,12 @@ class CompareConfig:
             overrides["training.model"] = self.model
         return overrides
 
+    def override_labels(self) -> dict[str, str]:
+        """What :meth:`recipe_overrides` keys are called in messages: this config's own keys, not command-line flags."""
+        labels = {f"training.{key}": f"training.{key}" for key in self.training}
+        labels |= {f"retention.{key}": f"retention.{key}" for key in self.retention}
+        return labels | {"training.seed": "seeds", "training.model": "model", "setting": "setting"}
+
     def resolve(self, path: str) -> Path:
         """A corpus path: absolute, relative to the working directory when it exists, else under ``data_dir``."""
         from xprt_st.evaluation.catalog import default_data_dir
@@ -191,10 +203,11 @@ class CompareConfig:
         return hashlib.sha1(payload.encode()).hexdigest()[:10]
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain data (what the run folder's ``compare_config.yaml`` holds)."""
         return dataclasses.asdict(self)
 
 
-def _task_item(item: Any) -> Any:
+def _task_item(item: object) -> object:
     return {"name": item} if isinstance(item, str) else item
 
 
@@ -217,7 +230,7 @@ def load_compare_config(path: str | Path, overrides: dict[str, Any] | None = Non
     return CompareConfig.from_dict(raw, source=str(path))
 
 
-def resolve_compare_tasks(config: CompareConfig) -> list[Any]:
+def resolve_compare_tasks(config: CompareConfig) -> list[AbsTask]:
     """The mteb tasks of the config, each with its own subsample (seeded by ``eval_seed``)."""
     from xprt_st.evaluation.catalog import resolve_task
 

@@ -37,6 +37,7 @@ class CompareResult:
         return statistics.fmean(row[t] - start[t] for t in self.tasks)
 
     def mean(self, seed: int, model: str) -> float:
+        """Mean over tasks of ``model``'s scores in one seed."""
         return statistics.fmean(self.scores[seed][model][t] for t in self.tasks)
 
     def seed_gains(self, model: str) -> list[float]:

@@ -9,7 +9,7 @@ import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -24,6 +24,10 @@ from xprt_st.compare.corpus import CORPUS_FILE, build_corpus
 from xprt_st.compare.report import write_report
 from xprt_st.compare.results import START_LABEL, CompareResult, collect_results
 from xprt_st.compare.variants import data_variant, prepare_variant
+
+if TYPE_CHECKING:
+    from xprt_st.evaluation.run import EvaluationReport
+    from xprt_st.recipe import Recipe
 
 logger = logging.getLogger(__name__)
 
@@ -66,10 +70,15 @@ def check_unchanged(config: CompareConfig, run: Path) -> None:
         )
 
 
-def _resolved_recipe(recipe_name: str, config: CompareConfig, seed: int) -> Any:
+def _resolved_recipe(recipe_name: str, config: CompareConfig, seed: int) -> Recipe:
     from xprt_st.recipe import load_recipe
 
-    return load_recipe(recipe_name, overrides=config.recipe_overrides(seed), setting=config.setting)
+    return load_recipe(
+        recipe_name,
+        overrides=config.recipe_overrides(seed),
+        setting=config.setting,
+        override_labels=config.override_labels(),
+    )
 
 
 def _check_complete(folder: Path, resolved: dict[str, Any]) -> None:
@@ -138,7 +147,7 @@ def _evaluate(
     return payload
 
 
-def _per_item(report: Any, label: str) -> dict[str, dict[str, Any]]:
+def _per_item(report: EvaluationReport, label: str) -> dict[str, dict[str, Any]]:
     """Each task's per-item scores (queries' nDCG@10, pairs' cosine and gold): what the report's bootstrap resamples."""
     items: dict[str, dict[str, Any]] = {}
     for task in report.tasks:
@@ -264,7 +273,7 @@ def run_compare(
 
         data: dict[str, Path] = {}
         for name in config.recipes:
-            recipe = load_recipe(name, setting=config.setting)
+            recipe = load_recipe(name, setting=config.setting, override_labels=config.override_labels())
             variant, options = data_variant(recipe.data.requires)
             if variant not in data:
                 folder = mined if variant == "mined" else run / "data" / variant

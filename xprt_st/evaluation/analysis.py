@@ -22,9 +22,14 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from xprt_st.evaluation.readers import BEIRData
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from xprt_st.evaluation.run import EvaluationReport
 
 THIRD_NAMES = ("low", "middle", "high")
 _WORD = re.compile(r"\w+")
@@ -106,6 +111,7 @@ def ndcg_by_third(
         thirds: from :func:`overlap_thirds`.
         per_query: model -> query id -> nDCG@10; every query of every third must be present.
         reference: the model the gains are measured against (None: no gains).
+        task: the task name the rows carry.
     """
     means: dict[tuple[str, str], float] = {}
     for model, scores in per_query.items():
@@ -134,7 +140,7 @@ def ndcg_by_third(
     ]
 
 
-def overlap_thirds_report(report: Any, task: str, reference: str | None = None) -> list[ThirdScore]:
+def overlap_thirds_report(report: EvaluationReport, task: str, reference: str | None = None) -> list[ThirdScore]:
     """:func:`ndcg_by_third` for one local retrieval task of an :class:`~xprt_st.evaluation.run.EvaluationReport`.
 
     ``reference`` defaults to the first model of the report.
@@ -164,7 +170,7 @@ def write_thirds_csv(rows: Sequence[ThirdScore], path: str | Path) -> Path:
     return path
 
 
-def thirds_rich_table(rows: Sequence[ThirdScore], title: str = "nDCG@10 by word-overlap third"):
+def thirds_rich_table(rows: Sequence[ThirdScore], title: str = "nDCG@10 by word-overlap third") -> Table:
     """A rich table: one row per model, one column per third (score and gain over the reference)."""
     from rich.table import Table
 

@@ -34,7 +34,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -246,7 +246,7 @@ def pooled_interval(
 
 def _scipy_interval(
     data: Sequence[np.ndarray],
-    statistic: Any,
+    statistic: Callable[..., np.ndarray],
     paired: bool,
     confidence: float,
     n_resamples: int,

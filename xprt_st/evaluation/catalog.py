@@ -7,6 +7,8 @@ Task specs understood by :func:`resolve_tasks`:
 - a BEIR folder path: ``corpus.jsonl[.gz]``, ``queries.jsonl[.gz]`` and ``qrels/test.tsv``;
 - an STS file path: a tab-separated file ``sentence1<TAB>sentence2<TAB>score`` (header optional), the
   STS-B 7-field layout, or the SICK layout; or a SemEval STS folder of ``STS.input.*`` / ``STS.gs.*``;
+- ``mined:DIR``: the label-free task on the held-out documents of the mined folder ``DIR``
+  (:mod:`xprt_st.evaluation.label_free`; subsampling does not apply to it);
 - an MTEB task name (e.g. ``ArguAna``) when the hub is reachable; offline, names that have a local
   equivalent fall back to it.
 
@@ -20,8 +22,10 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from mteb.abstasks import AbsTask
+
+from xprt_st.evaluation.label_free import TASK_PREFIX, label_free_task
 from xprt_st.evaluation.readers import (
     BEIRData,
     STSData,
@@ -241,9 +245,11 @@ def resolve_task(
     max_queries: int | None = None,
     max_corpus: int | None = None,
     seed: int = 0,
-) -> Any:
+) -> AbsTask:
     """Turn one task spec (a local name, a path, or an MTEB name) into an mteb task; see the module doc."""
     spec = spec.strip()
+    if spec.startswith(TASK_PREFIX):
+        return label_free_task(spec[len(TASK_PREFIX) :])
     if spec.lower() in LOCAL_TASKS:
         return load_local_task(spec, data_dir, max_queries=max_queries, max_corpus=max_corpus, seed=seed)
     path = Path(spec).expanduser()
@@ -282,8 +288,8 @@ def resolve_task(
             f"offline tasks: {', '.join(LOCAL_TASKS)}, a BEIR folder path, or an STS file path"
         )
     raise TaskLoadError(
-        f"unknown task {spec!r}: not a local task name ({', '.join(LOCAL_TASKS)}), not an existing "
-        "BEIR folder or STS file path, and not an MTEB task name"
+        f"unknown task {spec!r}: not a local task name ({', '.join(LOCAL_TASKS)}), not mined:DIR, not an "
+        "existing BEIR folder or STS file path, and not an MTEB task name"
     )
 
 
@@ -294,7 +300,7 @@ def resolve_tasks(
     max_queries: int | None = None,
     max_corpus: int | None = None,
     seed: int = 0,
-) -> list[Any]:
+) -> list[AbsTask]:
     """Resolve comma-separated or repeated task specs into mteb tasks, in order, without duplicates."""
     names = [part.strip() for spec in specs for part in spec.split(",") if part.strip()]
     if not names:

@@ -32,6 +32,9 @@ def rank_documents(
 
     Args:
         scores: one score per document, aligned with ``doc_ids``.
+        doc_ids: the documents' ids.
+        k: how many ids to return.
+        exclude: an id never returned (ArguAna: the query's own argument).
         ties: ``"trec_eval"`` orders equal scores by document id descending (what pytrec_eval, hence
             mteb, does); ``"ascending"`` by id ascending (to measure how much ties matter).
     """

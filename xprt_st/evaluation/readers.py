@@ -204,6 +204,7 @@ class STSData:
         return len(self.score)
 
     def extend(self, other: STSData) -> None:
+        """Append ``other``'s pairs."""
         self.sentence1.extend(other.sentence1)
         self.sentence2.extend(other.sentence2)
         self.score.extend(other.score)

@@ -21,7 +21,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from sentence_transformers import SentenceTransformer
@@ -29,6 +29,9 @@ from sentence_transformers import SentenceTransformer
 from xprt_st.evaluation.catalog import resolve_tasks
 from xprt_st.evaluation.tasks import PER_PAIR_KEY, PER_QUERY_KEY, task_label
 from xprt_st.models import is_default_model, load_model
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 logger = logging.getLogger(__name__)
 
@@ -169,7 +172,7 @@ class EvaluationReport:
         fig.savefig(path, dpi=120)
         return path
 
-    def rich_table(self, title: str = "xprt-st evaluate"):
+    def rich_table(self, title: str = "xprt-st evaluate") -> Table:
         """A rich table: models as rows, tasks (with their metric) as columns, plus the mean."""
         from rich.table import Table
 
@@ -267,7 +270,10 @@ def evaluate_models(
         models: names or paths (None or ``"default"``: the offline default model), or loaded models.
         tasks: task specs (see :func:`xprt_st.evaluation.local.resolve_tasks`) or mteb task objects.
         labels: names in the table; by default the model's name or folder name (made unique).
-        data_dir, max_queries, max_corpus, seed: passed to task resolution for task specs.
+        data_dir: folder of the named local tasks (task resolution, for task specs).
+        max_queries: queries (or STS pairs) kept per task spec (task resolution).
+        max_corpus: retrieval documents kept per task spec (task resolution).
+        seed: seed of those subsamples (task resolution).
         batch_size: encoding batch size.
         cache_dir: mteb result cache folder; None disables caching.
         overwrite: re-run even when the cache holds results for these weights and this task data.

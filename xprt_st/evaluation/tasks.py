@@ -10,11 +10,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 from datasets import Dataset, DatasetDict
+from mteb.abstasks import AbsTask
 from mteb.abstasks.retrieval import AbsTaskRetrieval
 from mteb.abstasks.sts import AbsTaskSTS
 from mteb.abstasks.task_metadata import TaskMetadata
@@ -64,7 +65,8 @@ class LocalRetrievalTask(AbsTaskRetrieval):
     beir: ClassVar[BEIRData]
     label: ClassVar[str]
 
-    def load_data(self, num_proc: int | None = None, **kwargs: Any) -> None:
+    def load_data(self, num_proc: int | None = None, **kwargs: object) -> None:
+        """Hand mteb the in-memory split (mteb's hook; nothing is downloaded)."""
         if self.data_loaded:
             return
         from mteb.abstasks.retrieval_dataset_loaders import RetrievalSplitData
@@ -89,11 +91,12 @@ class LocalRetrievalTask(AbsTaskRetrieval):
     def task_specific_scores(
         self,
         scores: dict[str, dict[str, float]],
-        qrels: Any,
+        qrels: dict[str, dict[str, int]],
         results: dict[str, dict[str, float]],
         hf_split: str,
         hf_subset: str,
     ) -> dict[str, Any]:
+        """mteb's hook for extra scores: each query's nDCG@10 under :data:`PER_QUERY_KEY`."""
         return {PER_QUERY_KEY: {qid: float(values["ndcg_cut_10"]) for qid, values in scores.items()}}
 
 
@@ -103,7 +106,8 @@ class LocalSTSTask(AbsTaskSTS):
     sts: ClassVar[STSData]
     label: ClassVar[str]
 
-    def load_data(self, num_proc: int | None = None, **kwargs: Any) -> None:
+    def load_data(self, num_proc: int | None = None, **kwargs: object) -> None:
+        """Hand mteb the in-memory pairs (mteb's hook; nothing is downloaded)."""
         if self.data_loaded:
             return
         self.dataset = DatasetDict(
@@ -115,7 +119,7 @@ class LocalSTSTask(AbsTaskSTS):
         )
         self.data_loaded = True
 
-    def _calculate_scores(self, scores: Any, normalized_scores: list[float]) -> dict[str, Any]:
+    def _calculate_scores(self, scores: Mapping[str, Any], normalized_scores: list[float]) -> dict[str, Any]:
         # Spearman of the whole set has no per-pair parts, so a paired bootstrap over pairs needs the
         # pairs themselves: each one's cosine similarity and gold score, in the order of the data.
         metrics = dict(super()._calculate_scores(scores, normalized_scores))
@@ -155,6 +159,7 @@ def make_retrieval_task(
         ignore_identical_ids: never count a document whose id equals the query id (ArguAna's rule:
             a query's own argument is in the corpus and must not be a result).
         revision: a fingerprint of the data; computed from the content when None.
+        description: mteb's task description; by default one naming ``label``.
     """
     revision = revision or _fingerprint(sorted(data.qrels.items()), len(data.corpus), sorted(data.corpus)[:50])
     metadata = _metadata(
@@ -198,6 +203,6 @@ def make_sts_task(
     return cls()
 
 
-def task_label(task: Any) -> str:
+def task_label(task: AbsTask) -> str:
     """The name shown in tables: a local task's label, else the MTEB task name."""
     return getattr(type(task), "label", None) or task.metadata.name

@@ -49,6 +49,7 @@ class FinetuneResult:
     per_query: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def to_json(self, path: str | Path) -> Path:
+        """Write the whole result (plan, settings, rows, per-query scores) as JSON; returns the path."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         payload = {
@@ -63,6 +64,7 @@ class FinetuneResult:
         return path
 
     def to_csv(self, path: str | Path) -> Path:
+        """Write the gain rows as CSV (one row per sub-domain, overall first); returns the path."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w", newline="", encoding="utf-8") as handle:

@@ -79,7 +79,8 @@ def pretrain_from_recipe(
     """Produce the pre-trained model: train ``recipe`` from ``base`` on a mined folder (``xprt-st mine``).
 
     A thin call of :func:`xprt_st.training.train_recipe` so that finetune-compare can start from a
-    recipe and a corpus; ``overrides`` are dotted recipe keys, e.g. ``{"training.max_steps": 100}``.
+    recipe and a corpus; ``overrides`` are dotted recipe keys, e.g. ``{"training.max_steps": 100}`` (the
+    command's ``--pretrain-set KEY=VALUE``, as its messages call them).
 
     Returns:
         The folder of the pre-trained model.
@@ -88,7 +89,8 @@ def pretrain_from_recipe(
     from xprt_st.recipe import load_recipe
     from xprt_st.training import train_recipe
 
-    loaded = load_recipe(recipe, overrides=dict(overrides) if overrides else None)
+    labels = {key: f"--pretrain-set {key}" for key in overrides or {}}
+    loaded = load_recipe(recipe, overrides=dict(overrides) if overrides else None, override_labels=labels)
     # None means the default model, not the recipe's: base is what the comparison starts from.
     return train_recipe(loaded, mined, output, model=DEFAULT_MODEL if base is None else str(base), progress=progress)
 
@@ -123,6 +125,9 @@ def finetune_compare(
         domains: query id -> sub-domain (see :func:`query_domains`); None = overall only.
         settings: fine-tuning settings, identical for both models.
         output_dir: trainer scratch space and, with ``save_models``, the two fine-tuned models.
+        save_models: also save the two fine-tuned models under ``output_dir``.
+        eval_batch_size: encoding batch size of the evaluations.
+        device: torch device for models loaded here.
         tolerance: a gain below ``-tolerance`` is flagged.
     """
     from xprt_st.evaluation.run import evaluate_model, model_label

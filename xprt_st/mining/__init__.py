@@ -2,25 +2,24 @@
 
 Public API::
 
-    from xprt_st.mining import GroupBuilder, MiningConfig, mine, merge, write_report
+    from xprt_st.mining import GroupBuilder, MiningConfig, mine, merge, write_report, load_heldout
+
+Modules, in the order data flows: ``reader`` (records) -> ``stages`` (split, count, score: records in,
+records and counts out) with ``encoder`` (the model) -> ``merge`` (streamed groups) -> ``stats``;
+``layout`` names every file of the output folder; ``engines/`` decide who runs the stages
+(``local``, ``ray``) and ``mine`` is where one is chosen. ``builder`` keeps the former names.
 """
 
 from __future__ import annotations
 
 from xprt_st.mining.ablations import random_related, random_spans
-from xprt_st.mining.builder import (
-    GroupBuilder,
+from xprt_st.mining.config import (
     MiningConfig,
     MiningConfigError,
     MiningError,
     MiningInputError,
     MiningOutputError,
     NoGroupsError,
-    load_passages,
-    merge,
-    mine,
-    related_columns,
-    summary_table,
 )
 from xprt_st.mining.groups import (
     DEFAULT_THRESHOLD_QUANTILE,
@@ -32,6 +31,10 @@ from xprt_st.mining.groups import (
     rank_related,
     select_anchors,
 )
+from xprt_st.mining.holdout import is_held_out
+from xprt_st.mining.layout import load_heldout, load_passages
+from xprt_st.mining.merge import merge, related_columns
+from xprt_st.mining.mine import GroupBuilder, mine, run_mining
 from xprt_st.mining.passages import PassageSplitter
 from xprt_st.mining.reader import (
     CorpusColumnError,
@@ -51,6 +54,7 @@ from xprt_st.mining.scoring import (
     reciprocal_rank_fusion,
     tfidf_cosine,
 )
+from xprt_st.mining.stats import summary_table
 
 __all__ = [
     "DEFAULT_THRESHOLD_QUANTILE",
@@ -77,7 +81,9 @@ __all__ = [
     "document_groups",
     "extract_main_text",
     "input_identity",
+    "is_held_out",
     "iter_corpus",
+    "load_heldout",
     "load_passages",
     "merge",
     "mine",
@@ -86,6 +92,7 @@ __all__ = [
     "rank_related",
     "reciprocal_rank_fusion",
     "related_columns",
+    "run_mining",
     "select_anchors",
     "summary_table",
     "tfidf_cosine",

@@ -23,14 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from xprt_st.mining.builder import (
-    META_FILE,
-    PASSAGES_FILE,
-    STATS_FILE,
-    SUMMARY_KEYS,
-    MiningError,
-    load_passages,
-)
+from xprt_st.mining.config import MiningError
+from xprt_st.mining.layout import META_FILE, PASSAGES_FILE, STATS_FILE, load_passages
+from xprt_st.mining.stats import SUMMARY_KEYS
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +146,7 @@ def write_report(
     """
     output_dir = Path(output_dir)
     stats_path = output_dir / STATS_FILE
-    if not stats_path.is_file() or not (output_dir / PASSAGES_FILE).is_file():
+    if not stats_path.is_file() or not (output_dir / PASSAGES_FILE).exists():
         raise MiningError(f"{output_dir} has no {STATS_FILE} / {PASSAGES_FILE}: run xprt-st mine (and its merge) first")
     stats = json.loads(stats_path.read_text())
     table = load_passages(output_dir).to_pydict()

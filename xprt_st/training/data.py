@@ -18,10 +18,10 @@ from typing import Any
 from datasets import Dataset, DatasetDict, load_from_disk
 
 from xprt_st.columns import GROUP_COLUMNS, LABEL
+from xprt_st.mining.layout import CONFIG_FILE, STATS_FILE
 
 logger = logging.getLogger(__name__)
 
-STATS_FILE = "stats.json"
 MINE_HINT = "create one with `xprt-st mine CORPUS... --output DIR` and pass that DIR as --data"
 
 
@@ -45,6 +45,11 @@ def read_stats(path: str | Path) -> dict[str, Any]:
     if not folder.is_dir():
         raise MinedDataError(f"data folder {folder} does not exist or is not a folder; {MINE_HINT}")
     if not stats_path.is_file():
+        if (folder / CONFIG_FILE).is_file():
+            raise MinedDataError(
+                f"{folder} holds a mining run that did not finish (it has {CONFIG_FILE} but no {STATS_FILE}): "
+                "rerun the same `xprt-st mine` command to resume it (finished chunks are kept), then train on it"
+            )
         raise MinedDataError(f"{folder} is not a mined dataset: it has no {STATS_FILE}; {MINE_HINT}")
     try:
         stats = json.loads(stats_path.read_text(encoding="utf-8"))

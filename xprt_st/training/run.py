@@ -25,8 +25,10 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from xprt_st.models import frozen_copy, load_model
 from xprt_st.recipe import Recipe
+from xprt_st.training.checkpoints import checkpoint_folders, checkpoint_problem, unusable_checkpoints_message
 from xprt_st.training.data import STATS_FILE, load_mined
 from xprt_st.training.fork import check_fork, trainer_class
+from xprt_st.training.label_free import evaluation_arguments, finish, training_evaluator
 from xprt_st.training.objectives import build_loss, get_objective
 from xprt_st.training.progress import LogLinesCallback, RichProgressCallback
 from xprt_st.training.retention_text import add_retention_text, retention_positions
@@ -50,10 +52,7 @@ def resolve_checkpoint(output: Path, resume: str | Path | None) -> Path | None:
     if resume is None:
         return None
     if str(resume) in {"last", "auto", "true"}:
-        checkpoint = last_complete_checkpoint(output)
-        if checkpoint is None:
-            raise TrainingStateError(f"--resume last: {output} has no complete checkpoint-N folder to resume from")
-        return checkpoint
+        return _last_usable_checkpoint(output)
     checkpoint = Path(resume)
     if not (checkpoint / "trainer_state.json").is_file():
         raise TrainingStateError(
@@ -61,7 +60,50 @@ def resolve_checkpoint(output: Path, resume: str | Path | None) -> Path | None:
             f"pass a {output}/checkpoint-N folder or 'last'"
         )
     read_training_config(checkpoint)
+    problem = checkpoint_problem(checkpoint)
+    if problem is not None:
+        raise TrainingStateError(
+            f"--resume {checkpoint}: {problem}. Resume from an earlier checkpoint, or --resume last to take the "
+            "newest readable one."
+        )
     return checkpoint
+
+
+def _last_usable_checkpoint(output: Path) -> Path:
+    """``--resume last``: the newest readable checkpoint; newer broken ones are named in a warning, none is an error."""
+    if not checkpoint_folders(output):
+        raise TrainingStateError(
+            f"--resume last: {output} holds no checkpoint-N folder; drop --resume to start a new run there"
+        )
+    checkpoint = last_complete_checkpoint(output)
+    if checkpoint is None:
+        raise TrainingStateError(f"--resume last: {unusable_checkpoints_message(output)}")
+    names = [folder.name for folder in checkpoint_folders(output)]
+    newer = names[: names.index(checkpoint.name)]
+    if newer:
+        logger.warning(
+            "resuming from %s: the newer %s cannot be resumed from (see above); it is overwritten when the run "
+            "reaches that step again, or delete it yourself",
+            checkpoint,
+            ", ".join(newer),
+        )
+    return checkpoint
+
+
+def check_output_outside_data(output: Path, data: Path) -> None:
+    """Refuse an ``--output`` that is the ``--data`` folder or inside it: checkpoints would be written into the mined
+    dataset (and a later ``mine --overwrite`` or re-mine of that folder would delete the run).
+
+    Raises:
+        OutputFolderError: naming both folders and the fix.
+    """
+    out, mined = output.resolve(), data.resolve()
+    if out == mined or mined in out.parents:
+        where = "is" if out == mined else "is inside"
+        raise OutputFolderError(
+            f"--output {output} {where} the --data folder {data}: the run would write its checkpoints and model into "
+            "the mined dataset. Choose an --output outside it (e.g. runs/NAME)."
+        )
 
 
 RESUME_FIXED = ("batch_size", "gradient_accumulation_steps", "seed")
@@ -117,7 +159,9 @@ def check_resume_inputs(
 
 
 def _check_fresh_output(output: Path) -> None:
-    if last_complete_checkpoint(output) is not None or any(output.glob("checkpoint-*")):
+    if checkpoint_folders(output):
+        if last_complete_checkpoint(output) is None:
+            raise OutputFolderError(unusable_checkpoints_message(output))
         raise OutputFolderError(
             f"{output} already holds checkpoints of an earlier run; continue it with --resume last, "
             "or choose another --output"
@@ -159,6 +203,7 @@ def train_recipe(
         The output folder, which loads with ``SentenceTransformer(str(output))``.
     """
     output = Path(output)
+    check_output_outside_data(output, Path(data))
     if fork_from is not None and resume is not None:
         raise TrainingStateError("--fork-from starts a new run from another run's checkpoint; it cannot --resume")
     checkpoint = resolve_checkpoint(output, resume)
@@ -197,6 +242,9 @@ def train_recipe(
     # training.max_seq_length cuts the training passages; the saved model keeps the start's serving limit, so
     # a model trained on 64-token passages still reads 256-token queries and documents like its start did
     served_max_seq_length = sentence_model.max_seq_length
+    label_free = training_evaluator(mined.path, recipe.training, served_max_seq_length)
+    if label_free is not None:
+        label_free.score_start(sentence_model)  # before any checkpoint is loaded: this is the starting model
     if recipe.training.max_seq_length is not None:
         sentence_model.max_seq_length = recipe.training.max_seq_length
     # Taken before any checkpoint is loaded into the model: the teacher is always the starting model.
@@ -237,7 +285,7 @@ def train_recipe(
         gradient_accumulation_steps=training.gradient_accumulation_steps,
         learning_rate=training.learning_rate,
         lr_scheduler_type=training.lr_scheduler,
-        warmup_steps=training.warmup_ratio,
+        warmup_steps=training.warmup_ratio,  # a float in [0, 1): transformers >= 5 reads it as a share of the steps
         weight_decay=training.weight_decay,
         max_grad_norm=training.max_grad_norm,
         bf16=training.precision == "bf16",
@@ -254,12 +302,14 @@ def train_recipe(
         dataloader_num_workers=training.dataloader_num_workers,
         report_to=[],
         disable_tqdm=True,  # the rich display or the log lines report instead of tqdm and printed dicts
+        **evaluation_arguments(label_free, training),
     )
     trainer = trainer_class(fork is not None)(
         model=sentence_model,
         args=args,
         train_dataset=dataset,
         loss=loss,
+        evaluator=label_free,
         callbacks=all_callbacks,
         starting_model=starting_model,
         training_metadata={
@@ -279,5 +329,7 @@ def train_recipe(
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     sentence_model.max_seq_length = served_max_seq_length
     trainer.save_model(str(output))
+    if label_free is not None and trainer.is_world_process_zero():
+        finish(label_free, sentence_model, output, trainer.state.best_model_checkpoint, trainer.state.global_step)
     logger.info("saved the final model to %s (training state in %s/%s)", output, output, TRAINING_STATE_DIR)
     return output

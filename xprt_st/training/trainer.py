@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 from datasets import Dataset
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
 from sentence_transformers.base.model import BaseModel
@@ -43,6 +44,21 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from xprt_st import __version__
 from xprt_st.columns import LABEL
+from xprt_st.models import drop_dangling_auto_map
+from xprt_st.training.checkpoints import (
+    CHECKPOINT_MARGIN_BYTES,
+    LOSS_STATE_FILE,
+    TRAINING_CONFIG_FILE,
+    TRAINING_STATE_DIR,
+    CheckpointSpaceError,
+    CheckpointWriteError,
+    checkpoint_bytes,
+    last_complete_checkpoint,
+    saved_tokenizer_bytes,
+    space_problem,
+    tensor_bytes,
+    write_error,
+)
 from xprt_st.training.distributed import (
     all_gather_labels,
     all_reduce_gradients,
@@ -58,10 +74,6 @@ from xprt_st.training.schedules import TermScheduleCallback
 
 logger = logging.getLogger(__name__)
 
-TRAINING_STATE_DIR = "training_state"
-"""Folder beside the serving model that holds what continuing pre-training needs and serving does not."""
-LOSS_STATE_FILE = "loss_modules.safetensors"
-TRAINING_CONFIG_FILE = "config.json"
 TRAINING_STATE_FORMAT = 1
 CARD_SECTION_TITLE = "## xPRT pre-training"
 NO_NEGATIVE_WARN_SHARE = 0.25
@@ -96,27 +108,6 @@ def read_training_config(path: str | Path) -> dict[str, Any]:
             "so its loss modules (decoder, projection, MLM head) cannot be restored"
         )
     return json.loads(config_path.read_text(encoding="utf-8"))
-
-
-def last_complete_checkpoint(output_dir: str | Path) -> Path | None:
-    """The newest ``checkpoint-N`` in ``output_dir`` that was written completely, or None.
-
-    A checkpoint counts as complete when the Trainer state (written last by transformers) and the loss
-    state are both present; a folder left half-written by a crash is skipped with a warning.
-    """
-    folder = Path(output_dir)
-    if not folder.is_dir():
-        return None
-    candidates = []
-    for child in folder.iterdir():
-        prefix, _, step = child.name.partition("-")
-        if child.is_dir() and prefix == "checkpoint" and step.isdigit():
-            candidates.append((int(step), child))
-    for _, child in sorted(candidates, reverse=True):
-        if (child / "trainer_state.json").is_file() and (child / TRAINING_STATE_DIR / TRAINING_CONFIG_FILE).is_file():
-            return child
-        logger.warning("skipping incomplete checkpoint %s (no trainer_state.json or training state)", child)
-    return None
 
 
 def _json_safe(value: Any) -> Any:
@@ -169,6 +160,19 @@ class _LossStateSyncCallback(TrainerCallback):
             release_process_group_at_exit()
 
 
+class _DiskSpaceCallback(TrainerCallback):
+    """Refuse to train before the first step when one checkpoint does not fit on the output folder's disk."""
+
+    def __init__(self, trainer: XPRTTrainer) -> None:
+        super().__init__()
+        self._trainer = weakref.ref(trainer)
+
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs) -> None:
+        trainer = self._trainer()
+        if trainer is not None:
+            trainer.check_checkpoint_space(state.max_steps)
+
+
 class XPRTTrainer(SentenceTransformerTrainer):
     """``SentenceTransformerTrainer`` that saves, restores and synchronises loss-owned modules.
 
@@ -215,7 +219,9 @@ class XPRTTrainer(SentenceTransformerTrainer):
         self._rows_seen = 0
         self._rows_without_negative = 0
         self._warned_no_negative = False
+        self._tokenizer_bytes: int | None = None
         self.add_callback(_LossStateSyncCallback(self))
+        self.add_callback(_DiskSpaceCallback(self))
         self.model.model_card_data.set_losses([module for _, module in loss_terms(self._loss_root())])
 
     # ---- loss-owned state ------------------------------------------------------------------------
@@ -340,6 +346,44 @@ class XPRTTrainer(SentenceTransformerTrainer):
                 return name
         return None
 
+    # ---- disk space ------------------------------------------------------------------------------
+
+    def checkpoint_bytes(self) -> int:
+        """Bytes one checkpoint of this run takes (see :func:`xprt_st.training.checkpoints.checkpoint_bytes`)."""
+        if self._tokenizer_bytes is None:
+            self._tokenizer_bytes = saved_tokenizer_bytes(getattr(self.model, "tokenizer", None))
+        return checkpoint_bytes(
+            self.model.state_dict().values(),
+            self.loss_owned_state().values(),
+            [*self.model.parameters(), *self.loss_owned_parameters()],
+            tokenizer_bytes=self._tokenizer_bytes,
+        )
+
+    def check_checkpoint_space(self, max_steps: int) -> None:
+        """Raise :class:`CheckpointSpaceError` before any step when one checkpoint does not fit on the output disk.
+
+        Warns when the checkpoints kept at once (``save_total_limit`` + 1 while the next is written) and the
+        final model may not fit. Every process takes part, so all stop together under ``torchrun``.
+        """
+        problem = None
+        if self.args.should_save:
+            one = self.checkpoint_bytes()
+            final = tensor_bytes(self.model.state_dict().values()) + tensor_bytes(self.loss_owned_state().values())
+            final += self._tokenizer_bytes or 0
+            final += CHECKPOINT_MARGIN_BYTES
+            if self.args.save_strategy == "no":  # only the final model is written
+                one, kept = final, 0
+            else:
+                every = self.args.save_steps
+                every = max(1, math.ceil(max_steps * every)) if every < 1 else every  # a ratio of the run's steps
+                steps = self.args.save_strategy == "steps" and max_steps > 0
+                saves = max(1, int(max_steps // every)) if steps else 1
+                kept = min(saves, self.args.save_total_limit + 1) if self.args.save_total_limit else saves
+            Path(self.args.output_dir).mkdir(parents=True, exist_ok=True)
+            problem = space_problem(self.args.output_dir, one, whole_run=kept * one + final)
+        if any_process(problem is not None, device=self.args.device):
+            raise CheckpointSpaceError(problem or "another process found too little free space for a checkpoint")
+
     # ---- Trainer hooks ---------------------------------------------------------------------------
 
     def _save(self, output_dir: str | None = None, state_dict: dict[str, Tensor] | None = None) -> None:
@@ -350,9 +394,15 @@ class XPRTTrainer(SentenceTransformerTrainer):
                 f"{broken} holds NaN or infinite values at step {self.state.global_step}; nothing was written to "
                 f"{output_dir}. Resume from the last good checkpoint with a lower learning rate."
             )
-        super()._save(output_dir, state_dict)
-        self.save_training_state(output_dir)
-        self._add_card_section(Path(output_dir) / "README.md")
+        try:
+            super()._save(output_dir, state_dict)
+            drop_dangling_auto_map(output_dir)
+            self.save_training_state(output_dir)
+            self._add_card_section(Path(output_dir) / "README.md")
+        except (OSError, RuntimeError, SafetensorError) as error:
+            if isinstance(error, CheckpointWriteError):
+                raise
+            raise write_error(output_dir, error, self.checkpoint_bytes()) from error
 
     def _save_checkpoint(self, model: nn.Module, trial: Any) -> None:
         broken = self._non_finite_tensor()
@@ -363,7 +413,13 @@ class XPRTTrainer(SentenceTransformerTrainer):
                 f"the checkpoint was not written. Last good checkpoint: {last or 'none'}. "
                 "Resume from it with a lower learning rate."
             )
-        super()._save_checkpoint(model, trial)
+        try:
+            super()._save_checkpoint(model, trial)
+        except (OSError, RuntimeError, SafetensorError) as error:
+            if isinstance(error, CheckpointWriteError):
+                raise
+            folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
+            raise write_error(folder, error, self.checkpoint_bytes()) from error
 
     def _load_from_checkpoint(self, checkpoint_path: str, model: nn.Module | None = None) -> None:
         super()._load_from_checkpoint(checkpoint_path)

@@ -1,24 +1,27 @@
-"""The Ray Data engine: the local engine's stages mapped over a Ray cluster, writing the same output folder.
+"""The Ray Data engine: the stages mapped over a Ray cluster, writing the same output folder as the local engine.
 
 ``xprt-st mine CORPUS... --output DIR --engine ray [--num-workers N] [--ray-address HOST:PORT]``
 
-The engine decides only who runs each stage; what a document goes through is the local engine's
-code (:class:`~xprt_st.mining.builder.GroupBuilder`), so both engines give the same groups:
+The engine decides only who runs each stage; what a document goes through is
+:mod:`xprt_st.mining.stages`, as in the local engine, so both give the same groups:
 
 1. **Split** (Ray tasks, one per input unit: a file, a zip or a saved dataset, e.g. one FineWeb
-   Parquet file): read the unit with :func:`~xprt_st.mining.reader.iter_corpus`, extract HTML, cut
-   passages, and write ``DIR/shards/ray-units/unit-UUUUU/{split.parquet, split_stats.json,
-   document_frequencies.npz}``. A unit already written is not read again.
+   Parquet file): read and split the unit (:func:`~xprt_st.mining.engines.base.split_sources`) into
+   ``DIR/shards/ray-units/unit-UUUUU/``. A unit already written is not read again.
 2. **Corpus TF-IDF** (the driver): sum the units' hashed document frequencies (integers, so the IDF
    does not depend on how the corpus was split) and give each unit its first document ordinal
    (the documents counted before it), so labels are the local engine's ordinals.
 3. **Encode and score** (a pool of actors, one per GPU, or ``--num-workers`` CPU workers when the
    cluster has no GPU; each loads the model once): chunk ``c`` is the ``c``-th run of ``chunk_size``
    documents with passages, exactly the local engine's chunk, read from the units' split files; the
-   worker encodes and ranks it with the local engine's ``_mine_chunk`` (same batches, so the same
+   worker scores it (:func:`~xprt_st.mining.engines.base.score_documents`: same batches, so the same
    vectors) and renames ``DIR/shards/shard-00000-of-00001/chunk-CCCCC/`` into place. A rerun skips
    every chunk folder already there.
-4. **Merge** (the driver): :func:`~xprt_st.mining.builder.merge`, as for the local engine.
+4. **Merge** (Ray tasks, one per chunk, from :data:`MERGE_TASKS_FROM` chunks on; the driver below
+   that): the driver takes the threshold from the stored
+   centralities (:func:`~xprt_st.mining.merge.plan_merge`, bounded memory); each task writes its
+   chunk's groups, held-out part and side files (:func:`~xprt_st.mining.merge.merge_part`); the
+   driver adds up their counts and moves the files into place. No process holds the corpus.
 
 Workers write into ``DIR`` directly, so on a multi-node cluster ``DIR`` must be on a filesystem
 every node mounts at the same path (NFS, Lustre, a FUSE mount of a bucket); see ``docs/mining.md``.
@@ -30,48 +33,41 @@ import dataclasses
 import json
 import logging
 import os
-import shutil
 import socket
 import time
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-from xprt_st.mining.builder import (
-    COMPLETE,
-    DF_FILE,
-    STATS_FILE,
-    GroupBuilder,
-    MiningConfig,
-    MiningConfigError,
-    MiningError,
-    _atomic_write_text,
-    _NullProgress,
-    _progress,
-    _ShardDocument,
-    merge,
-)
+from xprt_st.mining.config import MiningConfig, MiningConfigError, MiningError
+from xprt_st.mining.encoder import MiningEncoder
+from xprt_st.mining.engines.base import Engine, score_documents, split_sources
+from xprt_st.mining.layout import MiningLayout, documents_of, read_split_rows, remove_temporary
+from xprt_st.mining.merge import MergePlan, merge, merge_part
 from xprt_st.mining.passages import PassageSplitter
+from xprt_st.mining.progress import progress_bar
 from xprt_st.mining.reader import expand_sources
+from xprt_st.mining.stages import Document
+from xprt_st.mining.stats import sum_counts
 from xprt_st.mining.tfidf import TfidfScorer
 
 logger = logging.getLogger(__name__)
 
 RAY_INSTALL = 'pip install "xprt-st[ray]"'
-UNITS_DIR = Path("shards", "ray-units")
-"""Under the output folder, beside the shard folders, so whatever clears the shards clears the units too."""
 WORKER_RESTARTS = 2
 """By default a worker process that dies is restarted (and its chunk retried) this many times before the run fails.
 
 Ray Data's default is to restart forever, which turns a chunk that always kills its worker (out of
 memory, a crashing CUDA kernel) into a run that never ends."""
 CONNECT_TIMEOUT_S = 5.0
+MERGE_TASKS_FROM = 32
+"""Chunks (of ``chunk_size`` documents) from which the merge parts run as Ray tasks. Below, starting a
+Ray Data execution (seconds of fixed cost) outweighs the parts (a chunk's part takes well under a
+second); the one benchmark run with merge tasks on 8 chunks (80 articles, a machine loaded 8x) read a
+ratio of 0.55 to its encode-only floor."""
 
 
 class RayEngineError(MiningError):
@@ -142,7 +138,7 @@ def ray_cluster(address: str | None = None) -> Iterator[bool]:
         ray.shutdown()
 
 
-class RayEngine:
+class RayEngine(Engine):
     """Mine ``corpus`` into ``output_dir`` on a Ray cluster; the output folder is the local engine's.
 
     Args:
@@ -155,8 +151,11 @@ class RayEngine:
         address: a running cluster (``HOST:PORT``, ``ray://HOST:PORT``, ``auto``); default
             ``RAY_ADDRESS``, else a local cluster for the duration of :meth:`run`.
         worker_restarts: times a dead worker is restarted and its chunk retried before the run fails.
+        merge_in_workers: write the merge parts in Ray tasks (True) or in the driver (False); default
+            (None) Ray tasks from :data:`MERGE_TASKS_FROM` chunks on. Either way a part holds one chunk,
+            so the driver's memory stays flat; the tasks only buy speed, at a fixed start-up cost.
         progress: show a rich progress bar of the encoded documents.
-        overwrite: delete a run stored in ``output_dir`` first (see :class:`GroupBuilder`).
+        overwrite: delete a run stored in ``output_dir`` first (see :class:`~xprt_st.mining.engines.base.Engine`).
     """
 
     def __init__(
@@ -168,36 +167,30 @@ class RayEngine:
         num_workers: int | None = None,
         address: str | None = None,
         worker_restarts: int = WORKER_RESTARTS,
+        merge_in_workers: bool | None = None,
         progress: bool = True,
         overwrite: bool = False,
     ) -> None:
-        self.corpus = list(corpus)
-        self.output_dir = Path(output_dir)
-        self.config = config or MiningConfig()
-        self.config.validate()
-        if self.config.num_shards != 1:
+        config = config or MiningConfig()
+        config.validate()
+        if config.num_shards != 1:
             raise MiningConfigError(
-                f"num_shards={self.config.num_shards} is the local engine's one-job-per-shard mode; the Ray engine "
+                f"num_shards={config.num_shards} is the local engine's one-job-per-shard mode; the Ray engine "
                 "splits the work over its workers itself: drop --num-shards (or use --engine local)"
             )
         if num_workers is not None and num_workers < 1:
             raise MiningConfigError(f"num_workers={num_workers} must be >= 1 (or left out: one per GPU or CPU)")
-        self.model = model
+        super().__init__(corpus, output_dir, config, model=model, progress=progress, overwrite=overwrite)
+        self.worker_model = model
+        # The driver only needs the tokenizer and the model's length limit: keep it off the workers' GPUs.
+        if model is None:
+            self.encoder = MiningEncoder(dataclasses.replace(self.config, device="cpu"))
         self.num_workers = num_workers
         self.address = address
         self.worker_restarts = worker_restarts
-        self.progress = progress
-        # The driver only needs the tokenizer and the model's length limit: keep it off the workers' GPUs.
-        driver_config = dataclasses.replace(self.config, device="cpu") if model is None else self.config
-        self._driver = GroupBuilder(
-            self.corpus, self.output_dir, driver_config, model=model, progress=False, overwrite=overwrite
-        )
+        self.merge_in_workers = merge_in_workers
         self.chunks_computed: list[int] = []
         """Chunks encoded by the last :meth:`run` (the others were already on disk)."""
-
-    @property
-    def shard_dir(self) -> Path:
-        return self._driver.shard_dir(0)
 
     def run(self) -> dict[str, Any]:
         """Split, encode and merge; returns ``stats.json``'s content. Resumes a killed run."""
@@ -207,11 +200,14 @@ class RayEngine:
         address = self.address or os.environ.get("RAY_ADDRESS") or None
         if address:
             check_address(address)
-        self._driver._prepare()  # the output folder, every input, and a stored run's settings and input
-        with ray_cluster(address) as started_here:
-            if not (self.shard_dir / COMPLETE).is_file():
-                self._mine(sources, started_here)
-        return merge(self.output_dir, self.config, progress=self.progress)
+        self.prepare()  # the output folder, every input, the lock, and a stored run's settings and input
+        try:
+            with ray_cluster(address) as started_here:
+                if not self.layout.shard_complete(0, 1):
+                    self._mine(sources, started_here)
+                return merge(self.output_dir, self.config, progress=self.progress, run_parts=self._merge_parts)
+        finally:
+            self.release()
 
     # ---------------------------------------------------------------- stages
     def _mine(self, sources: list[str | Path], fixed_cluster: bool) -> None:
@@ -219,29 +215,21 @@ class RayEngine:
         context = ray.data.DataContext.get_current()
         context.enable_progress_bars = False  # the driver shows one progress bar of its own
         workers, gpus = self._workers(ray, fixed_cluster)
-        units_root = self.output_dir / UNITS_DIR
-        self._split_units(ray, sources, units_root)
-        unit_counts = [
-            json.loads((_unit_dir(units_root, u) / "split_stats.json").read_text()) for u in range(len(sources))
-        ]
-        counts = _sum_counts(unit_counts)
-        self.shard_dir.mkdir(parents=True, exist_ok=True)
-        for stale in self.shard_dir.glob("*.tmp*"):  # left by killed workers; no worker runs now
-            shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+        self._split_units(ray, sources)
+        unit_counts = [self.layout.unit_split(u).split_counts() for u in range(len(sources))]
+        counts = sum_counts(unit_counts)
+        shard = self.layout.shard_dir(0, 1)
+        shard.mkdir(parents=True, exist_ok=True)
+        remove_temporary(shard)  # left by killed workers; no worker runs now
         scorer = TfidfScorer()
         if self.config.encodes:
             for u in range(len(sources)):
-                scorer.update(TfidfScorer.load(_unit_dir(units_root, u) / DF_FILE))
-            scorer.save(self.shard_dir / DF_FILE)
-        plan = _chunk_plan(unit_counts, self.config.chunk_size)
-        todo = [c for c in range(len(plan)) if not (self.shard_dir / f"chunk-{c:05d}").is_dir()]
+                scorer.update(TfidfScorer.load(self.layout.unit_split(u).frequencies_path))
+        plan = chunk_plan(unit_counts, self.config.chunk_size)
+        todo = self.chunks_todo(0, 1, len(plan))
         if todo:
-            self._encode(ray, plan, todo, unit_counts, units_root, scorer, workers, gpus)
-        chunk_counts: Counter[str] = Counter()
-        for c in range(len(plan)):
-            chunk_counts.update(json.loads((self.shard_dir / f"chunk-{c:05d}" / STATS_FILE).read_text()))
-        counts["encode_seconds"] = round(float(chunk_counts.pop("encode_seconds", 0.0)), 3)
-        _atomic_write_text(self.shard_dir / COMPLETE, json.dumps(counts, indent=2, sort_keys=True))
+            self._encode(ray, plan, todo, unit_counts, scorer, workers, gpus)
+        self.finish_shard(0, 1, counts, len(plan))
 
     def _workers(self, ray: Any, fixed_cluster: bool) -> tuple[int, bool]:
         """How many encoder workers, and whether each takes a GPU."""
@@ -258,22 +246,22 @@ class RayEngine:
             logger.warning("%s; they wait until the cluster (autoscaler) provides them", message)
         return workers, bool(gpus)
 
-    def _split_units(self, ray: Any, sources: list[str | Path], units_root: Path) -> None:
-        todo = [u for u in range(len(sources)) if not _unit_done(_unit_dir(units_root, u), self.config)]
+    def _split_units(self, ray: Any, sources: list[str | Path]) -> None:
+        todo = [u for u in range(len(sources)) if not self.layout.unit_split(u).done(self.config.encodes)]
         if not todo:
             return
         items = [{"unit": u, "source": str(sources[u]), "is_path": isinstance(sources[u], Path)} for u in todo]
-        splitter = self._driver.splitter()
+        splitter = self.splitter()
         dataset = ray.data.from_items(items, override_num_blocks=len(items)).map(
-            _split_unit,
-            fn_kwargs={"config": self.config, "splitter": splitter, "units_root": str(units_root)},
+            split_unit,
+            fn_kwargs={"config": self.config, "splitter": splitter, "output_dir": str(self.output_dir)},
             num_cpus=1,
             max_retries=self.worker_restarts,
         )
         try:
             dataset.materialize()
         except Exception as error:
-            raise _stage_error("split", error, self.worker_restarts, len(todo)) from error
+            raise stage_error("split", error, self.worker_restarts, len(todo)) from error
 
     def _encode(
         self,
@@ -281,7 +269,6 @@ class RayEngine:
         plan: list[list[tuple[int, int, int]]],
         todo: list[int],
         unit_counts: list[dict[str, Any]],
-        units_root: Path,
         scorer: TfidfScorer,
         workers: int,
         gpus: bool,
@@ -292,13 +279,12 @@ class RayEngine:
         constructor = {
             "output_dir": str(self.output_dir),
             "config": self.config,
-            "model_ref": [ray.put(self.model)] if self.model is not None else [],
+            "model_ref": [ray.put(self.worker_model)] if self.worker_model is not None else [],
             "scorer_ref": [ray.put(scorer)],
-            "units_root": str(units_root),
             "offsets": offsets,
         }
         dataset = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
-            _ChunkWorker,
+            ChunkWorker,
             batch_size=1,
             compute=ray.data.ActorPoolStrategy(size=workers),
             num_gpus=1 if gpus else 0,
@@ -310,17 +296,37 @@ class RayEngine:
         documents = sum(stop - start for c in todo for _, start, stop in plan[c])
         done = 0
         try:
-            with _progress(self.progress) as progress:
+            with progress_bar(self.progress) as progress:
                 task = progress.add_task(f"ray: encoding ({workers} workers)", total=documents)
                 for row in dataset.iter_rows():
                     self.chunks_computed.append(int(row["chunk"]))
                     progress.advance(task, int(row["documents"]))
                     done += 1
         except Exception as error:
-            raise _stage_error("encode", error, self.worker_restarts, len(todo), done) from error
+            raise stage_error("encode", error, self.worker_restarts, len(todo), done) from error
+
+    def _merge_parts(self, plan: MergePlan, chunks: list[tuple[int, int]]) -> list[dict[str, Any]]:
+        """Each chunk's merge part in a Ray task that writes its own files; the driver gets counts only.
+
+        A corpus of few chunks is merged in the driver instead (see ``merge_in_workers``).
+        """
+        in_workers = self.merge_in_workers
+        if in_workers is None:
+            in_workers = len(chunks) >= MERGE_TASKS_FROM
+        if not in_workers:
+            return [merge_part(plan, shard, chunk) for shard, chunk in chunks]
+        ray = import_ray()
+        items = [{"shard": shard, "chunk": chunk} for shard, chunk in chunks]
+        dataset = ray.data.from_items(items, override_num_blocks=max(1, len(items))).map(
+            merge_unit, fn_kwargs={"plan": plan}, num_cpus=1, max_retries=self.worker_restarts
+        )
+        try:
+            return [json.loads(row["counts"]) for row in dataset.iter_rows()]
+        except Exception as error:
+            raise stage_error("merge", error, self.worker_restarts, len(items)) from error
 
 
-def _stage_error(stage: str, error: Exception, restarts: int, todo: int, done: int | None = None) -> RayEngineError:
+def stage_error(stage: str, error: Exception, restarts: int, todo: int, done: int | None = None) -> RayEngineError:
     """One message for a failed stage: what failed, what is kept, how to go on."""
     ray = import_ray()
     cause = error
@@ -342,32 +348,7 @@ def _stage_error(stage: str, error: Exception, restarts: int, todo: int, done: i
 
 
 # -------------------------------------------------------------------- plan
-def _unit_dir(units_root: Path, unit: int) -> Path:
-    return units_root / f"unit-{unit:05d}"
-
-
-def _unit_done(directory: Path, config: MiningConfig) -> bool:
-    needed = ["split.parquet", "split_stats.json"] + ([DF_FILE] if config.encodes else [])
-    return all((directory / name).is_file() for name in needed)
-
-
-def _sum_counts(unit_counts: list[dict[str, Any]]) -> dict[str, Any]:
-    """The units' split counts added up: what the local engine counts over the whole corpus in one pass.
-
-    Numbers are summed, and so are dictionaries of numbers (``skipped`` and ``repairs`` by reason).
-    """
-    total: Counter[str] = Counter()
-    by_key: dict[str, Counter[str]] = {}
-    for counts in unit_counts:
-        for key, value in counts.items():
-            if isinstance(value, dict):
-                by_key.setdefault(key, Counter()).update(value)
-            elif isinstance(value, int | float) and not isinstance(value, bool):
-                total[key] += value
-    return {**total, **{key: dict(value) for key, value in by_key.items()}}
-
-
-def _chunk_plan(unit_counts: list[dict[str, Any]], chunk_size: int) -> list[list[tuple[int, int, int]]]:
+def chunk_plan(unit_counts: list[dict[str, Any]], chunk_size: int) -> list[list[tuple[int, int, int]]]:
     """Per chunk, the ``(unit, first row, end row)`` spans of its documents in the units' split files.
 
     Chunk ``c`` holds documents ``c * chunk_size`` to ``(c + 1) * chunk_size`` of all documents with
@@ -388,49 +369,25 @@ def _chunk_plan(unit_counts: list[dict[str, Any]], chunk_size: int) -> list[list
     return plan
 
 
-def _read_rows(path: Path, start: int, stop: int) -> pa.Table:
-    """Rows ``start:stop`` of a split file, reading only the row groups that hold them."""
-    parquet = pq.ParquetFile(path)
-    groups, first, row = [], None, 0
-    for group in range(parquet.num_row_groups):
-        size = parquet.metadata.row_group(group).num_rows
-        if row < stop and row + size > start:
-            groups.append(group)
-            first = row if first is None else first
-        row += size
-    if not groups:
-        return parquet.schema_arrow.empty_table()
-    table = parquet.read_row_groups(groups)
-    return table.slice(start - first, stop - start)
-
-
-# -------------------------------------------------------------------- workers
-class _UnitBuilder(GroupBuilder):
-    """The local engine's split stage for one input unit, with the driver's splitter (no model load)."""
-
-    def __init__(self, source: str | Path, directory: Path, config: MiningConfig, splitter: PassageSplitter) -> None:
-        super().__init__([source], directory, config, progress=False)
-        self._splitter = splitter
-
-    def splitter(self) -> PassageSplitter:
-        return self._splitter
-
-
-def _split_unit(row: dict[str, Any], config: MiningConfig, splitter: PassageSplitter, units_root: str) -> dict:
+# -------------------------------------------------------------------- tasks and workers
+def split_unit(row: dict[str, Any], config: MiningConfig, splitter: PassageSplitter, output_dir: str) -> dict:
     """Ray task: split one input unit into its folder (labels are ordinals within the unit)."""
     unit = int(row["unit"])
     source: str | Path = Path(row["source"]) if row["is_path"] else row["source"]
-    directory = _unit_dir(Path(units_root), unit)
-    directory.mkdir(parents=True, exist_ok=True)
-    for stale in directory.glob("*.tmp*"):
-        stale.unlink()
-    documents, _ = _UnitBuilder(source, directory, config, splitter)._split_stage(0, directory)
-    if config.encodes:
-        TfidfScorer().partial_fit([p for doc in documents for p in doc.passages]).save(directory / DF_FILE)
-    return {"unit": unit, "documents": len(documents)}
+    folder = MiningLayout(output_dir).unit_split(unit)
+    folder.directory.mkdir(parents=True, exist_ok=True)
+    remove_temporary(folder.directory)
+    counts = split_sources([source], config, splitter, folder)
+    return {"unit": unit, "documents": int(counts["documents_with_passages"])}
 
 
-class _ChunkWorker:
+def merge_unit(row: dict[str, Any], plan: MergePlan) -> dict:
+    """Ray task: write one chunk's merge part; only its counts go back to the driver."""
+    counts = merge_part(plan, int(row["shard"]), int(row["chunk"]))
+    return {"counts": json.dumps(counts)}
+
+
+class ChunkWorker:
     """Ray actor: loads the model once, then encodes, scores and writes one chunk per call."""
 
     def __init__(
@@ -439,29 +396,25 @@ class _ChunkWorker:
         config: MiningConfig,
         model_ref: list[Any],
         scorer_ref: list[Any],
-        units_root: str,
         offsets: list[int],
     ) -> None:
         import ray
 
         model = ray.get(model_ref[0]) if model_ref else None
-        self.builder = GroupBuilder([], output_dir, config, model=model, progress=False)
+        self.config = config
+        self.encoder = MiningEncoder(config, model)
         if model is None and config.encodes:
-            _ = self.builder.model  # load now, once per worker, not inside the first chunk's timing
+            _ = self.encoder.model  # load now, once per worker, not inside the first chunk's timing
         self.scorer: TfidfScorer = ray.get(scorer_ref[0])
-        self.units_root = Path(units_root)
+        self.layout = MiningLayout(output_dir)
         self.offsets = offsets
 
-    def documents(self, spans: list[list[int]]) -> list[_ShardDocument]:
+    def documents(self, spans: list[list[int]]) -> list[Document]:
         """The chunk's documents, labelled with their ordinal in the whole input."""
         documents = []
         for unit, start, stop in spans:
-            table = _read_rows(_unit_dir(self.units_root, unit) / "split.parquet", start, stop).to_pydict()
-            offset = self.offsets[unit]
-            for label, doc_id, origin, passages, counts in zip(
-                table["label"], table["doc_id"], table["origin"], table["passages"], table["token_counts"], strict=True
-            ):
-                documents.append(_ShardDocument(offset + label, doc_id, origin, passages, counts))
+            table = read_split_rows(self.layout.unit_split(unit).split_path, start, stop)
+            documents += documents_of(table, label_offset=self.offsets[unit])
         return documents
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
@@ -469,8 +422,8 @@ class _ChunkWorker:
         for chunk, spans in zip(batch["chunk"], batch["spans"], strict=True):
             tick = time.perf_counter()
             documents = self.documents(json.loads(spans))
-            directory = self.builder.shard_dir(0)
-            self.builder._mine_chunk(int(chunk), documents, self.scorer, directory, _NullProgress(), 0)
+            table, encode_seconds = score_documents(documents, self.encoder.encode, self.scorer, self.config)
+            self.layout.write_chunk(0, 1, int(chunk), table, {"encode_seconds": encode_seconds})
             chunks.append(int(chunk))
             counts.append(len(documents))
             seconds.append(time.perf_counter() - tick)

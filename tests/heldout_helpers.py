@@ -1,0 +1,41 @@
+"""Hand-made held-out parts of mined folders, in the layout ``xprt-st mine --holdout`` writes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from datasets import Dataset
+
+
+def write_heldout(
+    folder: Path,
+    passages: Mapping[int, Sequence[str]],
+    groups: Sequence[tuple[int, int, Sequence[int]]],
+) -> Path:
+    """Write ``folder/heldout/{groups,passages}``: ``passages`` maps a document label to its passage texts,
+    ``groups`` lists ``(label, anchor_index, related_index best first)``; the text columns are padded to the
+    longest group as the miner pads them, ``related_index`` is kept as given."""
+    heldout = folder / "heldout"
+    rows = [(label, index, text) for label, texts in passages.items() for index, text in enumerate(texts)]
+    Dataset.from_dict(
+        {"label": [r[0] for r in rows], "passage": [r[1] for r in rows], "text": [r[2] for r in rows]}
+    ).save_to_disk(str(heldout / "passages"))
+    k = max(len(related) for _, _, related in groups)
+    columns: dict[str, list] = {"anchor": [], "positive": [], **{f"related_{i}": [] for i in range(2, k + 1)}}
+    for label, anchor, related in groups:
+        columns["anchor"].append(passages[label][anchor])
+        texts = passages[label]
+        padded = [*related, *[related[-1]] * (k - len(related))]  # the miner pads short documents
+        for position, index in enumerate(padded):
+            name = "positive" if position == 0 else f"related_{position + 1}"
+            columns[name].append(texts[index] if index < len(texts) else "")  # a broken index stays broken
+    Dataset.from_dict(
+        {
+            **columns,
+            "label": [g[0] for g in groups],
+            "anchor_index": [g[1] for g in groups],
+            "related_index": [list(g[2]) for g in groups],
+        }
+    ).save_to_disk(str(heldout / "groups"))
+    return folder

@@ -1,0 +1,38 @@
+"""The quickstart's label-free line: present when the mined folder has a held-out part, absent otherwise."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from sentence_transformers import SentenceTransformer
+
+from tests.heldout_helpers import write_heldout
+from xprt_st.cli.quickstart import label_free_line
+from xprt_st.evaluation.label_free import load_heldout_task, score_model
+from xprt_st.quickstart import label_free_summary
+
+
+def test_the_label_free_line_reports_start_trained_and_interval(tmp_path, tiny_model):
+    texts = {label: [f"page {label} section {i} on item {label * 5 + i}" for i in range(4)] for label in range(3)}
+    mined = write_heldout(tmp_path / "mined", texts, [(0, 0, [1, 2]), (1, 3, [2, 1]), (2, 1, [0, 2])])
+    start, trained = tmp_path / "start", tmp_path / "model"
+    tiny_model.save(str(start))
+    moved = copy.deepcopy(tiny_model)
+    with torch.no_grad():
+        for parameter in moved.parameters():
+            parameter.mul_(1.5)
+    moved.save(str(trained))
+
+    record = label_free_summary(mined, str(start), trained)
+    heldout = load_heldout_task(mined)
+    assert record["start"] == pytest.approx(score_model(SentenceTransformer(str(start)), heldout).score, abs=1e-6)
+    assert record["model"] == pytest.approx(score_model(SentenceTransformer(str(trained)), heldout).score, abs=1e-6)
+    line = label_free_line(record)
+    assert line.startswith("Label-free nDCG@10 on 3 held-out anchors: ")
+    for value in (f"{record['start']:.4f}", f"{record['model']:.4f}", f"[{record['ci_low']:+.4f}, "):
+        assert value in line
+
+    (tmp_path / "plain").mkdir()
+    assert label_free_summary(tmp_path / "plain", str(start), trained) is None

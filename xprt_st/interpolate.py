@@ -1,0 +1,268 @@
+"""Weight interpolation of a starting model and its pre-trained result (WiSE-FT), chosen without labels.
+
+``interpolate(start, trained, alpha)`` is a plain SentenceTransformer whose every floating-point weight
+is ``(1 - alpha) * start + alpha * trained``: ``alpha = 0`` is the start, ``alpha = 1`` the trained
+model, both exactly (the formula is written out rather than as ``start + alpha * (trained - start)``,
+which rounds at ``alpha = 1``). Wortsman et al. (WiSE-FT, CVPR 2022) find that such a mix of a
+zero-shot model and its fine-tuned version often beats both ends on shifted data; LM-Cocktail
+(FlagEmbedding) merges embedding models the same way to keep what the start knew. Here it is a
+control against forgetting that costs no training: pick ``alpha`` on the held-out documents of the
+mined folder (the label-free task, :mod:`xprt_st.evaluation.label_free`), and read the drift beside it.
+
+Both models must have the same architecture: the same modules, of the same types and settings, with
+the same tensors of the same shapes; integer buffers (position ids) must be equal. Anything else is
+an :class:`ArchitectureMismatchError` naming the difference, raised before any weight is mixed. The
+loss-owned modules of a trained run (decoder, MLM head: ``training_state/`` beside the model) are not
+part of a SentenceTransformer and are never written: the output is a serving model only.
+
+Example:
+    >>> from xprt_st.interpolate import interpolate  # doctest: +SKIP
+    >>> mixed = interpolate(start_model, trained_model, 0.5)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from sentence_transformers import SentenceTransformer
+from torch import Tensor
+
+logger = logging.getLogger(__name__)
+
+SELECTION_FILE = "interpolation.json"
+"""Written inside the output model folder: the alphas tried, their label-free scores, the one chosen."""
+CARD_SECTION_TITLE = "## Weight interpolation"
+
+
+class ArchitectureMismatchError(ValueError):
+    """The two models cannot be interpolated: their modules or tensors differ."""
+
+
+class AlphaError(ValueError):
+    """An interpolation weight outside [0, 1], or an unreadable list of them."""
+
+
+def parse_alphas(text: str) -> list[float]:
+    """``"0,0.25,0.5"`` -> ``[0.0, 0.25, 0.5]``: each in [0, 1], no repeats, in the order given.
+
+    Raises:
+        AlphaError: naming the entry that is not a number or not in [0, 1].
+    """
+    alphas = []
+    for part in (piece.strip() for piece in text.split(",")):
+        try:
+            value = float(part)
+        except ValueError as error:
+            raise AlphaError(f"--alphas {text!r}: {part!r} is not a number; give e.g. 0,0.25,0.5,0.75,1") from error
+        alphas.append(check_alpha(value))
+    if not alphas:
+        raise AlphaError("--alphas is empty; give e.g. 0,0.25,0.5,0.75,1")
+    return list(dict.fromkeys(alphas))
+
+
+def check_alpha(alpha: float) -> float:
+    """``alpha`` itself when it lies in [0, 1] (0: the start, 1: the trained model)."""
+    if not 0.0 <= alpha <= 1.0:
+        raise AlphaError(f"alpha {alpha} is outside [0, 1] (0 is the starting model, 1 the trained one)")
+    return float(alpha)
+
+
+def _module_settings(module: Any) -> dict[str, Any]:
+    getter = getattr(module, "get_config_dict", None)
+    return dict(getter()) if callable(getter) else {}
+
+
+def architecture_differences(start: SentenceTransformer, trained: SentenceTransformer) -> list[str]:
+    """What keeps two models from being interpolated; empty when they share an architecture."""
+    problems: list[str] = []
+    start_types = [type(module).__name__ for module in start]
+    trained_types = [type(module).__name__ for module in trained]
+    if start_types != trained_types:
+        return [f"modules {start_types} vs {trained_types}"]
+    for index, (a, b) in enumerate(zip(start, trained, strict=True)):
+        settings_a, settings_b = _module_settings(a), _module_settings(b)
+        for key in sorted(set(settings_a) | set(settings_b)):
+            if settings_a.get(key) != settings_b.get(key):
+                problems.append(
+                    f"module {index} ({start_types[index]}) {key}: {settings_a.get(key)!r} vs {settings_b.get(key)!r}"
+                )
+        config_a = getattr(getattr(a, "auto_model", None), "config", None)
+        config_b = getattr(getattr(b, "auto_model", None), "config", None)
+        if config_a is not None and config_b is not None:
+            shape_keys = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+            for key in shape_keys:
+                value_a, value_b = getattr(config_a, key, None), getattr(config_b, key, None)
+                if value_a != value_b:
+                    problems.append(f"module {index} config {key}: {value_a!r} vs {value_b!r}")
+    state_a, state_b = start.state_dict(), trained.state_dict()
+    only_a, only_b = sorted(set(state_a) - set(state_b)), sorted(set(state_b) - set(state_a))
+    if only_a or only_b:
+        problems.append(
+            f"tensors only in the start: {only_a[:3] or 'none'}; only in the trained: {only_b[:3] or 'none'}"
+        )
+    for name in sorted(set(state_a) & set(state_b)):
+        a, b = state_a[name], state_b[name]
+        if a.shape != b.shape:
+            problems.append(f"tensor {name}: shape {tuple(a.shape)} vs {tuple(b.shape)}")
+        elif a.is_floating_point() != b.is_floating_point():
+            problems.append(f"tensor {name}: dtype {a.dtype} vs {b.dtype}")
+        elif not a.is_floating_point() and not torch.equal(a.cpu(), b.cpu()):
+            problems.append(f"integer tensor {name} differs")
+    return problems
+
+
+def check_same_architecture(start: SentenceTransformer, trained: SentenceTransformer) -> None:
+    """Raise :class:`ArchitectureMismatchError` listing every difference (see :func:`architecture_differences`)."""
+    problems = architecture_differences(start, trained)
+    if problems:
+        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+        raise ArchitectureMismatchError(
+            f"the two models do not share an architecture, so their weights cannot be interpolated: {shown}. "
+            "Interpolate a trained model with the model its training started from."
+        )
+
+
+def interpolate_state(start: Mapping[str, Tensor], trained: Mapping[str, Tensor], alpha: float) -> dict[str, Tensor]:
+    """``(1 - alpha) * start + alpha * trained`` for every floating tensor, computed in float32 and cast back.
+
+    Integer tensors are taken from ``start`` (they must be equal; :func:`architecture_differences`).
+    """
+    check_alpha(alpha)
+    mixed = {}
+    for name, a in start.items():
+        b = trained[name].to(device=a.device)
+        if a.is_floating_point():
+            value = (1.0 - alpha) * a.to(torch.float32) + alpha * b.to(torch.float32)
+            mixed[name] = value.to(a.dtype)
+        else:
+            mixed[name] = a.clone()
+    return mixed
+
+
+def interpolate(start: SentenceTransformer, trained: SentenceTransformer, alpha: float) -> SentenceTransformer:
+    """A new SentenceTransformer: ``start``'s modules with the interpolated weights (inputs unchanged)."""
+    check_alpha(alpha)
+    check_same_architecture(start, trained)
+    mixed = copy.deepcopy(start)
+    mixed.load_state_dict(interpolate_state(start.state_dict(), trained.state_dict(), alpha))
+    return mixed
+
+
+@dataclass
+class AlphaScore:
+    """One alpha on the label-free task, against the start."""
+
+    alpha: float
+    score: float
+    difference: float
+    ci_low: float
+    ci_high: float
+    verdict: str
+    knn_overlap_at_10: float
+
+
+@dataclass
+class Selection:
+    """The alphas tried on the label-free task and the one chosen."""
+
+    start: str
+    trained: str
+    task: str
+    start_score: float
+    scores: list[AlphaScore] = field(default_factory=list)
+
+    @property
+    def chosen(self) -> AlphaScore:
+        """The best label-free score; on a tie, the smallest alpha (the least drift from the start)."""
+        return max(self.scores, key=lambda row: (row.score, -row.alpha))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "start": self.start,
+            "trained": self.trained,
+            "select": self.task,
+            "rule": "highest label-free nDCG@10; ties to the smallest alpha",
+            "start_score": self.start_score,
+            "selected_alpha": self.chosen.alpha,
+            "alphas": [vars(row) for row in self.scores],
+        }
+
+
+def select_alpha(
+    start: SentenceTransformer,
+    trained: SentenceTransformer,
+    alphas: Sequence[float],
+    heldout: Any,
+    *,
+    start_name: str = "start",
+    trained_name: str = "trained",
+    batch_size: int = 32,
+) -> tuple[Selection, SentenceTransformer]:
+    """Score every alpha on the label-free task of ``heldout``; return the table and the chosen model.
+
+    Only the best model so far is kept in memory, besides the two ends.
+    """
+    from xprt_st.evaluation.label_free import TASK_PREFIX, difference, drift, score_model
+
+    check_same_architecture(start, trained)
+    reference = score_model(start, heldout, batch_size)
+    selection = Selection(start_name, trained_name, f"{TASK_PREFIX}{heldout.path}", reference.score)
+    best: SentenceTransformer | None = None
+    for alpha in alphas:
+        model = interpolate(start, trained, alpha)
+        result = score_model(model, heldout, batch_size)
+        gain, moved = difference(result, reference), drift(result, reference)
+        row = AlphaScore(alpha, result.score, gain.estimate, gain.low, gain.high, gain.verdict, moved.overlap)
+        logger.info("alpha %.3g: label-free nDCG@10 %.4f (%s vs the start)", alpha, row.score, gain.format())
+        selection.scores.append(row)
+        if selection.chosen is row:
+            best = model
+    assert best is not None  # alphas is not empty: parse_alphas guarantees it
+    return selection, best
+
+
+def save_interpolated(
+    model: SentenceTransformer,
+    output: str | Path,
+    *,
+    start: str,
+    trained: str,
+    alpha: float,
+    selection: Selection | None = None,
+) -> Path:
+    """Save the serving model to ``output`` with a model-card section (and the selection's JSON, if any)."""
+    output = Path(output)
+    model.save(str(output))
+    lines = [
+        CARD_SECTION_TITLE,
+        "",
+        f"Weights `(1 - alpha) * start + alpha * trained` with alpha = {alpha:g}: start `{start}`, trained `{trained}` "
+        "(made with `xprt-st interpolate`; loss-owned modules of the trained run are not included).",
+    ]
+    if selection is not None:
+        (output / SELECTION_FILE).write_text(json.dumps(selection.to_dict(), indent=2) + "\n", encoding="utf-8")
+        lines += [
+            "",
+            f"Alpha chosen by the label-free task `{selection.task}` (held-out documents; no labels):",
+            "",
+            "| alpha | label-free nDCG@10 | vs start, 95% CI | 10-NN overlap with the start |",
+            "|---|---|---|---|",
+            *(
+                f"| {row.alpha:g} | {row.score:.4f} | {row.difference:+.4f} [{row.ci_low:+.4f}, {row.ci_high:+.4f}] "
+                f"| {row.knn_overlap_at_10:.3f} |"
+                for row in selection.scores
+            ),
+            "",
+            "The label-free task is a drift and sanity signal, not a verdict on labelled retrieval.",
+        ]
+    readme = output / "README.md"
+    text = readme.read_text(encoding="utf-8") if readme.is_file() else ""
+    readme.write_text(text.rstrip() + ("\n\n" if text else "") + "\n".join(lines) + "\n", encoding="utf-8")
+    return output

@@ -1,0 +1,214 @@
+"""What a document goes through, as stages that take records and give records and counts.
+
+A stage never knows who runs it: no path, shard, rank, engine or progress bar appears here. The
+engines (:mod:`xprt_st.mining.engines`) decide which records a stage sees and where its output is
+stored (:mod:`xprt_st.mining.layout`).
+
+1. :class:`SplitStage`: input records -> :class:`Document` records (HTML extracted, passages cut,
+   de-duplicated and capped), with the counts of what was read, skipped and repaired.
+2. :func:`document_frequencies`: documents -> hashed document frequencies (summed over the corpus
+   into one TF-IDF, whatever the split of the work).
+3. :func:`score_chunk`: documents -> one row per passage with its centrality and its ``top_k``
+   related passages as if it were an anchor, batch by batch (:data:`PASSAGE_SCHEMA`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from xprt_st.mining.groups import MIN_PASSAGES, rank_all_passages
+from xprt_st.mining.passages import PassageSplitter
+from xprt_st.mining.reader import RawRecord, extract_main_text
+from xprt_st.mining.scoring import TfidfScorer, tfidf_cosine
+
+
+@dataclass(slots=True)
+class Document:
+    """One document after splitting: its label (ordinal in the whole input), id, origin and passages."""
+
+    label: int
+    doc_id: str
+    origin: str
+    passages: list[str]
+    token_counts: list[int]
+
+
+PASSAGE_SCHEMA = pa.schema(
+    [
+        ("label", pa.int64()),
+        ("doc_id", pa.string()),
+        ("origin", pa.string()),
+        ("passage_index", pa.int32()),
+        ("text", pa.string()),
+        ("n_tokens", pa.int32()),
+        ("centrality", pa.float64()),
+        ("related", pa.list_(pa.int32())),
+        ("embedding_scores", pa.list_(pa.float64())),
+        ("tfidf_scores", pa.list_(pa.float64())),
+        ("fused_scores", pa.list_(pa.float64())),
+    ]
+)
+"""One scored passage: what :func:`score_chunk` gives and what the merge reads."""
+
+SPLIT_SCHEMA = pa.schema(
+    [
+        ("label", pa.int64()),
+        ("doc_id", pa.string()),
+        ("origin", pa.string()),
+        ("passages", pa.list_(pa.string())),
+        ("token_counts", pa.list_(pa.int32())),
+    ]
+)
+"""One split document, as stored between the split stage and the scoring stage."""
+
+
+class SplitStage:
+    """Input records -> documents with passages; :attr:`counts` says what was read, skipped and repaired.
+
+    Args:
+        splitter: the passage splitter (with the mining model's tokenizer and token budget).
+        html: extract the main text of raw HTML pages first.
+    """
+
+    def __init__(self, splitter: PassageSplitter, html: bool) -> None:
+        self.splitter = splitter
+        self.html = html
+        self._counts: Counter[str] = Counter()
+        self.skipped: Counter[str] = Counter()
+        self._repairs: Counter[str] = Counter()
+        self._text_fields: Counter[str] = Counter()
+        self._documents_with_passages = 0
+
+    def run(self, records: Iterable[RawRecord]) -> Iterator[Document]:
+        """The documents of ``records`` that have at least one passage, in input order."""
+        for record in records:
+            document = self.split(record)
+            if document is not None:
+                yield document
+
+    def split(self, record: RawRecord) -> Document | None:
+        self._counts["documents"] += 1
+        if record.repair:
+            self._repairs[record.repair] += 1
+        if record.skip or record.text is None:
+            self.skipped[record.skip or "missing_text_field"] += 1
+            return None
+        if record.text_field is not None:
+            self._text_fields[record.text_field] += 1
+        text = record.text
+        if self.html:
+            text = extract_main_text(text, record.origin)
+            if text is None:
+                self.skipped["html_no_main_text"] += 1
+                return None
+        split = self.splitter.split(text)
+        self._counts["duplicate_passages_removed"] += split.duplicates_removed
+        if split.truncated:
+            self._counts["documents_truncated"] += 1
+            self._counts["characters_over_cap"] += split.characters_over_cap
+        if not split.passages:
+            self.skipped["empty"] += 1
+            return None
+        if len(split.passages) < MIN_PASSAGES:
+            self.skipped["single_passage"] += 1
+        self._counts["passages"] += len(split.passages)
+        self._documents_with_passages += 1
+        return Document(record.ordinal, record.doc_id, record.origin, split.passages, split.token_counts)
+
+    @property
+    def counts(self) -> dict[str, Any]:
+        """The counts so far, in the shape ``stats.json`` sums (see :func:`~xprt_st.mining.stats.sum_counts`)."""
+        return {
+            **dict(self._counts),
+            "skipped": dict(self.skipped),
+            "repairs": dict(self._repairs),
+            "text_fields": dict(self._text_fields),
+            "documents_with_passages": self._documents_with_passages,
+        }
+
+
+def document_frequencies(documents: Iterable[Document]) -> TfidfScorer:
+    """The hashed document frequencies of the documents' passages (one passage = one TF-IDF document)."""
+    return TfidfScorer().partial_fit([p for doc in documents for p in doc.passages])
+
+
+def passage_slices(documents: Sequence[Document], passages_per_call: int) -> list[tuple[int, int]]:
+    """Runs of whole documents holding about ``passages_per_call`` passages: one encoder call each."""
+    slices, start, total = [], 0, 0
+    for i, doc in enumerate(documents):
+        total += len(doc.passages)
+        if total >= passages_per_call:
+            slices.append((start, i + 1))
+            start, total = i + 1, 0
+    if start < len(documents):
+        slices.append((start, len(documents)))
+    return slices
+
+
+@dataclass
+class ScoredBatch:
+    """The scored rows of a run of documents (:data:`PASSAGE_SCHEMA`) and what it cost."""
+
+    table: pa.Table
+    documents: int
+    encode_seconds: float
+
+
+def score_chunk(
+    documents: Sequence[Document],
+    encode: Callable[[list[str]], np.ndarray],
+    scorer: TfidfScorer,
+    *,
+    top_k: int,
+    rank_by: str,
+    encodes: bool,
+    passages_per_call: int,
+) -> Iterator[ScoredBatch]:
+    """Encode and rank every passage of every document, a few thousand passages per encoder call.
+
+    Every document with at least two passages gets its passages' centralities and, for each
+    passage, its ``top_k`` related passages (fused embedding and corpus TF-IDF ranking) as if it
+    were an anchor, so the threshold can change later without encoding again. Documents of one
+    passage (or every document, when ``encodes`` is false) keep a NaN centrality and no ranking.
+    ``encode`` returns L2-normalised vectors; sentence-transformers sorts each call by length, so
+    the batches (and the vectors) are those of any engine that calls with the same documents.
+    """
+    for start, stop in passage_slices(documents, passages_per_call):
+        batch_docs = documents[start:stop]
+        scored = [d for d in batch_docs if len(d.passages) >= MIN_PASSAGES and encodes]
+        flat = [p for d in scored for p in d.passages]
+        tick = time.perf_counter()
+        vectors = encode(flat) if flat else np.zeros((0, 1), dtype=np.float32)
+        seconds = time.perf_counter() - tick
+        tfidf = scorer.transform(flat) if flat else None
+        offset = 0
+        rankings: dict[int, tuple[np.ndarray, list[Any]]] = {}
+        for doc in scored:
+            n = len(doc.passages)
+            doc_tfidf = tfidf_cosine(tfidf[offset : offset + n])
+            rankings[doc.label] = rank_all_passages(vectors[offset : offset + n], doc_tfidf, top_k, rank_by)
+            offset += n
+        rows: dict[str, list[Any]] = {name: [] for name in PASSAGE_SCHEMA.names}
+        for doc in batch_docs:
+            scores, ranked = rankings.get(doc.label, (None, []))
+            for i, text in enumerate(doc.passages):
+                ranking = ranked[i] if ranked else None
+                rows["label"].append(doc.label)
+                rows["doc_id"].append(doc.doc_id)
+                rows["origin"].append(doc.origin)
+                rows["passage_index"].append(i)
+                rows["text"].append(text)
+                rows["n_tokens"].append(doc.token_counts[i])
+                rows["centrality"].append(float(scores[i]) if scores is not None else float("nan"))
+                rows["related"].append(ranking.related if ranking else [])
+                rows["embedding_scores"].append(ranking.embedding_scores if ranking else [])
+                rows["tfidf_scores"].append(ranking.tfidf_scores if ranking else [])
+                rows["fused_scores"].append(ranking.fused_scores if ranking else [])
+        yield ScoredBatch(pa.table(rows, schema=PASSAGE_SCHEMA), len(batch_docs), seconds)

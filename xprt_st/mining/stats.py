@@ -1,0 +1,171 @@
+"""Mining statistics: one way to add up counts, the ``stats.json`` figures, the skip diagnosis, the summary table."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from xprt_st.mining.config import MiningConfig
+from xprt_st.mining.layout import INPUTS_KEY, describe_inputs
+
+
+def sum_counts(counts: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Counts of shards, units, chunks or merge parts added up, the one way every engine does it.
+
+    Numbers are summed, and so are dictionaries of numbers (``skipped`` and ``repairs`` by reason,
+    ``text_fields``); booleans and other values are left out.
+    """
+    total: Counter[str] = Counter()
+    by_key: dict[str, Counter[str]] = {}
+    for part in counts:
+        for key, value in part.items():
+            if isinstance(value, dict):
+                by_key.setdefault(key, Counter()).update(value)
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                total[key] += value
+    return {**total, **{key: dict(value) for key, value in by_key.items()}}
+
+
+def build_stats(
+    *,
+    counts: dict[str, Any],
+    merged: dict[str, Any],
+    config: MiningConfig,
+    stored: dict[str, Any],
+    threshold: float | None,
+    quantiles: dict[str, float],
+) -> dict[str, Any]:
+    """``stats.json``: ``counts`` from the split and scoring stages, ``merged`` from the merge parts."""
+    documents = int(counts.get("documents", 0))
+    groups = int(merged.get("groups", 0))
+    with_groups = int(merged.get("documents_with_groups", 0))
+    passages = int(merged.get("passages", 0))
+    mined = config.pairs == "mined"
+    merge_settings = {name: getattr(config, name) for name in MiningConfig.MERGE_FIELDS}
+    stats = {
+        "documents": documents,
+        "documents_with_passages": int(counts.get("documents_with_passages", 0)),
+        "documents_with_groups": with_groups,
+        "document_coverage": round(with_groups / documents, 4) if documents else 0.0,
+        "groups": groups,
+        "groups_per_document": round(groups / with_groups, 3) if with_groups else 0.0,
+        "groups_per_input_document": round(groups / documents, 3) if documents else 0.0,
+        "passages": passages,
+        "anchors": int(merged.get("anchors", 0)) if mined else None,
+        "passage_coverage": round(int(merged.get("covered", 0)) / passages, 4) if passages and mined else None,
+        "groups_with_padded_related": int(merged.get("padded_groups", 0)),
+        "threshold": round(threshold, 6) if mined and threshold is not None else None,
+        "threshold_source": threshold_source(config, threshold),
+        "centrality_quantiles": quantiles,
+        "duplicate_passages_removed": int(counts.get("duplicate_passages_removed", 0)),
+        "documents_truncated": int(counts.get("documents_truncated", 0)),
+        "characters_over_cap": int(counts.get("characters_over_cap", 0)),
+        "skipped": counts.get("skipped", {}),
+        "repairs": counts.get("repairs", {}),
+        "text_fields": counts.get("text_fields", {}),
+        "encode_seconds": round(float(counts.get("encode_seconds", 0.0)), 3),
+        "settings": {**{k: v for k, v in stored.items() if k != INPUTS_KEY}, **merge_settings},
+    }
+    if config.holdout > 0:
+        stats["holdout"] = {
+            "fraction": config.holdout,
+            "documents": int(merged.get("heldout_documents", 0)),
+            "groups": int(merged.get("heldout_groups", 0)),
+            "passages": int(merged.get("heldout_passages", 0)),
+        }
+    return stats
+
+
+def threshold_source(config: MiningConfig, threshold: float | None) -> str | None:
+    """How the threshold was set; says so when a quantile had no centralities to be taken of."""
+    if config.pairs != "mined":
+        return None
+    if threshold is None and config.anchor_quantile is not None:
+        return f"{config.threshold_source}: none, no passage was scored"
+    return config.threshold_source
+
+
+SKIP_FIXES = {
+    "invalid_json": "lines that are not JSON objects: give UTF-8 JSON Lines (a UTF-16 or binary file reads as "
+    "nothing but such lines; re-encode it, e.g. `iconv -f UTF-16 -t UTF-8`)",
+    "missing_text_field": "records without the text field: pass --text-field with the field that holds the text",
+    "text_not_a_string": "records whose text field is not a string: pass --text-field with the field that holds "
+    "the text",
+    "empty": "documents with no text: check --text-field (and --html)",
+    "single_passage": "documents of a single passage, while a group needs 2 passages of one document: give longer "
+    "documents, or cut shorter passages with a lower --max-tokens and --min-tokens",
+    "html_no_main_text": "pages where trafilatura found no main text: drop --html when the input is plain text",
+    "unreadable_source": "sources that could not be read (logged above): fix or remove them",
+}
+"""Each ``stats.json`` skip reason, said in words with its fix (the diagnosis when nothing survives)."""
+
+
+def skip_diagnosis(stats: dict[str, Any], scored: int, stored: dict[str, Any]) -> str | None:
+    """A sentence naming the dominant skip reason and its fix when (almost) no document could be scored.
+
+    "Almost": fewer than 1 in 10 of the documents read had the 2 passages that scoring needs. None
+    when enough documents were scored, so a problem that remains is the threshold's.
+    """
+    documents = stats["documents"]
+    if documents and scored * 10 >= documents:
+        return None
+    if documents == 0:
+        inputs = describe_inputs(stored.get(INPUTS_KEY, []))
+        return f"the input held no document (read from {inputs}): are the files empty?"
+    skipped = {reason: count for reason, count in stats.get("skipped", {}).items() if count}
+    if not skipped:
+        return None
+    reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(skipped.items(), key=lambda kv: -kv[1]))
+    dominant = max(skipped, key=lambda reason: skipped[reason])
+    fix = SKIP_FIXES.get(dominant, dominant)
+    return (
+        f"{scored} of {documents} documents had passages to score; skipped by reason: {reasons}. Most skips are {fix}."
+    )
+
+
+SUMMARY_KEYS = (
+    "documents",
+    "documents_with_groups",
+    "document_coverage",
+    "groups",
+    "groups_per_document",
+    "passages",
+    "anchors",
+    "passage_coverage",
+    "threshold",
+    "threshold_source",
+    "groups_with_padded_related",
+    "duplicate_passages_removed",
+    "documents_truncated",
+    "characters_over_cap",
+)
+"""The ``stats.json`` figures a mining summary shows, in order (the CLI table and the HTML report)."""
+
+
+def summary_table(stats: dict[str, Any]) -> Any:
+    """The ``stats.json`` figures next to the paper's, as a rich table (the CLI prints it)."""
+    from rich.table import Table
+
+    table = Table(title="xPRT mining summary")
+    table.add_column("figure")
+    table.add_column("this run", justify="right")
+    table.add_column("paper (100K FineWeb, E5)", justify="right")
+    paper = {"document_coverage": "99%", "groups_per_document": "7.0", "passage_coverage": "68%"}
+    percent = {"document_coverage", "passage_coverage"}
+    for key in SUMMARY_KEYS:
+        value = stats.get(key)
+        shown = "-" if value is None else (f"{value:.1%}" if key in percent else str(value))
+        table.add_row(key, shown, paper.get(key, ""))
+    for reason, count in sorted((stats.get("skipped") or {}).items()):
+        table.add_row(f"skipped: {reason}", str(count), "")
+    for repair, count in sorted((stats.get("repairs") or {}).items()):
+        table.add_row(f"repaired: {repair}", str(count), "")
+    for name, count in sorted((stats.get("text_fields") or {}).items()):
+        table.add_row(f"text read from field: {name}", str(count), "")
+    holdout = stats.get("holdout")
+    if holdout:
+        table.add_row("held out (never trained on)", f"{holdout['fraction']:.1%} of documents", "")
+        for key in ("documents", "groups", "passages"):
+            table.add_row(f"held out: {key}", str(holdout[key]), "")
+    return table

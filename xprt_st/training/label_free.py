@@ -1,0 +1,235 @@
+"""The label-free check during training: a sentence-transformers evaluator on the held-out documents.
+
+When the mined folder has a held-out part (``xprt-st mine --holdout``), ``xprt-st train`` scores the
+label-free task (:mod:`xprt_st.evaluation.label_free`) on the starting model before the first step,
+every ``training.eval_steps`` steps through the Trainer's evaluation loop (logged as
+``eval_label-free_ndcg@10`` with the drift ``eval_label-free_knn_overlap@10``), and on the final
+model; it writes the start's and the final score with the paired bootstrap interval of their
+difference and the drift to ``OUTPUT/label_free.json`` (:data:`RESULT_FILE`) and to the model card.
+With ``training.keep_best`` the checkpoint with the best label-free score becomes the final model
+(the Trainer's ``load_best_model_at_end``; its loss-owned modules come back with it).
+
+sentence-transformers' ``InformationRetrievalEvaluator`` judges relevance as a set and cannot leave
+a query's own passage out of its candidates, so :class:`LabelFreeEvaluator` is an evaluator
+(``BaseEvaluator``, formerly ``SentenceEvaluator``) of its own over the same pure functions that
+``xprt-st evaluate --tasks mined:DIR`` agrees with.
+
+Example:
+    >>> from xprt_st.evaluation.label_free import load_heldout_task  # doctest: +SKIP
+    >>> evaluator = LabelFreeEvaluator(load_heldout_task("mined/"))  # doctest: +SKIP
+    >>> evaluator.score_start(model)  # doctest: +SKIP
+    >>> trainer = SentenceTransformerTrainer(model=model, evaluator=evaluator, ...)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from sentence_transformers.sentence_transformer.evaluation import BaseEvaluator
+
+from xprt_st.evaluation.label_free import (
+    HeldOut,
+    HeldOutError,
+    K,
+    LabelFreeScore,
+    comparison,
+    heldout_of,
+    knn_overlap,
+    score_model,
+)
+
+logger = logging.getLogger(__name__)
+
+RESULT_FILE = "label_free.json"
+"""Written into the output folder of a run whose data has a held-out part."""
+EVALUATOR_NAME = "label-free"
+PRIMARY_METRIC = f"ndcg@{K}"
+BEST_METRIC = f"eval_{EVALUATOR_NAME}_{PRIMARY_METRIC}"
+"""The Trainer's ``metric_for_best_model`` when ``training.keep_best`` is on."""
+CARD_SECTION_TITLE = "## Label-free check (held-out documents)"
+
+
+class LabelFreeEvaluator(BaseEvaluator):
+    """nDCG@10 on the held-out documents, and the 10-NN overlap with the start once it is scored.
+
+    Args:
+        heldout: the task (:func:`xprt_st.evaluation.label_free.load_heldout_task`).
+        name: prefix of the metrics (``label-free_ndcg@10``).
+        batch_size: encoding batch size.
+        max_seq_length: token limit while scoring (the serving limit, when training cuts passages shorter), so
+            the start, every step and the final model read the held-out passages alike; None: the model's.
+
+    Call :meth:`score_start` on the starting model before training: it is the reference of the drift
+    and of the final interval. Every call keeps its step and metrics in :attr:`history`.
+    """
+
+    def __init__(
+        self,
+        heldout: HeldOut,
+        *,
+        name: str = EVALUATOR_NAME,
+        batch_size: int = 32,
+        max_seq_length: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.heldout = heldout
+        self.name = name
+        self.batch_size = batch_size
+        self.max_seq_length = max_seq_length
+        self.primary_metric = PRIMARY_METRIC
+        self.greater_is_better = True
+        self.start: LabelFreeScore | None = None
+        self.last: LabelFreeScore | None = None
+        self.last_step: int | None = None
+        self.history: list[dict[str, Any]] = []
+
+    def score_start(self, model: Any) -> LabelFreeScore:
+        """Score the starting model (the reference of every later call) and return its score."""
+        self.start = self._score(model)
+        self.history.append({"step": 0, f"{self.name}_{PRIMARY_METRIC}": self.start.score, "model": "start"})
+        logger.info("label-free nDCG@10 of the starting model: %.4f", self.start.score)
+        return self.start
+
+    def __call__(
+        self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1
+    ) -> dict[str, float]:
+        result = self._score(model)
+        self.last, self.last_step = result, steps
+        metrics = {PRIMARY_METRIC: result.score}
+        if self.start is not None:
+            metrics[f"knn_overlap@{K}"] = float(knn_overlap(result.embeddings, self.start.embeddings).mean())
+        logger.info(
+            "step %d: label-free nDCG@10 %.4f%s",
+            steps,
+            result.score,
+            f" (start {self.start.score:.4f}; 10-NN overlap {metrics[f'knn_overlap@{K}']:.3f})" if self.start else "",
+        )
+        metrics = self.prefix_name_to_metrics(metrics, self.name)
+        self.store_metrics_in_model_card_data(model, metrics, epoch, steps)
+        self.history.append({"step": steps, "epoch": epoch, **metrics})
+        return metrics
+
+    def _score(self, model: Any) -> LabelFreeScore:
+        limit = model.max_seq_length
+        if self.max_seq_length is not None:
+            model.max_seq_length = self.max_seq_length
+        try:
+            return score_model(model, self.heldout, self.batch_size)
+        finally:
+            model.max_seq_length = limit
+
+    def get_config_dict(self) -> dict[str, Any]:
+        return {"queries": len(self.heldout.queries), "passages": len(self.heldout.texts)}
+
+
+def training_evaluator(data: str | Path, training: Any, max_seq_length: int | None = None) -> LabelFreeEvaluator | None:
+    """The evaluator of a run on the mined folder ``data``: None when it holds no held-out documents.
+
+    Raises:
+        MinedDataError: the held-out part is broken, or ``training.keep_best`` is asked for without one.
+    """
+    from xprt_st.training.data import MinedDataError
+
+    try:
+        heldout = heldout_of(data)
+    except HeldOutError as error:
+        raise MinedDataError(str(error)) from error
+    if heldout is None:
+        if training.keep_best:
+            raise MinedDataError(
+                f"training.keep_best picks the checkpoint by the label-free task, but {data} has no held-out "
+                "documents; mine it with `xprt-st mine ... --holdout 0.1`, or drop keep_best"
+            )
+        return None
+    logger.info(
+        "%s holds %d passages of held-out documents (%d anchors): scoring the label-free task every %d steps",
+        data,
+        len(heldout.texts),
+        len(heldout.queries),
+        training.eval_steps or training.save_steps,
+    )
+    return LabelFreeEvaluator(heldout, max_seq_length=max_seq_length)
+
+
+def evaluation_arguments(evaluator: LabelFreeEvaluator | None, training: Any) -> dict[str, Any]:
+    """The Trainer arguments that run ``evaluator`` every ``training.eval_steps`` (and keep the best, if asked)."""
+    if evaluator is None:
+        return {}
+    arguments: dict[str, Any] = {"eval_strategy": "steps", "eval_steps": training.eval_steps or training.save_steps}
+    if training.keep_best:
+        arguments |= {"load_best_model_at_end": True, "metric_for_best_model": BEST_METRIC, "greater_is_better": True}
+    return arguments
+
+
+def finish(
+    evaluator: LabelFreeEvaluator,
+    model: Any,
+    output: str | Path,
+    best_checkpoint: str | None = None,
+    step: int | None = None,
+) -> dict:
+    """Score the final ``model``, write ``output/label_free.json`` and the model-card section; return the record.
+
+    When the evaluator's last call was at ``step`` (the run's last step) and no best checkpoint was loaded,
+    that call scored these very weights, and its score is reused instead of encoding the passages again.
+    """
+    if evaluator.start is None:
+        raise RuntimeError("LabelFreeEvaluator.score_start(starting model) must run before training")
+    reuse = best_checkpoint is None and step is not None and evaluator.last is not None and evaluator.last_step == step
+    final = evaluator.last if reuse else evaluator._score(model)
+    record = {
+        **comparison(final, evaluator.start),
+        "data": str(evaluator.heldout.path),
+        "best_checkpoint": best_checkpoint,
+        "history": [row for row in evaluator.history if row.get("model") != "start"],
+    }
+    output = Path(output)
+    (output / RESULT_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    add_card_section(output / "README.md", record)
+    logger.info(
+        "label-free nDCG@10: start %.4f, trained %.4f, difference %+.4f [%+.4f, %+.4f] (%s); written to %s",
+        record["start"],
+        record["model"],
+        record["difference"],
+        record["ci_low"],
+        record["ci_high"],
+        record["verdict"],
+        output / RESULT_FILE,
+    )
+    return record
+
+
+def card_section(record: dict[str, Any]) -> str:
+    """Markdown of the label-free record: the two scores, the interval, the drift, and how to read them."""
+    low, high = record["knn_overlap_ci"]
+    lines = [
+        CARD_SECTION_TITLE,
+        "",
+        f"Retrieval among the {record['passages']} passages of the mined folder's held-out documents, "
+        f"each of its {record['queries']} anchors a query and its related passages the graded relevant ones "
+        "(no labels; never trained on).",
+        "",
+        "| | nDCG@10 |",
+        "|---|---|",
+        f"| starting model | {record['start']:.4f} |",
+        f"| this model | {record['model']:.4f} |",
+        f"| difference, 95% CI | {record['difference']:+.4f} [{record['ci_low']:+.4f}, {record['ci_high']:+.4f}] |",
+        f"| 10-NN overlap with the start | {record['knn_overlap_at_10']:.3f} [{low:.3f}, {high:.3f}] |",
+        "",
+        "A drift and sanity signal, not a verdict on labelled retrieval: the relevant passages were chosen "
+        "by the mining model.",
+    ]
+    if record.get("best_checkpoint"):
+        lines += ["", f"Kept the checkpoint with the best label-free score: `{record['best_checkpoint']}`."]
+    return "\n".join(lines) + "\n"
+
+
+def add_card_section(readme: Path, record: dict[str, Any]) -> None:
+    """Append (or replace) the label-free section at the end of the model card."""
+    text = readme.read_text(encoding="utf-8") if readme.is_file() else ""
+    if CARD_SECTION_TITLE in text:
+        text = text.split(CARD_SECTION_TITLE)[0]
+    readme.write_text(text.rstrip() + ("\n\n" if text.strip() else "") + card_section(record), encoding="utf-8")
