@@ -244,6 +244,12 @@ def markdown(result: CompareResult, rows: list[dict[str, Any]], models: list[str
 def run(config: CompareConfig, trunk: str, fork_step: int, branches: dict[str, str], output: Path, progress: bool):
     from xprt_st.evaluation.tasks import task_label
 
+    start = config.resolve(config.model) if config.model else None
+    if start is None or not (start / "config.json").is_file():
+        raise CompareConfigError(
+            f"model: {config.model!r} is not a model folder (no config.json); build the small BERT first: "
+            "python benchmarks/pretrain_small_bert.py --output runs/small-bert"
+        )
     output.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     data = prepare_data(config, output, [trunk, *branches.values()], progress)
