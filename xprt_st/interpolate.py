@@ -28,11 +28,14 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from sentence_transformers import SentenceTransformer
-from torch import Tensor
+from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from xprt_st.evaluation.label_free import HeldOut
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +77,7 @@ def check_alpha(alpha: float) -> float:
     return float(alpha)
 
 
-def _module_settings(module: Any) -> dict[str, Any]:
+def _module_settings(module: nn.Module) -> dict[str, Any]:
     getter = getattr(module, "get_config_dict", None)
     return dict(getter()) if callable(getter) else {}
 
@@ -184,6 +187,7 @@ class Selection:
         return max(self.scores, key=lambda row: (row.score, -row.alpha))
 
     def to_dict(self) -> dict[str, Any]:
+        """The selection as JSON-ready values: the two models, the task, every alpha's row and the pick."""
         return {
             "start": self.start,
             "trained": self.trained,
@@ -199,7 +203,7 @@ def select_alpha(
     start: SentenceTransformer,
     trained: SentenceTransformer,
     alphas: Sequence[float],
-    heldout: Any,
+    heldout: HeldOut,
     *,
     start_name: str = "start",
     trained_name: str = "trained",

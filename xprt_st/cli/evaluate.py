@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 import yaml
 from rich.console import Console
 
 from xprt_st.cli import app
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
 
 console = Console()
 err_console = Console(stderr=True)
@@ -148,9 +151,9 @@ def _label_free_drift(
             )
             return []
         reference, others = (f"start {start}", start), [(labels[0], specs[0])]
-    loaded: dict[str, Any] = {}
+    loaded: dict[str, SentenceTransformer] = {}
 
-    def model(spec: str) -> Any:
+    def model(spec: str) -> SentenceTransformer:
         if spec not in loaded:
             loaded[spec] = load_model(spec, device=device)
         return loaded[spec]

@@ -58,7 +58,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from datasets import Dataset, load_from_disk
@@ -66,6 +66,11 @@ from datasets import Dataset, load_from_disk
 from xprt_st.columns import LABEL
 from xprt_st.evaluation.bootstrap import Interval, PairedItems, paired_interval, retrieval_items
 from xprt_st.evaluation.readers import BEIRData, TaskLoadError
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+    from xprt_st.evaluation.tasks import LocalRetrievalTask
 
 logger = logging.getLogger(__name__)
 
@@ -362,10 +367,11 @@ class Drift:
     n_passages: int
 
     def format(self) -> str:
+        """``overlap [low, high]`` with three decimals."""
         return f"{self.overlap:.3f} [{self.low:.3f}, {self.high:.3f}]"
 
 
-def encode_passages(model: Any, heldout: HeldOut, batch_size: int = 32) -> np.ndarray:
+def encode_passages(model: SentenceTransformer, heldout: HeldOut, batch_size: int = 32) -> np.ndarray:
     """The model's embedding of every held-out passage (as passages: anchors are passages too)."""
     return np.asarray(
         model.encode(heldout.texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False),
@@ -373,7 +379,7 @@ def encode_passages(model: Any, heldout: HeldOut, batch_size: int = 32) -> np.nd
     )
 
 
-def score_model(model: Any, heldout: HeldOut, batch_size: int = 32) -> LabelFreeScore:
+def score_model(model: SentenceTransformer, heldout: HeldOut, batch_size: int = 32) -> LabelFreeScore:
     """Score a SentenceTransformer on the label-free task (one encoding of the held-out passages)."""
     embeddings = encode_passages(model, heldout, batch_size)
     return LabelFreeScore(score_embeddings(heldout, embeddings), embeddings)
@@ -443,7 +449,7 @@ def comparison(model: LabelFreeScore, start: LabelFreeScore) -> dict[str, Any]:
     }
 
 
-def label_free_task(folder: str | Path) -> Any:
+def label_free_task(folder: str | Path) -> LocalRetrievalTask:
     """The label-free task as an mteb retrieval task (for ``xprt-st evaluate --tasks mined:DIR``).
 
     Query ids are the anchor's passage id, so mteb's ``ignore_identical_ids`` leaves each anchor out

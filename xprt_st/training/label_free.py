@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sentence_transformers.sentence_transformer.evaluation import BaseEvaluator
 
@@ -40,6 +40,11 @@ from xprt_st.evaluation.label_free import (
     knn_overlap,
     score_model,
 )
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+    from xprt_st.recipe import TrainingSpec
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +91,7 @@ class LabelFreeEvaluator(BaseEvaluator):
         self.last_step: int | None = None
         self.history: list[dict[str, Any]] = []
 
-    def score_start(self, model: Any) -> LabelFreeScore:
+    def score_start(self, model: SentenceTransformer) -> LabelFreeScore:
         """Score the starting model (the reference of every later call) and return its score."""
         self.start = self._score(model)
         self.history.append({"step": 0, f"{self.name}_{PRIMARY_METRIC}": self.start.score, "model": "start"})
@@ -94,8 +99,9 @@ class LabelFreeEvaluator(BaseEvaluator):
         return self.start
 
     def __call__(
-        self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1
+        self, model: SentenceTransformer, output_path: str | None = None, epoch: int = -1, steps: int = -1
     ) -> dict[str, float]:
+        """Score ``model`` on the held-out part; the metrics the trainer logs (and keeps the best by)."""
         result = self._score(model)
         self.last, self.last_step = result, steps
         metrics = {PRIMARY_METRIC: result.score}
@@ -112,7 +118,7 @@ class LabelFreeEvaluator(BaseEvaluator):
         self.history.append({"step": steps, "epoch": epoch, **metrics})
         return metrics
 
-    def _score(self, model: Any) -> LabelFreeScore:
+    def _score(self, model: SentenceTransformer) -> LabelFreeScore:
         limit = model.max_seq_length
         if self.max_seq_length is not None:
             model.max_seq_length = self.max_seq_length
@@ -122,10 +128,13 @@ class LabelFreeEvaluator(BaseEvaluator):
             model.max_seq_length = limit
 
     def get_config_dict(self) -> dict[str, Any]:
+        """The held-out part's size, for the model card."""
         return {"queries": len(self.heldout.queries), "passages": len(self.heldout.texts)}
 
 
-def training_evaluator(data: str | Path, training: Any, max_seq_length: int | None = None) -> LabelFreeEvaluator | None:
+def training_evaluator(
+    data: str | Path, training: TrainingSpec, max_seq_length: int | None = None
+) -> LabelFreeEvaluator | None:
     """The evaluator of a run on the mined folder ``data``: None when it holds no held-out documents.
 
     Raises:
@@ -154,7 +163,7 @@ def training_evaluator(data: str | Path, training: Any, max_seq_length: int | No
     return LabelFreeEvaluator(heldout, max_seq_length=max_seq_length)
 
 
-def evaluation_arguments(evaluator: LabelFreeEvaluator | None, training: Any) -> dict[str, Any]:
+def evaluation_arguments(evaluator: LabelFreeEvaluator | None, training: TrainingSpec) -> dict[str, Any]:
     """The Trainer arguments that run ``evaluator`` every ``training.eval_steps`` (and keep the best, if asked)."""
     if evaluator is None:
         return {}
@@ -166,7 +175,7 @@ def evaluation_arguments(evaluator: LabelFreeEvaluator | None, training: Any) ->
 
 def finish(
     evaluator: LabelFreeEvaluator,
-    model: Any,
+    model: SentenceTransformer,
     output: str | Path,
     best_checkpoint: str | None = None,
     step: int | None = None,
