@@ -66,6 +66,7 @@ from datasets import Dataset, load_from_disk
 from xprt_st.columns import LABEL
 from xprt_st.evaluation.bootstrap import Interval, PairedItems, paired_interval, retrieval_items
 from xprt_st.evaluation.readers import BEIRData, TaskLoadError
+from xprt_st.mining.layout import HELDOUT_DIR, HELDOUT_GROUPS, HELDOUT_PASSAGES
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -74,10 +75,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-HELDOUT_DIR = "heldout"
-"""Folder of a mined folder that holds the held-out documents (never trained on)."""
-GROUPS_DIR = "groups"
-PASSAGES_DIR = "passages"
 ANCHOR_INDEX = "anchor_index"
 RELATED_INDEX = "related_index"
 PASSAGE = "passage"
@@ -106,7 +103,7 @@ def read_heldout(folder: str | Path) -> tuple[Dataset, Dataset] | None:
         HeldOutError: only one of the two datasets is present, or one does not load.
     """
     base = Path(folder) / HELDOUT_DIR
-    paths = (base / GROUPS_DIR, base / PASSAGES_DIR)
+    paths = (Path(folder) / HELDOUT_GROUPS, Path(folder) / HELDOUT_PASSAGES)
     present = [path.is_dir() for path in paths]
     if not any(present):
         return None
@@ -190,13 +187,13 @@ def load_heldout_task(folder: str | Path) -> HeldOut:
     loaded = read_heldout(folder)
     if loaded is None:
         raise HeldOutError(
-            f"{folder} has no held-out part ({HELDOUT_DIR}/{GROUPS_DIR} and {HELDOUT_DIR}/{PASSAGES_DIR}); "
+            f"{folder} has no held-out part ({HELDOUT_GROUPS} and {HELDOUT_PASSAGES}); "
             "mine it with `xprt-st mine ... --holdout 0.1` to keep a tenth of the documents for this check"
         )
     groups, passages = loaded
-    base = folder / HELDOUT_DIR
-    _require(groups, [LABEL, ANCHOR_INDEX, RELATED_INDEX], base / GROUPS_DIR)
-    _require(passages, [LABEL, PASSAGE, TEXT], base / PASSAGES_DIR)
+    groups_path, passages_path = folder / HELDOUT_GROUPS, folder / HELDOUT_PASSAGES
+    _require(groups, [LABEL, ANCHOR_INDEX, RELATED_INDEX], groups_path)
+    _require(passages, [LABEL, PASSAGE, TEXT], passages_path)
 
     table = passages.select_columns([LABEL, PASSAGE, TEXT]).to_dict()
     keyed = sorted(zip(table[LABEL], table[PASSAGE], table[TEXT], strict=True), key=lambda row: (row[0], row[1]))
@@ -204,7 +201,7 @@ def load_heldout_task(folder: str | Path) -> HeldOut:
     for row, (label, passage, _) in enumerate(keyed):
         key = (int(label), int(passage))
         if key in row_of:
-            raise HeldOutError(f"{base / PASSAGES_DIR}: passage {passage} of document {label} appears twice")
+            raise HeldOutError(f"{passages_path}: passage {passage} of document {label} appears twice")
         row_of[key] = row
     texts = [str(text) for _, _, text in keyed]
     ids = [f"{label}-{passage}" for label, passage, _ in keyed]
@@ -220,12 +217,12 @@ def load_heldout_task(folder: str | Path) -> HeldOut:
         unknown = [index for index in [anchor, *related] if (label, int(index)) not in row_of]
         if unknown:
             raise HeldOutError(
-                f"{base / GROUPS_DIR}, row {number}: document {label} has no passage {unknown[0]} in "
-                f"{base / PASSAGES_DIR}; the held-out part is inconsistent, mine the folder again"
+                f"{groups_path}, row {number}: document {label} has no passage {unknown[0]} in "
+                f"{passages_path}; the held-out part is inconsistent, mine the folder again"
             )
         query = row_of[(label, int(anchor))]
         if query in seen:
-            raise HeldOutError(f"{base / GROUPS_DIR}, row {number}: anchor {anchor} of document {label} appears twice")
+            raise HeldOutError(f"{groups_path}, row {number}: anchor {anchor} of document {label} appears twice")
         grades = {
             row_of[(label, index)]: grade
             for index, grade in graded_relevance([int(i) for i in related]).items()
@@ -233,15 +230,15 @@ def load_heldout_task(folder: str | Path) -> HeldOut:
         }
         if not grades:
             raise HeldOutError(
-                f"{base / GROUPS_DIR}, row {number}: anchor {anchor} of document {label} has no related passage"
+                f"{groups_path}, row {number}: anchor {anchor} of document {label} has no related passage"
             )
         seen.add(query)
         queries.append(query)
         relevance.append(grades)
     if len(queries) < 2:
         raise HeldOutError(
-            f"{base} holds {len(queries)} anchor(s); the label-free task needs at least 2 for its interval "
-            "(mine with a larger --holdout)"
+            f"{folder / HELDOUT_DIR} holds {len(queries)} anchor(s); the label-free task needs at least 2 for "
+            "its interval (mine with a larger --holdout)"
         )
     digest = hashlib.sha1(json.dumps([ids, texts, queries, [sorted(r.items()) for r in relevance]]).encode())
     return HeldOut(texts, ids, np.asarray(queries, dtype=np.int64), relevance, folder, digest.hexdigest()[:12])

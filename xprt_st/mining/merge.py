@@ -38,6 +38,8 @@ from xprt_st.mining.groups import MIN_PASSAGES
 from xprt_st.mining.holdout import is_held_out
 from xprt_st.mining.layout import (
     HELDOUT_DIR,
+    HELDOUT_GROUPS,
+    HELDOUT_PASSAGES,
     META_FILE,
     PASSAGES_FILE,
     MergedParts,
@@ -272,8 +274,9 @@ def finish_merge(plan: MergePlan, stored: dict[str, Any], part_counts: list[dict
     publish_passages(staging / "passages", output_dir / PASSAGES_FILE)
     heldout = output_dir / HELDOUT_DIR
     if config.holdout > 0:
-        publish_dataset(staging / MergedParts.HELDOUT_GROUPS, heldout / "groups", group_features(plan.top_k, True))
-        publish_dataset(staging / MergedParts.HELDOUT_PASSAGES, heldout / "passages", heldout_passage_features())
+        held_groups, held_passages = output_dir / HELDOUT_GROUPS, output_dir / HELDOUT_PASSAGES
+        publish_dataset(staging / MergedParts.HELDOUT_GROUPS, held_groups, group_features(plan.top_k, True))
+        publish_dataset(staging / MergedParts.HELDOUT_PASSAGES, held_passages, heldout_passage_features())
     elif heldout.is_dir():
         shutil.rmtree(heldout)  # re-merged without --holdout: every document is a training document again
     layout.write_stats(stats)

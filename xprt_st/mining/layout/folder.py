@@ -52,6 +52,8 @@ __all__ = [
     "DATASET_STATE",
     "DF_FILE",
     "HELDOUT_DIR",
+    "HELDOUT_GROUPS",
+    "HELDOUT_PASSAGES",
     "INPUTS_KEY",
     "LOCK_PREFIX",
     "LOG_FILE",
@@ -86,6 +88,10 @@ SHARDS_DIR = "shards"
 UNITS_DIR = Path(SHARDS_DIR, "ray-units")
 """Under ``shards/``, so whatever clears the shards clears the Ray engine's units too."""
 HELDOUT_DIR = "heldout"
+HELDOUT_GROUPS = Path(HELDOUT_DIR, "groups")
+"""The held-out anchors' groups (``--holdout``), a datasets folder beside the training groups."""
+HELDOUT_PASSAGES = Path(HELDOUT_DIR, "passages")
+"""Every passage of every held-out document, a datasets folder."""
 MERGE_TMP = ".merge.tmp"
 LOCK_PREFIX = ".xprt-mine-"
 LOG_FILE = "xprt-st.log"
@@ -363,10 +369,10 @@ def load_heldout(folder: str | Path) -> tuple[Any, Any] | None:
     """
     import datasets
 
-    root = Path(folder) / HELDOUT_DIR
-    if not (root / "groups" / DATASET_STATE).is_file() or not (root / "passages" / DATASET_STATE).is_file():
+    groups, passages = Path(folder) / HELDOUT_GROUPS, Path(folder) / HELDOUT_PASSAGES
+    if not (groups / DATASET_STATE).is_file() or not (passages / DATASET_STATE).is_file():
         return None
-    return datasets.load_from_disk(str(root / "groups")), datasets.load_from_disk(str(root / "passages"))
+    return datasets.load_from_disk(str(groups)), datasets.load_from_disk(str(passages))
 
 
 def load_passages(output_dir: str | Path, num_shards: int | None = None) -> pa.Table:
