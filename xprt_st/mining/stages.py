@@ -24,8 +24,9 @@ import numpy as np
 import pyarrow as pa
 
 from xprt_st.mining.groups import MIN_PASSAGES, rank_all_passages
+from xprt_st.mining.html_text import extract_main_text
 from xprt_st.mining.passages import PassageSplitter
-from xprt_st.mining.reader import RawRecord, extract_main_text
+from xprt_st.mining.records import RawRecord
 from xprt_st.mining.scoring import TfidfScorer, tfidf_cosine
 
 
