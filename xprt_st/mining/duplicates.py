@@ -33,11 +33,13 @@ class DuplicateCounter:
         self._examples: list[str] = []
 
     def add(self, record: RawRecord) -> None:
-        """Check ``record`` (which has a text) against the earlier ones and remember it."""
+        """Check ``record`` (which has a text) against the earlier ones, mark it if it repeats one, remember it."""
         if self._texts.add(_hash64(record.text or "")):
+            record.repeats_text = True
             self.documents += 1
             self._example(f"{record.origin} repeats an earlier document's text")
         if self._ids.add(_hash64(record.doc_id)):
+            record.repeats_id = True
             self.ids += 1
             self._example(f"{record.origin} repeats the id {record.doc_id!r}")
 

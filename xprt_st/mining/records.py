@@ -41,6 +41,9 @@ class RawRecord:
     ``text_field`` is the field the text was read from (None for .txt files and zips). ``problem`` says
     why a record skipped as :data:`UNREADABLE_RECORD` cannot be read; ``bytes_not_read`` counts the bytes
     of a ``.txt`` file or zip member left unread past the character cap (0 when read whole).
+    ``repeats_text`` and ``repeats_id`` are set by :func:`~xprt_st.mining.reader.iter_corpus` when the text,
+    or the id, equals an earlier record's in the whole input, so a stage that keeps some records (one shard's)
+    counts the duplicates among them and the shards' counts add up to the input's.
     """
 
     ordinal: int
@@ -52,3 +55,5 @@ class RawRecord:
     text_field: str | None = None
     problem: str | None = None
     bytes_not_read: int = 0
+    repeats_text: bool = False
+    repeats_id: bool = False

@@ -103,6 +103,8 @@ class SplitStage:
             return None
         if record.text_field is not None:
             self._text_fields[record.text_field] += 1
+        self._counts["duplicate_documents"] += record.repeats_text
+        self._counts["duplicate_ids"] += record.repeats_id
         text = record.text
         if self.html:
             text = extract_main_text(text, record.origin)
