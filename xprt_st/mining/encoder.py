@@ -92,6 +92,7 @@ class MiningEncoder:
 
 
 def cuda_device_count() -> int:
+    """The number of CUDA devices torch sees; 0 without torch, CUDA or a working driver."""
     try:
         import torch
 

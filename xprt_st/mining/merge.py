@@ -75,6 +75,7 @@ def group_features(top_k: int, heldout: bool = False) -> Any:
 
 
 def heldout_passage_features() -> Any:
+    """The ``datasets`` features of ``heldout/passages``: document label, passage index, text."""
     import datasets
 
     return datasets.Features(
@@ -309,6 +310,7 @@ PartRunner = Callable[[MergePlan, list[tuple[int, int]]], list[dict[str, Any]]]
 
 
 def run_parts_here(plan: MergePlan, chunks: list[tuple[int, int]]) -> list[dict[str, Any]]:
+    """Merge ``chunks`` (shard, chunk) one after another in this process; their counts in order."""
     return [merge_part(plan, shard, chunk) for shard, chunk in chunks]
 
 

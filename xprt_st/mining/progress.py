@@ -6,6 +6,8 @@ from typing import Any
 
 
 class NullProgress:
+    """A stand-in for a rich ``Progress`` that shows nothing (``progress=False``, workers)."""
+
     def __enter__(self) -> NullProgress:
         return self
 

@@ -183,6 +183,7 @@ class ForkTrainer(XPRTTrainer):
         )
 
     def load_training_state(self, checkpoint_dir: str | Path) -> None:
+        """Load the trunk's loss-owned modules that this objective shares (same name and shape); the rest stay fresh."""
         path = Path(checkpoint_dir) / TRAINING_STATE_DIR / LOSS_STATE_FILE
         saved = load_file(str(path)) if path.is_file() else {}
         current = self.loss_owned_state()

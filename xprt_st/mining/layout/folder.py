@@ -117,10 +117,12 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_write_json(path: Path, value: Any) -> None:
+    """Write ``value`` as indented, key-sorted JSON to ``path`` atomically (see :func:`atomic_write_text`)."""
     atomic_write_text(path, json.dumps(value, indent=2, sort_keys=True))
 
 
 def atomic_write_parquet(path: Path, table: pa.Table) -> None:
+    """Write ``table`` to ``path`` through a temporary file and a rename, so a reader never sees half a file."""
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     pq.write_table(table, tmp, row_group_size=SPLIT_ROW_GROUP)
     os.replace(tmp, path)

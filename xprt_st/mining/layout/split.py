@@ -27,6 +27,7 @@ def _atomic_json(path: Path, value: Any) -> None:
 
 
 def split_table(documents: Sequence[Document]) -> pa.Table:
+    """The split stage's documents as one Arrow table: a row per document with its passages and token counts."""
     return pa.table(
         {
             "label": [d.label for d in documents],
