@@ -196,6 +196,24 @@ def test_shards_run_as_separate_jobs_then_merge(tmp_path, tiny_model):
     assert sharded_anchors == sorted(datasets.load_from_disk(str(single))["anchor"])  # same anchors and IDF
 
 
+def test_duplicate_documents_and_ids_reach_stats_json_once_however_many_shards(tmp_path, tiny_model):
+    corpus = _corpus(tmp_path / "corpus.jsonl", documents=6)
+    rows = [json.loads(line) for line in corpus.read_text(encoding="utf-8").splitlines()]
+    extra = [
+        {"text": rows[0]["text"], "id": "copy-of-0"},  # repeats a text
+        {"text": rows[3]["text"], "id": "copy-of-3"},  # repeats a text
+        {"text": rows[4]["text"], "id": "doc-4"},  # repeats a text and its id
+        {"text": "\n\n".join(_paragraph("river", 70, j) for j in range(3)), "id": "doc-1"},  # repeats an id
+    ]
+    with corpus.open("a", encoding="utf-8") as handle:
+        handle.write("\n".join(json.dumps(row) for row in extra) + "\n")
+    for shards in (1, 3):  # every shard reads the whole input: each duplicate is counted by the shard keeping it
+        out = tmp_path / f"shards-{shards}"
+        stats = GroupBuilder([corpus], out, _config(num_shards=shards), model=tiny_model, progress=False).run()
+        saved = json.loads((out / "stats.json").read_text(encoding="utf-8"))
+        assert (stats["documents"], saved["duplicate_documents"], saved["duplicate_ids"]) == (10, 3, 2), shards
+
+
 def test_changed_settings_on_resume_are_refused(tmp_path, tiny_model):
     corpus = _corpus(tmp_path / "corpus.jsonl", documents=3)
     GroupBuilder([corpus], tmp_path / "out", _config(), model=tiny_model, progress=False).run()

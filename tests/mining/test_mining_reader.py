@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import shared_data
+from xprt_st.mining.duplicates import _Hash64Set
 from xprt_st.mining.reader import (
     DEFAULT_MAX_DOCUMENT_CHARS,
     UNREADABLE_RECORD,
@@ -23,7 +24,6 @@ from xprt_st.mining.reader import (
     CorpusRecordError,
     DuplicateCounter,
     RawRecord,
-    _Hash64Set,
     check_sources,
     expand_sources,
     extract_main_text,

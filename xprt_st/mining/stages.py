@@ -24,8 +24,9 @@ import numpy as np
 import pyarrow as pa
 
 from xprt_st.mining.groups import MIN_PASSAGES, rank_all_passages
+from xprt_st.mining.html_text import extract_main_text
 from xprt_st.mining.passages import PassageSplitter
-from xprt_st.mining.reader import RawRecord, extract_main_text
+from xprt_st.mining.records import RawRecord
 from xprt_st.mining.scoring import TfidfScorer, tfidf_cosine
 
 
@@ -102,6 +103,8 @@ class SplitStage:
             return None
         if record.text_field is not None:
             self._text_fields[record.text_field] += 1
+        self._counts["duplicate_documents"] += record.repeats_text
+        self._counts["duplicate_ids"] += record.repeats_id
         text = record.text
         if self.html:
             text = extract_main_text(text, record.origin)

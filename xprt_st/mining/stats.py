@@ -59,6 +59,8 @@ def build_stats(
         "threshold_source": threshold_source(config, threshold),
         "centrality_quantiles": quantiles,
         "duplicate_passages_removed": int(counts.get("duplicate_passages_removed", 0)),
+        "duplicate_documents": int(counts.get("duplicate_documents", 0)),
+        "duplicate_ids": int(counts.get("duplicate_ids", 0)),
         "documents_truncated": int(counts.get("documents_truncated", 0)),
         "characters_over_cap": int(counts.get("characters_over_cap", 0)),
         "skipped": counts.get("skipped", {}),

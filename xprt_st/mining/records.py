@@ -1,0 +1,59 @@
+"""What the corpus reader yields and raises: :class:`RawRecord` and the :class:`CorpusError` family.
+
+Every error message names the source (file, line or row) and says how to fix it; a record that cannot be used is
+yielded with ``text=None`` and a ``skip`` reason counted in ``stats.json``'s ``skipped``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+UNREADABLE_RECORD = "unreadable_record"
+"""Skip reason (``stats.json``'s ``skipped``) of a record that is JSON but not readable text (``skip_unreadable``)."""
+
+
+class CorpusError(ValueError):
+    """Base class of the corpus reading errors; the message names the source and the fix."""
+
+
+class CorpusReadError(CorpusError):
+    """A source is missing, unreadable or corrupt."""
+
+
+class CorpusColumnError(CorpusError):
+    """A source does not have the expected text (or id) field."""
+
+
+class CorpusRecordError(CorpusReadError):
+    """One record cannot be read as text; the message names its file and line (``--skip-unreadable`` counts it)."""
+
+
+class CorpusMarkupError(CorpusError):
+    """The text field holds raw HTML while ``--html`` was not given."""
+
+
+@dataclass(slots=True)
+class RawRecord:
+    """One input document before passage splitting.
+
+    ``text`` is None when the record is unusable; ``skip`` then says why (a key of ``stats.json``'s
+    ``skipped``). ``origin`` is ``"<file>:<line>"`` (or the zip member) for error messages;
+    ``text_field`` is the field the text was read from (None for .txt files and zips). ``problem`` says
+    why a record skipped as :data:`UNREADABLE_RECORD` cannot be read; ``bytes_not_read`` counts the bytes
+    of a ``.txt`` file or zip member left unread past the character cap (0 when read whole).
+    ``repeats_text`` and ``repeats_id`` are set by :func:`~xprt_st.mining.reader.iter_corpus` when the text,
+    or the id, equals an earlier record's in the whole input, so a stage that keeps some records (one shard's)
+    counts the duplicates among them and the shards' counts add up to the input's.
+    """
+
+    ordinal: int
+    doc_id: str
+    text: str | None
+    origin: str
+    skip: str | None = None
+    repair: str | None = None
+    text_field: str | None = None
+    problem: str | None = None
+    bytes_not_read: int = 0
+    repeats_text: bool = False
+    repeats_id: bool = False
