@@ -231,3 +231,48 @@ def test_mine_refuses_raw_html_in_the_text_field_without_html_before_any_work(tm
     assert result.exit_code == 2, result.output
     assert "HTML markup" in result.output and "--html" in result.output
     assert not (out / "mining_config.json").exists()  # refused before anything was recorded
+
+
+def test_an_empty_corpus_is_one_line_and_markup_in_ids_and_passages_is_escaped_in_the_report(tmp_path, tiny_model_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    result = runner.invoke(app, ["mine", str(empty), "-o", str(tmp_path / "e"), "--model", str(tiny_model_path), "-q"])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert "the input held no document" in result.output, result.output
+    assert result.output.count("no groups in") == 1  # once, not on both stdout and stderr
+
+    script = "<script>alert(1)</script>"
+    rows = []
+    for i in range(4):
+        paragraphs = [f"{script} Paragraph {j} of document {i} about topic {i}, detail {i * 7 + j}." for j in range(4)]
+        rows.append(json.dumps({"id": f'<img src=x onerror="alert({i})">', "text": "\n\n".join(paragraphs)}))
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("\n".join(rows) + "\n")
+    out = tmp_path / "out"
+    common = ["--model", str(tiny_model_path), "--max-tokens", "32", "--min-tokens", "8", "-q"]
+    result = runner.invoke(app, ["mine", str(corpus), "-o", str(out), "--threshold-quantile", "0.5", *common])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["inspect", str(out), "--output", str(tmp_path / "r.html"), "--sample", "4"])
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "r.html").read_text()
+    assert "<script>alert" not in page and 'onerror="alert' not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_ids_that_look_like_paths_write_nothing_outside_the_output_folder(tmp_path, tiny_model_path):
+    work = tmp_path / "a" / "b"
+    work.mkdir(parents=True)
+    rows = []
+    for i in range(4):
+        paragraphs = [f"Paragraph {j} of document {i} about topic {i}, detail {i * 7 + j}." for j in range(4)]
+        rows.append(json.dumps({"id": f"../../etc/x{i}", "text": "\n\n".join(paragraphs)}))
+    corpus = work / "c.jsonl"
+    corpus.write_text("\n".join(rows) + "\n")
+    before = {p for p in tmp_path.rglob("*")}
+    out = work / "out"
+    common = ["--model", str(tiny_model_path), "--max-tokens", "32", "--min-tokens", "8", "-q"]
+    result = runner.invoke(app, ["mine", str(corpus), "-o", str(out), "--threshold-quantile", "0.5", *common])
+    assert result.exit_code == 0, result.output
+    outside = {p for p in tmp_path.rglob("*") if out not in p.parents and p != out} - before
+    assert not outside, sorted(map(str, outside))
+    assert datasets.load_from_disk(str(out))["label"]  # the documents were mined, their ids kept as data

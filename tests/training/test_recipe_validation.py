@@ -173,3 +173,12 @@ def test_override_flags_are_the_train_commands_own_options():
                 "training.learning_rate", "training.seed", "training.save_steps", "training.logging_steps",
                 "training.precision", "training.max_seq_length", "setting"):  # fmt: skip
         assert override_flag(key) in options, key
+
+
+def test_a_recipe_with_a_python_object_tag_is_refused_without_running_it(tmp_path) -> None:
+    marker = tmp_path / "ran"
+    path = tmp_path / "evil.yaml"
+    path.write_text(f"name: !!python/object/apply:os.system ['touch {marker}']\nobjective: {{name: xprt}}\n")
+    with pytest.raises(RecipeError, match=r"evil\.yaml.*not valid YAML at line 1"):
+        load_recipe(path)
+    assert not marker.exists()  # safe loading: the tag is an error, never a call
