@@ -36,7 +36,6 @@ from datasets import Dataset
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
-from sentence_transformers.base.model import BaseModel
 from sentence_transformers.base.sampler import BatchSamplers
 from torch import Tensor, nn
 from torch.utils.data import BatchSampler
@@ -69,13 +68,13 @@ from xprt_st.training.distributed import (
     release_process_group_at_exit,
     world_size,
 )
+from xprt_st.training.model_card import config_dict, insert_pretraining_section, loss_terms, pretraining_section
 from xprt_st.training.sampler import DocumentSpreadBatchSampler, documents_fill_a_batch
 from xprt_st.training.schedules import TermScheduleCallback
 
 logger = logging.getLogger(__name__)
 
 TRAINING_STATE_FORMAT = 1
-CARD_SECTION_TITLE = "## xPRT pre-training"
 NO_NEGATIVE_WARN_SHARE = 0.25
 """Share of trained rows without any negative (every group in the batch from their document) that is warned about."""
 WARM_START_MODULES = ("mlm_head",)
@@ -120,23 +119,6 @@ def _json_safe(value: Any) -> Any:
             return [_json_safe(item) for item in value]
         return repr(value)
     return value
-
-
-def loss_terms(loss: nn.Module) -> list[tuple[str, nn.Module]]:
-    """The loss and every loss term inside it (modules with ``citation`` or ``get_config_dict``).
-
-    Submodules of sentence-transformers models (the trained model, the teacher) are skipped.
-    """
-    skipped: set[int] = set()
-    terms = []
-    for name, module in loss.named_modules():
-        if isinstance(module, BaseModel):
-            skipped.update(id(sub) for sub in module.modules())
-        if id(module) in skipped:
-            continue
-        if module is loss or hasattr(type(module), "citation") or hasattr(module, "get_config_dict"):
-            terms.append((name or type(loss).__name__, module))
-    return terms
 
 
 class _LossStateSyncCallback(TrainerCallback):
@@ -252,7 +234,7 @@ class XPRTTrainer(SentenceTransformerTrainer):
             "starting_model": self.starting_model,
             "global_step": self.state.global_step,
             "loss": f"{type(root).__module__}.{type(root).__qualname__}",
-            "loss_config": _json_safe(_config_dict(root)),
+            "loss_config": _json_safe(config_dict(root)),
             "tensors": {name: list(tensor.shape) for name, tensor in state.items()},
             **_json_safe(self.training_metadata),
         }
@@ -534,49 +516,12 @@ class XPRTTrainer(SentenceTransformerTrainer):
 
     def card_section(self) -> str:
         """Markdown stating the recipe, the mining statistics and every loss term with its citation."""
-        lines = [CARD_SECTION_TITLE, ""]
-        lines.append(f"- **Starting model:** `{self.starting_model}`")
-        lines.append(
-            f"- **Loss-owned modules** (not part of this model; in `{TRAINING_STATE_DIR}/`): "
-            f"{len(self.loss_owned_state())} tensors. A new run from this folder takes its MLM head and builds "
-            "the rest fresh; resuming this run uses its `checkpoint-N` folders."
+        return pretraining_section(
+            self.starting_model, len(self.loss_owned_state()), self.training_metadata, self._loss_root()
         )
-        recipe = self.training_metadata.get("recipe")
-        if recipe:
-            import yaml
-
-            lines += ["", "### Recipe", "", "```yaml", yaml.safe_dump(recipe, sort_keys=False).rstrip(), "```"]
-        stats = self.training_metadata.get("mining_stats")
-        if stats:
-            lines += ["", "### Mining statistics of the training data", ""]
-            if self.training_metadata.get("data"):
-                lines.append(f"Data folder: `{self.training_metadata['data']}`")
-                lines.append("")
-            lines += ["| statistic | value |", "|---|---|"]
-            for key, value in _flatten(stats):
-                lines.append(f"| {key} | {value} |")
-        lines += ["", "### Loss terms", ""]
-        for name, module in loss_terms(self._loss_root()):
-            config = _config_dict(module)
-            shown = ", ".join(f"{key}={value!r}" for key, value in config.items() if not isinstance(value, nn.Module))
-            lines.append(f"- `{name}`: `{type(module).__name__}`" + (f" ({shown})" if shown else ""))
-            citation = _citation(module)
-            if citation:
-                lines += ["", "  ```bibtex", *("  " + line for line in citation.strip().splitlines()), "  ```", ""]
-        return "\n".join(lines).rstrip() + "\n"
 
     def _add_card_section(self, readme: Path) -> None:
-        section = self.card_section()
-        text = readme.read_text(encoding="utf-8") if readme.is_file() else ""
-        if CARD_SECTION_TITLE in text:
-            text = text.split(CARD_SECTION_TITLE)[0].rstrip() + "\n\n"
-        marker = "## Training Details"
-        if marker in text:
-            before, after = text.split(marker, 1)
-            text = before + section + "\n" + marker + after
-        else:
-            text = text + ("\n" if text else "") + section
-        readme.write_text(text, encoding="utf-8")
+        insert_pretraining_section(readme, self.card_section())
 
 
 def _name_or_path(model: nn.Module) -> str:
@@ -594,38 +539,3 @@ def _warm_start_key(name: str) -> str | None:
         if f".{prefix}" in name:
             return prefix + name.split(f".{prefix}", 1)[1]
     return None
-
-
-def _config_dict(module: nn.Module) -> dict[str, Any]:
-    getter = getattr(module, "get_config_dict", None)
-    if getter is None:
-        return {}
-    try:
-        return dict(getter())
-    except Exception as error:  # a term's config is informative only; the card must still be written
-        logger.warning("could not read %s.get_config_dict(): %s", type(module).__name__, error)
-        return {}
-
-
-def _citation(module: nn.Module) -> str | None:
-    try:
-        citation = getattr(module, "citation", None)
-    except Exception as error:
-        logger.warning("could not read %s.citation: %s", type(module).__name__, error)
-        return None
-    return citation if isinstance(citation, str) and citation.strip() else None
-
-
-def _flatten(stats: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    rows: list[tuple[str, Any]] = []
-    for key, value in stats.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            rows += _flatten(value, prefix=f"{name}.")
-        elif isinstance(value, float):
-            rows.append((name, f"{value:.4g}" if math.isfinite(value) else str(value)))
-        elif isinstance(value, list):
-            rows.append((name, ", ".join(map(str, value[:10])) + (" ..." if len(value) > 10 else "")))
-        else:
-            rows.append((name, value))
-    return rows
