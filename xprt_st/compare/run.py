@@ -237,6 +237,7 @@ def run_compare(
     """
     from xprt_st.evaluation.tasks import task_label
     from xprt_st.mining import mine
+    from xprt_st.mining.layout import read_stats
     from xprt_st.recipe import load_recipe
 
     run = Path(output)
@@ -251,7 +252,7 @@ def run_compare(
         started = time.perf_counter()
         corpus_stats = build_corpus(config, run / "corpus")
         mined = run / "mined"
-        fresh = not (mined / "stats.json").is_file()
+        fresh = read_stats(mined) is None
         # On complete shards this only re-merges (seconds), so a changed threshold applies without re-encoding.
         mining_stats = mine(
             [run / "corpus" / CORPUS_FILE],

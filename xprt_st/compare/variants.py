@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -22,22 +20,20 @@ def data_variant(requires: dict[str, str]) -> tuple[str, dict[str, str]]:
 def prepare_variant(mined: Path, folder: Path, options: dict[str, str], seed: int, progress: bool) -> dict[str, Any]:
     """Re-merge the stored passages of ``mined`` into ``folder`` with other merge options (no encoding)."""
     from xprt_st.mining import MiningConfig, merge
+    from xprt_st.mining.layout import link_stored_run, read_stats
 
-    mined_settings = json.loads((mined / "stats.json").read_text(encoding="utf-8"))["settings"]
+    mined_stats = read_stats(mined)
+    if mined_stats is None:
+        raise FileNotFoundError(f"{mined} is not a merged mining folder (no stats): mine it first")
+    mined_settings = mined_stats["settings"]
     threshold = {k: mined_settings.get(k) for k in ("threshold", "threshold_quantile")}
-    stats_path = folder / "stats.json"
-    if stats_path.is_file():
-        stats = json.loads(stats_path.read_text(encoding="utf-8"))
+    stats = read_stats(folder)
+    if stats is not None:
         settings = stats.get("settings", {})
         wanted = {**options, "seed": seed, **threshold}
         if all(settings.get(k) == v for k, v in wanted.items()):
             return stats
-    folder.mkdir(parents=True, exist_ok=True)
-    link = folder / "shards"
-    if not link.exists():
-        link.symlink_to((mined / "shards").resolve(), target_is_directory=True)
-    shutil.copyfile(mined / "mining_config.json", folder / "mining_config.json")
-    stored = json.loads((mined / "mining_config.json").read_text(encoding="utf-8"))
+    stored = link_stored_run(mined, folder)
     fields = {f.name for f in dataclasses.fields(MiningConfig)}
     base = {k: v for k, v in stored.items() if k in fields}
     base |= threshold

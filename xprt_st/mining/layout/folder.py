@@ -73,8 +73,10 @@ __all__ = [
     "atomic_write_parquet",
     "atomic_write_text",
     "describe_inputs",
+    "link_stored_run",
     "load_heldout",
     "load_passages",
+    "read_stats",
     "remove_temporary",
 ]
 
@@ -356,6 +358,26 @@ class MiningLayout:
 
     def write_stats(self, stats: dict[str, Any]) -> None:
         atomic_write_json(self.output_dir / STATS_FILE, stats)
+
+
+def link_stored_run(source: str | Path, target: str | Path) -> dict[str, Any]:
+    """Make ``target`` a second view of ``source``'s stored run, to merge with other options without encoding.
+
+    The shards are linked (not copied) and the run record copied; returns that record (``mining_config.json``).
+    """
+    source, target = Path(source), Path(target)
+    target.mkdir(parents=True, exist_ok=True)
+    link = target / SHARDS_DIR
+    if not link.exists():
+        link.symlink_to((source / SHARDS_DIR).resolve(), target_is_directory=True)
+    shutil.copyfile(source / CONFIG_FILE, target / CONFIG_FILE)
+    return json.loads((source / CONFIG_FILE).read_text(encoding="utf-8"))
+
+
+def read_stats(folder: str | Path) -> dict[str, Any] | None:
+    """The ``stats.json`` of a merged mining folder, or None when it has none."""
+    path = Path(folder) / STATS_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def load_heldout(folder: str | Path) -> tuple[Any, Any] | None:
