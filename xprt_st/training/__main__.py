@@ -1,13 +1,12 @@
-"""``python -m xprt_st.training train ...``: the ``xprt-st`` command as a module, for launchers.
+"""``python -m xprt_st.training ...``: the older launcher name of ``python -m xprt_st`` (kept for scripts).
 
-``torchrun -m`` and ``accelerate launch -m`` need a module to run; console-script paths differ between
-environments (pyenv shims are shell scripts that torchrun cannot run). This is the command of
-:mod:`xprt_st.cli.__main__`, under the name launchers are documented with.
+It runs the package's entry module by name rather than importing the CLI, so the training package
+never imports the layer above it.
 """
 
 from __future__ import annotations
 
-from xprt_st.cli.__main__ import main
+import runpy
 
 if __name__ == "__main__":
-    main()
+    runpy.run_module("xprt_st", run_name="__main__", alter_sys=True)
