@@ -97,3 +97,22 @@ def test_document_groups_keeps_anchors_and_pads_short_documents():
     assert groups.groups[0].related[0] == 1  # nearest by both signals after ties in TF-IDF
     assert groups.covered() == {0, 1, 2, 3}
     assert document_groups(vectors[:1], tfidf[:1, :1]).groups == []  # one passage: no group
+
+
+def test_tfidf_cosine_on_the_documents_own_columns_is_bit_for_bit_the_full_product():
+    from xprt_st.mining.scoring import TfidfScorer, tfidf_cosine
+
+    rng = np.random.default_rng(3)
+    words = [f"w{i}" for i in range(400)]
+    documents = [
+        [" ".join(rng.choice(words, rng.integers(1, 60))) for _ in range(rng.integers(2, 12))] for _ in range(30)
+    ]
+    documents.append(["", "no words here? ...", "one"])  # empty rows stay zero
+    scorer = TfidfScorer().fit([p for d in documents for p in d])
+    flat = scorer.transform([p for d in documents for p in d])
+    offset = 0
+    for passages in documents:
+        rows = flat[offset : offset + len(passages)]
+        offset += len(passages)
+        full = np.asarray((rows @ rows.T).toarray(), dtype=np.float64)
+        assert np.array_equal(tfidf_cosine(rows), full)

@@ -66,9 +66,18 @@ def cosine_matrix(embeddings: np.ndarray) -> np.ndarray:
 
 
 def tfidf_cosine(vectors: sparse.spmatrix | np.ndarray) -> np.ndarray:
-    """``(n, n)`` cosine between the L2-normalised TF-IDF rows of one document's passages."""
+    """``(n, n)`` cosine between the L2-normalised TF-IDF rows of one document's passages.
+
+    Sparse rows are first moved onto the document's own columns (the hash columns it uses, in their
+    order): the product then costs the document's words, not the 2^20 hash columns that scipy's
+    transpose would walk, and sums the same terms in the same order, so the values are bit for bit
+    those of the product over all columns.
+    """
     if sparse.issparse(vectors):
-        return np.asarray((vectors @ vectors.T).toarray(), dtype=np.float64)
+        rows = sparse.csr_matrix(vectors)
+        columns, local = np.unique(rows.indices, return_inverse=True)
+        compact = sparse.csr_matrix((rows.data, local.reshape(-1), rows.indptr), shape=(rows.shape[0], len(columns)))
+        return np.asarray((compact @ compact.T).toarray(), dtype=np.float64)
     unit = l2_normalize(vectors)
     return unit @ unit.T
 
