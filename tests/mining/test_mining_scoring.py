@@ -116,3 +116,20 @@ def test_tfidf_cosine_on_the_documents_own_columns_is_bit_for_bit_the_full_produ
         offset += len(passages)
         full = np.asarray((rows @ rows.T).toarray(), dtype=np.float64)
         assert np.array_equal(tfidf_cosine(rows), full)
+
+
+@pytest.mark.parametrize("rank_by", ["fused", "embedding", "tfidf"])
+def test_ranking_every_anchor_at_once_equals_ranking_each_anchor(rank_by):
+    from xprt_st.mining.groups import rank_every_anchor
+
+    rng = np.random.default_rng(5)
+    for n in [2, 3, 5, 9, 17]:
+        embeddings = rng.normal(size=(n, 8))
+        unit = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
+        emb_cos = unit @ unit.T
+        tfidf = np.round(rng.random((n, n)), 1)  # coarse values: many ties
+        tfidf = (tfidf + tfidf.T) / 2
+        emb_cos[0, 1:] = emb_cos[0, 1]  # a row of tied cosines
+        for top_k in [1, 4, 20]:
+            together = rank_every_anchor(emb_cos, tfidf, top_k, rank_by)
+            assert together == [rank_related(i, emb_cos, tfidf, top_k, rank_by) for i in range(n)]
