@@ -100,7 +100,7 @@ def test_document_groups_keeps_anchors_and_pads_short_documents():
 
 
 def test_tfidf_cosine_on_the_documents_own_columns_is_bit_for_bit_the_full_product():
-    from xprt_st.mining.scoring import TfidfScorer, tfidf_cosine
+    from xprt_st.mining.scoring import TfidfScorer, tfidf_cosine, tfidf_cosines
 
     rng = np.random.default_rng(3)
     words = [f"w{i}" for i in range(400)]
@@ -116,6 +116,14 @@ def test_tfidf_cosine_on_the_documents_own_columns_is_bit_for_bit_the_full_produ
         offset += len(passages)
         full = np.asarray((rows @ rows.T).toarray(), dtype=np.float64)
         assert np.array_equal(tfidf_cosine(rows), full)
+    # all documents in one block-diagonal product: each block is bit for bit the document's own
+    together = tfidf_cosines(flat, [len(d) for d in documents])
+    assert len(together) == len(documents)
+    offset = 0
+    for passages, block in zip(documents, together, strict=True):
+        rows = flat[offset : offset + len(passages)]
+        offset += len(passages)
+        assert np.array_equal(block, tfidf_cosine(rows))
 
 
 @pytest.mark.parametrize("rank_by", ["fused", "embedding", "tfidf"])

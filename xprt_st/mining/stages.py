@@ -27,7 +27,7 @@ from xprt_st.mining.groups import MIN_PASSAGES, rank_all_passages
 from xprt_st.mining.html_text import extract_main_text
 from xprt_st.mining.passages import PassageSplitter
 from xprt_st.mining.records import RawRecord
-from xprt_st.mining.scoring import TfidfScorer, tfidf_cosine
+from xprt_st.mining.scoring import TfidfScorer, tfidf_cosines
 
 
 @dataclass(slots=True)
@@ -206,12 +206,12 @@ def score_chunk(
         tick = time.perf_counter()
         vectors = encode(flat, flat_ids) if flat else np.zeros((0, 1), dtype=np.float32)
         seconds = time.perf_counter() - tick
-        tfidf = scorer.transform(flat) if flat else None
+        sizes = [len(d.passages) for d in scored]
+        cosines = tfidf_cosines(scorer.transform(flat), sizes) if flat else []
         offset = 0
         rankings: dict[int, tuple[np.ndarray, list[Any]]] = {}
-        for doc in scored:
+        for doc, doc_tfidf in zip(scored, cosines, strict=True):
             n = len(doc.passages)
-            doc_tfidf = tfidf_cosine(tfidf[offset : offset + n])
             rankings[doc.label] = rank_all_passages(vectors[offset : offset + n], doc_tfidf, top_k, rank_by)
             offset += n
         rows: dict[str, list[Any]] = {name: [] for name in PASSAGE_SCHEMA.names}
