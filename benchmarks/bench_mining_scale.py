@@ -3,6 +3,7 @@
     python benchmarks/bench_mining_scale.py --documents 2000 20000 --json benchmarks/results/x.json
     python benchmarks/bench_mining_scale.py --documents 2000 --code /work/main --label before   # another checkout
     python benchmarks/bench_mining_scale.py --documents 2000 --engine ray --workers 2
+    python benchmarks/bench_mining_scale.py --documents 2000 --reference /tmp/before --repeats 3  # a ratio
 
 The corpus is synthetic (5-10 paragraphs of 40-90 words per document, words drawn from the mining
 tokenizer's whole-word vocabulary, seeded) and the mining model a 2-layer, 32-wide random BERT with
@@ -18,6 +19,9 @@ and model loading left out) is the load-independent throughput per core of the l
 ``passages_per_second`` is wall time and moves with the load.
 ``--code`` runs the same measurement against another checkout (its ``xprt_st`` is put first on
 ``PYTHONPATH``), so "before" and "after" come from the same script, corpus and model.
+``--reference CHECKOUT --repeats N`` measures that checkout and ``--code`` in turns (reference, code,
+reference, code, ...) in one run, so both see the same machine load, and reports the ratio of their
+median ``passages_per_cpu_second``.
 """
 
 from __future__ import annotations
@@ -190,6 +194,46 @@ def measure(args: argparse.Namespace, documents: int, work: Path, model: Path) -
     return figures
 
 
+def compare(args: argparse.Namespace, model: Path) -> None:
+    """``--reference`` and ``--code`` measured in turns at each size; the ratio of their median throughputs."""
+    import statistics
+
+    code = args.code
+    sizes = []
+    for documents in args.documents:
+        runs: dict[str, list[dict]] = {"reference": [], "code": []}
+        for _ in range(args.repeats):
+            for name, checkout in (("reference", args.reference), ("code", code)):
+                args.code = checkout
+                figures = measure(args, documents, args.work, model)
+                runs[name].append(figures)
+                print(name, json.dumps(figures), flush=True)  # a script's progress, not library logging
+        args.code = code
+        median = {k: statistics.median(r["passages_per_cpu_second"] for r in v) for k, v in runs.items()}
+        sizes.append(
+            {
+                "documents": documents,
+                "reference_passages_per_cpu_second": median["reference"],
+                "code_passages_per_cpu_second": median["code"],
+                "ratio": round(median["code"] / median["reference"], 3),
+                "runs": runs,
+            }
+        )
+        print(json.dumps({k: v for k, v in sizes[-1].items() if k != "runs"}), flush=True)
+    report = {
+        "reference": str(args.reference),
+        "code": str(code),
+        "engine": args.engine,
+        "repeats": args.repeats,
+        "machine": f"{os.cpu_count()} CPU cores, no GPU, shared; one torch thread per process, nice {os.nice(0)}",
+        "model": "random BERT, 2 layers, 32 wide, all-MiniLM-L6-v2 vocabulary, max_seq_length 256",
+        "sizes": sizes,
+    }
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--documents", type=int, nargs="+", default=[2000, 20000])
@@ -199,6 +243,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "bench-mining-scale")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--reference", type=Path, default=None, help="checkout measured in turns with --code")
+    parser.add_argument("--repeats", type=int, default=1, help="turns per code version with --reference")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     for name in ("corpus", "out", "model", "result"):
         parser.add_argument(f"--{name}", type=Path, help=argparse.SUPPRESS)
@@ -208,6 +254,9 @@ def main() -> None:
         return
     args.work.mkdir(parents=True, exist_ok=True)
     model = build_model(args.work / "tiny-bert-32")
+    if args.reference is not None:
+        compare(args, model)
+        return
     runs = []
     for documents in args.documents:
         figures = measure(args, documents, args.work, model)

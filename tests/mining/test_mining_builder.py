@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections import Counter
 from pathlib import Path
 
 import datasets
@@ -74,9 +73,9 @@ class _CountingEncoder:
         self._encode = builder.encode
         builder.encode = self  # type: ignore[method-assign]
 
-    def __call__(self, passages: list[str]) -> np.ndarray:
+    def __call__(self, passages: list[str], token_ids=None) -> np.ndarray:
         self.passages += len(passages)
-        return self._encode(passages)
+        return self._encode(passages, token_ids)
 
 
 def _rows(folder: Path) -> list[tuple]:
@@ -430,15 +429,16 @@ def test_the_default_threshold_is_the_median_centrality(tmp_path, tiny_model):
 
 def test_prompt_is_passed_to_the_encoder_and_prompt_names_are_checked(tmp_path, tiny_model, monkeypatch):
     corpus = _corpus(tmp_path / "corpus.jsonl", documents=2)
-    seen: Counter[str] = Counter()
-    original = tiny_model.encode
+    prompt_ids = tiny_model.tokenizer("passage: ")["input_ids"][:-1]  # [CLS] passage :
+    rows: list[list[int]] = []
+    original = tiny_model[0].forward
 
-    def encode(passages, **kwargs):
-        seen[kwargs.get("prompt")] += len(passages)
-        return original(passages, **kwargs)
+    def forward(features, **kwargs):  # what the model reads, whichever path built it
+        rows.extend(features["input_ids"].tolist())
+        return original(features, **kwargs)
 
-    monkeypatch.setattr(tiny_model, "encode", encode)
+    monkeypatch.setattr(tiny_model[0], "forward", forward)
     GroupBuilder([corpus], tmp_path / "a", _config(prompt="passage: "), model=tiny_model, progress=False).run()
-    assert set(seen) == {"passage: "}
+    assert rows and all(row[: len(prompt_ids)] == prompt_ids for row in rows)
     with pytest.raises(MiningConfigError, match="prompt_name='passage' is not a prompt of the model"):
         GroupBuilder([corpus], tmp_path / "b", _config(prompt_name="passage"), model=tiny_model, progress=False).run()

@@ -140,14 +140,15 @@ def test_ray_with_two_workers_matches_the_local_engine(tmp_path, tiny_model, loc
     }
 
 
-def _die_on_marker(encode, marker: str):
-    """An ``encode`` that kills its worker process when a passage contains ``marker``."""
+def _die_on_marker(forward, marker: list[int]):
+    """A model ``forward`` that kills its worker process when a passage holds the token ids ``marker``."""
 
-    def dying(passages, **kwargs):
-        if any(marker in p for p in passages):
-            time.sleep(2)  # let the other worker finish its chunks first
-            os._exit(1)
-        return encode(passages, **kwargs)
+    def dying(features, **kwargs):
+        for row in features["input_ids"].tolist():
+            if any(row[i : i + len(marker)] == marker for i in range(len(row))):
+                time.sleep(2)  # let the other worker finish its chunks first
+                os._exit(1)
+        return forward(features, **kwargs)
 
     return dying
 
@@ -157,7 +158,8 @@ def test_a_dying_worker_is_a_clear_error_and_the_rerun_resumes(tmp_path, tiny_mo
     out = tmp_path / "ray"
     dying = type(tiny_model).__new__(type(tiny_model))
     dying.__dict__.update(tiny_model.__dict__)
-    dying.encode = _die_on_marker(tiny_model.encode, "document 16")  # the last document: the last chunk
+    marker = tiny_model.tokenizer("document 16", add_special_tokens=False)["input_ids"]
+    dying.forward = _die_on_marker(tiny_model.forward, marker)  # the last document: the last chunk
     with pytest.raises(RayEngineError, match=r"worker process died.*rerun the same command to resume"):
         RayEngine(corpus, out, _config(), model=dying, num_workers=2, worker_restarts=0, progress=False).run()
     shard = out / "shards" / "shard-00000-of-00001"

@@ -97,3 +97,47 @@ def test_document_groups_keeps_anchors_and_pads_short_documents():
     assert groups.groups[0].related[0] == 1  # nearest by both signals after ties in TF-IDF
     assert groups.covered() == {0, 1, 2, 3}
     assert document_groups(vectors[:1], tfidf[:1, :1]).groups == []  # one passage: no group
+
+
+def test_tfidf_cosine_on_the_documents_own_columns_is_bit_for_bit_the_full_product():
+    from xprt_st.mining.scoring import TfidfScorer, tfidf_cosine, tfidf_cosines
+
+    rng = np.random.default_rng(3)
+    words = [f"w{i}" for i in range(400)]
+    documents = [
+        [" ".join(rng.choice(words, rng.integers(1, 60))) for _ in range(rng.integers(2, 12))] for _ in range(30)
+    ]
+    documents.append(["", "no words here? ...", "one"])  # empty rows stay zero
+    scorer = TfidfScorer().fit([p for d in documents for p in d])
+    flat = scorer.transform([p for d in documents for p in d])
+    offset = 0
+    for passages in documents:
+        rows = flat[offset : offset + len(passages)]
+        offset += len(passages)
+        full = np.asarray((rows @ rows.T).toarray(), dtype=np.float64)
+        assert np.array_equal(tfidf_cosine(rows), full)
+    # all documents in one block-diagonal product: each block is bit for bit the document's own
+    together = tfidf_cosines(flat, [len(d) for d in documents])
+    assert len(together) == len(documents)
+    offset = 0
+    for passages, block in zip(documents, together, strict=True):
+        rows = flat[offset : offset + len(passages)]
+        offset += len(passages)
+        assert np.array_equal(block, tfidf_cosine(rows))
+
+
+@pytest.mark.parametrize("rank_by", ["fused", "embedding", "tfidf"])
+def test_ranking_every_anchor_at_once_equals_ranking_each_anchor(rank_by):
+    from xprt_st.mining.groups import rank_every_anchor
+
+    rng = np.random.default_rng(5)
+    for n in [2, 3, 5, 9, 17]:
+        embeddings = rng.normal(size=(n, 8))
+        unit = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
+        emb_cos = unit @ unit.T
+        tfidf = np.round(rng.random((n, n)), 1)  # coarse values: many ties
+        tfidf = (tfidf + tfidf.T) / 2
+        emb_cos[0, 1:] = emb_cos[0, 1]  # a row of tied cosines
+        for top_k in [1, 4, 20]:
+            together = rank_every_anchor(emb_cos, tfidf, top_k, rank_by)
+            assert together == [rank_related(i, emb_cos, tfidf, top_k, rank_by) for i in range(n)]

@@ -1,4 +1,10 @@
-"""The mining model: loaded once on first need, its prompt, its token budget, batched (multi-GPU) encoding."""
+"""The mining model: loaded once on first need, its prompt, its token budget, batched (multi-GPU) encoding.
+
+Passages arrive with the token ids the splitter already computed where those are exact
+(:mod:`xprt_st.mining.token_ids`); the encoder then builds the model's batches from them instead of
+tokenizing the text again, with sentence-transformers' own order (longest text first) and batch
+size, so the vectors are those of ``model.encode(passages)``.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ import numpy as np
 
 from xprt_st.mining.config import MiningConfig, MiningConfigError
 from xprt_st.mining.passages import PassageSplitter
+from xprt_st.mining.token_ids import TokenPlan, token_plan, unsafe_characters
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +32,9 @@ class MiningEncoder:
         self.config = config
         self._model = model
         self._pool: Any = None
+        self._plan: TokenPlan | None = None
+        self._planned = False
+        self._checked = False
 
     @property
     def model(self) -> Any:
@@ -58,16 +68,41 @@ class MiningEncoder:
             budget = min(budget, max_length - special - prompt_tokens)
             if budget < self.config.max_tokens:
                 logger.info("max_tokens capped from %d to %d by the model", self.config.max_tokens, budget)
+        keep_ids = self.config.encodes and not self._uses_pool() and self.plan() is not None
         return PassageSplitter(
             tokenizer,
             max_tokens=budget,
             min_tokens=min(self.config.min_tokens, budget),
             overlap_tokens=min(self.config.overlap_tokens, budget - 1),
             max_passages=self.config.max_passages,
+            keep_token_ids=keep_ids,
+            unsafe_characters=unsafe_characters(tokenizer) if keep_ids else (),
         )
 
-    def encode(self, passages: list[str]) -> np.ndarray:
-        """L2-normalised passage vectors, batched; several GPUs encode in parallel through a process pool."""
+    def plan(self) -> TokenPlan | None:
+        """How passage ids become the model's batches; None where the text must be tokenized again."""
+        if not self._planned:
+            self._plan = token_plan(self.model, self.prompt_text() or None)
+            self._planned = True
+            if self._plan is None:
+                logger.info("the mining model tokenizes passages itself (its tokenizer or prompt needs the text)")
+        return self._plan
+
+    def _uses_pool(self) -> bool:
+        return self._pool is not None or (self.config.device is None and cuda_device_count() > 1)
+
+    def encode(self, passages: list[str], token_ids: list[np.ndarray | None] | None = None) -> np.ndarray:
+        """L2-normalised passage vectors, batched; several GPUs encode in parallel through a process pool.
+
+        ``token_ids[i]`` (optional) are passage ``i``'s ids from the splitter (None: tokenize its text);
+        with them, and a model :func:`~xprt_st.mining.token_ids.token_plan` accepts, the text is not
+        tokenized again. The first batch of an encoder is also built the text way and compared: at any
+        difference the encoder keeps the text path from then on (with a warning).
+        """
+        if token_ids is not None and passages and not self._uses_pool() and self.plan() is not None:
+            vectors = self._encode_ids(passages, token_ids)
+            if vectors is not None:
+                return vectors
         kwargs: dict[str, Any] = {
             "batch_size": self.config.batch_size,
             "convert_to_numpy": True,
@@ -83,6 +118,41 @@ class MiningEncoder:
         if self._pool is not None:
             kwargs["pool"] = self._pool
         return np.asarray(self.model.encode(passages, **kwargs), dtype=np.float32)
+
+    def _encode_ids(self, passages: list[str], token_ids: list[np.ndarray | None]) -> np.ndarray | None:
+        import torch
+        from sentence_transformers.util import batch_to_device
+
+        plan, model = self._plan, self.model
+        assert plan is not None
+        missing = [i for i, ids in enumerate(token_ids) if ids is None]
+        ids = list(token_ids)
+        if missing:
+            found = model.tokenizer([passages[i] for i in missing], add_special_tokens=False, verbose=False)
+            for i, row in zip(missing, found["input_ids"], strict=True):
+                ids[i] = np.asarray(row, dtype=np.int32)
+        order = np.argsort([-len(p) for p in passages])  # sentence-transformers' own order: longest text first
+        size = self.config.batch_size
+        if not self._checked:
+            head = order[:size]
+            self._checked = True
+            if not plan.check(model, [passages[i] for i in head], [ids[i] for i in head], self.prompt_text() or None):
+                logger.warning("token ids differ from the model's own tokenization; tokenizing passages again")
+                self._plan = None
+                return None
+        model.eval()
+        vectors: np.ndarray | None = None
+        with torch.inference_mode():
+            for start in range(0, len(order), size):
+                batch = order[start : start + size]
+                features = batch_to_device(plan.features([ids[i] for i in batch]), model.device)
+                embeddings = torch.nn.functional.normalize(model(features)["sentence_embedding"], p=2, dim=1)
+                embeddings = embeddings.float().cpu().numpy()
+                if vectors is None:
+                    vectors = np.empty((len(passages), embeddings.shape[1]), dtype=np.float32)
+                vectors[batch] = embeddings
+        assert vectors is not None
+        return vectors
 
     def close(self) -> None:
         """Stop the multi-GPU pool, if one was started."""

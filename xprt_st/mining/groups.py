@@ -134,8 +134,55 @@ def rank_all_passages(
     scores = centrality(embeddings)
     if len(scores) < MIN_PASSAGES:
         return scores, []
-    emb_cos = cosine_matrix(embeddings)
-    return scores, [rank_related(i, emb_cos, tfidf_cosine, top_k, rank_by) for i in range(len(scores))]
+    return scores, rank_every_anchor(cosine_matrix(embeddings), tfidf_cosine, top_k, rank_by)
+
+
+def rank_every_anchor(
+    embedding_cosine: np.ndarray,
+    tfidf_cosine: np.ndarray,
+    top_k: int = DEFAULT_TOP_K,
+    rank_by: RankBy = "fused",
+    rrf_k: int = RRF_K,
+    weights: tuple[float, float] = RRF_WEIGHTS,
+) -> list[RelatedRanking]:
+    """:func:`rank_related` for every passage of the document at once, as one array operation per step.
+
+    Row ``i`` holds passage ``i``'s candidates (every other passage, in order); ranks, fusion and the
+    final order are :func:`rank_related`'s formulas applied row-wise (stable sorts, the same
+    floating-point operations in the same order), so each ranking equals ``rank_related(i, ...)``.
+    """
+    if rank_by not in RANK_BY:
+        raise ValueError(f"rank_by must be one of {RANK_BY}, got {rank_by!r}")
+    n = embedding_cosine.shape[0]
+    candidates = np.broadcast_to(np.arange(n), (n, n))[~np.eye(n, dtype=bool)].reshape(n, n - 1)
+    emb = np.take_along_axis(np.asarray(embedding_cosine, dtype=np.float64), candidates, axis=1)
+    tfidf = np.take_along_axis(np.asarray(tfidf_cosine, dtype=np.float64), candidates, axis=1)
+
+    def ranks(values: np.ndarray) -> np.ndarray:
+        order = np.argsort(-values, axis=1, kind="stable")
+        out = np.empty_like(order)
+        np.put_along_axis(out, order, np.broadcast_to(np.arange(1, n), order.shape), axis=1)
+        return out
+
+    fused = np.zeros(emb.shape, dtype=np.float64)
+    for rank, weight in zip((ranks(emb), ranks(tfidf)), weights, strict=True):
+        fused += weight / (rrf_k + rank.astype(np.float64))
+    primary = {"fused": fused, "embedding": emb, "tfidf": tfidf}[rank_by]
+    order = np.lexsort((candidates, -emb, -primary), axis=1)[:, :top_k]
+    related = np.take_along_axis(candidates, order, axis=1).tolist()
+    emb_top = np.take_along_axis(emb, order, axis=1).tolist()
+    tfidf_top = np.take_along_axis(tfidf, order, axis=1).tolist()
+    fused_top = np.take_along_axis(fused, order, axis=1).tolist()
+    return [
+        RelatedRanking(
+            anchor=i,
+            related=related[i],
+            embedding_scores=emb_top[i],
+            tfidf_scores=tfidf_top[i],
+            fused_scores=fused_top[i],
+        )
+        for i in range(n)
+    ]
 
 
 def document_groups(

@@ -48,6 +48,10 @@ class SplitResult:
     characters_over_cap: int = 0
     """Non-space characters of the text after the last kept passage (0 unless ``truncated``). Exact, unlike
     a count of the passages past the cap, which would need the whole giant document tokenised."""
+    token_ids: np.ndarray | None = None
+    """The kept passages' token ids end to end (``token_counts[i]`` each, no special tokens), the ids
+    tokenizing each passage's text gives; None unless the splitter keeps ids and they are exact for
+    this document (see :mod:`xprt_st.mining.token_ids`)."""
 
 
 @dataclass(slots=True)
@@ -69,6 +73,10 @@ class PassageSplitter:
         min_tokens: a passage closes at a block end once it has this many tokens (default 32).
         overlap_tokens: tokens of whole trailing sentences repeated after a cut inside a block (default 0).
         max_passages: most passages kept per document (default 256); the rest are dropped and counted.
+        keep_token_ids: also return the passages' token ids (:attr:`SplitResult.token_ids`), so the encoder
+            need not tokenize them again; only for a tokenizer that
+            :func:`~xprt_st.mining.token_ids.whitespace_compositional` accepts.
+        unsafe_characters: strings that, found in a document, make its ids inexact (its ids are then not kept).
     """
 
     tokenizer: Any
@@ -76,6 +84,8 @@ class PassageSplitter:
     min_tokens: int = DEFAULT_MIN_TOKENS
     overlap_tokens: int = DEFAULT_OVERLAP_TOKENS
     max_passages: int = DEFAULT_MAX_PASSAGES
+    keep_token_ids: bool = False
+    unsafe_characters: tuple[str, ...] = ()
     _fast: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
@@ -88,6 +98,8 @@ class PassageSplitter:
         if self.max_passages < 1:
             raise ValueError(f"max_passages must be >= 1, got {self.max_passages}")
         self._fast = bool(getattr(self.tokenizer, "is_fast", False))
+        if self.keep_token_ids and not self._fast:
+            raise ValueError("keep_token_ids needs a fast tokenizer (character offsets)")
 
     def split(self, text: str) -> SplitResult:
         """The de-duplicated passages of ``text``, in document order."""
@@ -97,10 +109,12 @@ class PassageSplitter:
         cut_chars = len(text) > char_cap
         if cut_chars:
             text = text[:char_cap].rsplit(None, 1)[0]
-        units = self._units(text)
+        tokens = self._tokens(text)
+        units = self._units(text, tokens)
         spans = self._pack(units)
         passages: list[str] = []
         counts: list[int] = []
+        kept: list[list[_Unit]] = []
         seen: set[str] = set()
         duplicates = 0
         kept_end = 0
@@ -117,6 +131,7 @@ class PassageSplitter:
             counts.append(sum(u.tokens for u in group))
             if len(passages) <= self.max_passages:
                 kept_end = max(kept_end, group[-1].end)
+                kept.append(group)
         truncated = cut_chars or len(passages) > self.max_passages
         return SplitResult(
             passages=passages[: self.max_passages],
@@ -124,14 +139,23 @@ class PassageSplitter:
             duplicates_removed=duplicates,
             truncated=truncated,
             characters_over_cap=sum(map(len, full_text[kept_end:].split())) if truncated else 0,
+            token_ids=_passage_ids(kept, *tokens) if tokens is not None and tokens[1] is not None else None,
         )
 
-    def _token_counter(self, text: str):
-        if self._fast:
-            offsets = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)[
-                "offset_mapping"
-            ]
-            starts = np.array([start for start, end in offsets if end > start], dtype=np.int64)
+    def _tokens(self, text: str) -> tuple[np.ndarray, np.ndarray | None] | None:
+        """Start offsets of the text's tokens, and their ids where kept and exact; None for a slow tokenizer."""
+        if not self._fast:
+            return None
+        encoded = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+        offsets = np.asarray(encoded["offset_mapping"], dtype=np.int64).reshape(-1, 2)
+        real = offsets[:, 1] > offsets[:, 0]
+        starts = offsets[real, 0]
+        exact = self.keep_token_ids and bool(real.all()) and not any(c in text for c in self.unsafe_characters)
+        return starts, (np.asarray(encoded["input_ids"], dtype=np.int32) if exact else None)
+
+    def _token_counter(self, text: str, tokens: tuple[np.ndarray, np.ndarray | None] | None):
+        if tokens is not None:
+            starts = tokens[0]
 
             def count(start: int, end: int) -> int:
                 return int(np.searchsorted(starts, end) - np.searchsorted(starts, start))
@@ -143,8 +167,8 @@ class PassageSplitter:
 
         return count_slow
 
-    def _units(self, text: str) -> list[_Unit]:
-        count = self._token_counter(text)
+    def _units(self, text: str, tokens: tuple[np.ndarray, np.ndarray | None] | None) -> list[_Unit]:
+        count = self._token_counter(text, tokens)
         units: list[_Unit] = []
         for block_index, (b_start, b_end) in enumerate(_blocks(text)):
             pieces: list[_Unit] = []
@@ -216,6 +240,22 @@ class PassageSplitter:
             carried.insert(0, unit)
             total += unit.tokens
         return carried
+
+
+def _passage_ids(passages: list[list[_Unit]], starts: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The ids of the tokens that start inside each unit of each passage, passage after passage."""
+    bounds = np.array([(u.start, u.end) for group in passages for u in group], dtype=np.int64).reshape(-1, 2)
+    first = np.searchsorted(starts, bounds[:, 0])
+    last = np.searchsorted(starts, bounds[:, 1])
+    lengths = last - first
+    if not lengths.sum():
+        return np.zeros(0, dtype=np.int32)
+    # index of every kept token: each unit's run first..last-1, runs laid end to end
+    steps = np.ones(int(lengths.sum()), dtype=np.int64)
+    runs = np.flatnonzero(lengths)
+    heads = np.concatenate([[0], np.cumsum(lengths[runs])[:-1]])
+    steps[heads] = first[runs] - np.concatenate([[0], last[runs][:-1] - 1])
+    return ids[np.cumsum(steps)]
 
 
 def _blocks(text: str) -> list[tuple[int, int]]:

@@ -18,19 +18,80 @@ import html
 import io
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from xprt_st.mining.config import MiningError
-from xprt_st.mining.layout import META_FILE, PASSAGES_FILE, STATS_FILE, load_passages
+from xprt_st.mining.layout import META_FILE, PASSAGES_FILE, STATS_FILE, MiningLayout
+from xprt_st.mining.quantiles import exact_quantiles
 from xprt_st.mining.stats import SUMMARY_KEYS
 
 logger = logging.getLogger(__name__)
 
 PAPER_PASSAGE_COVERAGE = 0.68
 PAPER_GROUPS_PER_DOCUMENT = 7.0
+
+
+def sweep_counts(
+    labels: np.ndarray,
+    centralities: np.ndarray,
+    related: list[list[int]],
+    passage_index: np.ndarray,
+    thresholds: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """Per threshold: covered passages, groups and documents with groups, plus the passages and documents.
+
+    Counts of whole documents add up: the counts of a corpus are the sums of its chunks' counts.
+    """
+    labels = np.asarray(labels, dtype=np.int64)
+    centralities = np.asarray(centralities, dtype=np.float64)
+    row_of = {(int(lab), int(idx)): r for r, (lab, idx) in enumerate(zip(labels, passage_index, strict=True))}
+    pair_anchor, pair_related = [], []
+    for r, rel in enumerate(related):
+        for j in rel:
+            pair_anchor.append(r)
+            pair_related.append(row_of[(int(labels[r]), int(j))])
+    pair_anchor_arr = np.asarray(pair_anchor, dtype=np.int64)
+    pair_related_arr = np.asarray(pair_related, dtype=np.int64)
+    has_related = np.array([len(rel) > 0 for rel in related], dtype=bool)
+    covered_counts, group_counts, documents_with = [], [], []
+    for t in thresholds:
+        anchors = (centralities >= t) & has_related
+        covered = anchors.copy()
+        if len(pair_anchor_arr):
+            covered[pair_related_arr[anchors[pair_anchor_arr]]] = True
+        groups = int(anchors.sum())
+        covered_counts.append(int(covered.sum()))
+        group_counts.append(groups)
+        documents_with.append(len(np.unique(labels[anchors])) if groups else 0)
+    return {
+        "covered": np.asarray(covered_counts, dtype=np.int64),
+        "groups": np.asarray(group_counts, dtype=np.int64),
+        "documents_with_groups": np.asarray(documents_with, dtype=np.int64),
+        "passages": np.int64(len(labels)),
+        "documents": np.int64(len(np.unique(labels)) if len(labels) else 0),
+    }
+
+
+def sweep_from_counts(counts: dict[str, np.ndarray], thresholds: np.ndarray) -> dict[str, np.ndarray]:
+    """Passage coverage, groups per document with groups and document coverage from (summed) counts."""
+    passages, documents = int(counts["passages"]), int(counts["documents"])
+    coverage, per_doc, doc_coverage = [], [], []
+    for covered, groups, docs_with in zip(
+        counts["covered"].tolist(), counts["groups"].tolist(), counts["documents_with_groups"].tolist(), strict=True
+    ):
+        coverage.append(covered / passages if passages else 0.0)
+        per_doc.append(groups / docs_with if docs_with else 0.0)
+        doc_coverage.append(docs_with / documents if documents else 0.0)
+    return {
+        "threshold": np.asarray(thresholds, dtype=np.float64),
+        "passage_coverage": np.asarray(coverage),
+        "groups_per_document": np.asarray(per_doc),
+        "document_coverage": np.asarray(doc_coverage),
+    }
 
 
 def threshold_sweep(
@@ -46,35 +107,8 @@ def threshold_sweep(
     The definitions are those of ``stats.json``: passage coverage counts passages that are an anchor
     or a related passage of an anchor, over all passages.
     """
-    labels = np.asarray(labels, dtype=np.int64)
-    centralities = np.asarray(centralities, dtype=np.float64)
-    row_of = {(int(lab), int(idx)): r for r, (lab, idx) in enumerate(zip(labels, passage_index, strict=True))}
-    pair_anchor, pair_related = [], []
-    for r, rel in enumerate(related):
-        for j in rel:
-            pair_anchor.append(r)
-            pair_related.append(row_of[(int(labels[r]), int(j))])
-    pair_anchor_arr = np.asarray(pair_anchor, dtype=np.int64)
-    pair_related_arr = np.asarray(pair_related, dtype=np.int64)
-    has_related = np.array([len(rel) > 0 for rel in related], dtype=bool)
-    documents = len(np.unique(labels)) if len(labels) else 0
-    coverage, per_doc, doc_coverage = [], [], []
-    for t in thresholds:
-        anchors = (centralities >= t) & has_related
-        covered = anchors.copy()
-        if len(pair_anchor_arr):
-            covered[pair_related_arr[anchors[pair_anchor_arr]]] = True
-        groups = int(anchors.sum())
-        docs_with = len(np.unique(labels[anchors])) if groups else 0
-        coverage.append(covered.sum() / len(labels) if len(labels) else 0.0)
-        per_doc.append(groups / docs_with if docs_with else 0.0)
-        doc_coverage.append(docs_with / documents if documents else 0.0)
-    return {
-        "threshold": np.asarray(thresholds, dtype=np.float64),
-        "passage_coverage": np.asarray(coverage),
-        "groups_per_document": np.asarray(per_doc),
-        "document_coverage": np.asarray(doc_coverage),
-    }
+    counts = sweep_counts(labels, centralities, related, passage_index, thresholds)
+    return sweep_from_counts(counts, thresholds)
 
 
 def _png(figure: Any) -> str:
@@ -83,14 +117,20 @@ def _png(figure: Any) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def _plots(centralities: np.ndarray, threshold: float | None, sweep: dict[str, np.ndarray]) -> tuple[str, str]:
+def _plots(
+    histogram_counts: tuple[np.ndarray, np.ndarray] | None, threshold: float | None, sweep: dict[str, np.ndarray]
+) -> tuple[str, str]:
+    """The two plots; ``histogram_counts`` are the centrality histogram's (counts, 51 edges), None without values."""
     # A bare Figure draws without pyplot's global state, so a notebook's inline backend is left alone.
     from matplotlib.figure import Figure
 
-    finite = centralities[np.isfinite(centralities)]
     fig = Figure(figsize=(6.5, 3.2))
     ax = fig.subplots()
-    ax.hist(finite, bins=50, color="#4c72b0")
+    if histogram_counts is None:
+        ax.hist(np.zeros(0), bins=50, color="#4c72b0")
+    else:  # the bars ``ax.hist(values, bins=50)`` draws, from counts summed chunk by chunk
+        counts, edges = histogram_counts
+        ax.hist(edges[:-1], bins=edges, weights=counts, color="#4c72b0")
     if threshold is not None:
         ax.axvline(threshold, color="#c44e52", linestyle="--", label=f"threshold {threshold:.3f}")
         ax.legend()
@@ -116,6 +156,95 @@ def _plots(centralities: np.ndarray, threshold: float | None, sweep: dict[str, n
     lines2 = right.get_legend_handles_labels()
     left.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=7, loc="lower left")
     return histogram, _png(fig)
+
+
+HISTOGRAM_BINS = 50
+
+
+@dataclass
+class _Scan:
+    """What the report needs from every stored passage, gathered chunk by chunk."""
+
+    grid: np.ndarray
+    sweep: dict[str, np.ndarray]
+    histogram: tuple[np.ndarray, np.ndarray] | None
+    candidates: list[int]
+
+
+def _scan(layout: MiningLayout, num_shards: int) -> _Scan:
+    """The sweep's counts, the centrality histogram and the documents of 2+ passages, one chunk in memory at a time.
+
+    Pass 1 reads labels and centralities (range, and documents as runs of equal labels, in row
+    order); the 1% and 99% quantiles bounding the sweep are exact (:mod:`~xprt_st.mining.quantiles`,
+    ``numpy.quantile``'s values); pass 2 reads the rankings and adds up each chunk's counts, which
+    hold whole documents. Memory: one chunk plus one integer per document of 2+ passages.
+    """
+    low, high, finite_values = np.inf, -np.inf, 0
+    runs: list[list[int]] = []  # [label, rows] of each document, in row order
+    for table in layout.iter_passages(num_shards, ["label", "centrality"]):
+        values = table.column("centrality").to_numpy(zero_copy_only=False).astype(np.float64)
+        values = values[np.isfinite(values)]
+        if len(values):
+            finite_values += len(values)
+            low, high = min(low, float(values.min())), max(high, float(values.max()))
+        labels = table.column("label").to_numpy()
+        if not len(labels):
+            continue
+        starts = np.flatnonzero(np.concatenate([[True], labels[1:] != labels[:-1]]))
+        sizes = np.diff(np.concatenate([starts, [len(labels)]]))
+        for label, size in zip(labels[starts].tolist(), sizes.tolist(), strict=True):
+            if runs and runs[-1][0] == label:
+                runs[-1][1] += size
+            else:
+                runs.append([label, size])
+    candidates = [label for label, size in runs if size >= 2]
+    del runs
+    if finite_values:
+        quantiles = exact_quantiles(lambda: layout.centralities(num_shards), [0.01, 0.99])
+        grid = np.linspace(float(quantiles[0.01]), float(quantiles[0.99]), 41)
+        first, last = (low - 0.5, high + 0.5) if low == high else (low, high)
+        edges = np.linspace(first, last, HISTOGRAM_BINS + 1)
+    else:
+        grid, edges = np.linspace(0.0, 1.0, 41), None
+    histogram = np.zeros(HISTOGRAM_BINS, dtype=np.int64)
+    totals: dict[str, Any] = {}
+    for table in layout.iter_passages(num_shards, ["label", "passage_index", "centrality", "related"]):
+        columns = table.to_pydict()
+        centralities = np.asarray(columns["centrality"], dtype=np.float64)
+        counts = sweep_counts(
+            np.asarray(columns["label"]), centralities, columns["related"], np.asarray(columns["passage_index"]), grid
+        )
+        totals = {k: totals[k] + v for k, v in counts.items()} if totals else counts
+        if edges is not None:
+            histogram += np.histogram(centralities[np.isfinite(centralities)], bins=edges)[0]
+    if not totals:
+        totals = sweep_counts(np.zeros(0), np.zeros(0), [], np.zeros(0), grid)
+    return _Scan(grid, totals, (histogram, edges) if edges is not None else None, candidates)
+
+
+def _sampled_rows(
+    layout: MiningLayout, num_shards: int, chosen: set[int]
+) -> tuple[dict[str, list[Any]], dict[int, list[int]]]:
+    """The stored rows of the chosen documents only (text read from the chunks that hold one), by label."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = ["label", "doc_id", "passage_index", "text", "centrality"]
+    table: dict[str, list[Any]] = {name: [] for name in names}
+    if chosen:
+        wanted = pa.array(sorted(chosen), type=pa.int64())
+        for shard, chunk in layout.chunks(num_shards):
+            labels = layout.read_chunk(shard, num_shards, chunk, ["label"]).column("label")
+            if not pc.any(pc.is_in(labels, value_set=wanted)).as_py():
+                continue
+            rows = layout.read_chunk(shard, num_shards, chunk, names)
+            rows = rows.filter(pc.is_in(rows.column("label"), value_set=wanted)).to_pydict()
+            for name in names:
+                table[name].extend(rows[name])
+    documents: dict[int, list[int]] = {}
+    for row, label in enumerate(table["label"]):
+        documents.setdefault(label, []).append(row)
+    return table, documents
 
 
 _CSS = """
@@ -149,31 +278,27 @@ def write_report(
     if not stats_path.is_file() or not (output_dir / PASSAGES_FILE).exists():
         raise MiningError(f"{output_dir} has no {STATS_FILE} / {PASSAGES_FILE}: run xprt-st mine (and its merge) first")
     stats = json.loads(stats_path.read_text())
-    table = load_passages(output_dir).to_pydict()
-    labels = np.asarray(table["label"], dtype=np.int64)
-    centralities = np.asarray(table["centrality"], dtype=np.float64)
+    layout = MiningLayout(output_dir)
+    num_shards = int(layout.require_run()["num_shards"])
     if threshold is None:
         threshold = stats.get("threshold")
-    finite = centralities[np.isfinite(centralities)]
-    low, high = (float(np.quantile(finite, 0.01)), float(np.quantile(finite, 0.99))) if len(finite) else (0.0, 1.0)
-    grid = np.linspace(low, high, 41)
-    sweep = threshold_sweep(labels, centralities, table["related"], np.asarray(table["passage_index"]), grid)
-    histogram, sweep_png = _plots(centralities, threshold, sweep)
-
+    scan = _scan(layout, num_shards)
+    chosen = []
+    if scan.candidates:
+        rng = np.random.default_rng(seed)
+        chosen = sorted(rng.choice(scan.candidates, size=min(sample, len(scan.candidates)), replace=False).tolist())
+    sweep = sweep_from_counts(scan.sweep, scan.grid)
+    histogram, sweep_png = _plots(scan.histogram, threshold, sweep)
+    table, documents = _sampled_rows(layout, num_shards, set(chosen))
     meta: dict[tuple[int, int], dict[str, Any]] = {}
     meta_path = output_dir / META_FILE
-    if meta_path.is_file():
-        for line in meta_path.read_text(encoding="utf-8").splitlines():
-            record = json.loads(line)
-            if "anchor_index" in record:
-                meta[(record["label"], record["anchor_index"])] = record
-
-    documents: dict[int, list[int]] = {}
-    for row, label in enumerate(labels.tolist()):
-        documents.setdefault(label, []).append(row)
-    candidates = [label for label, rows in documents.items() if len(rows) >= 2]
-    rng = np.random.default_rng(seed)
-    chosen = sorted(rng.choice(candidates, size=min(sample, len(candidates)), replace=False).tolist())
+    if meta_path.is_file() and chosen:
+        wanted = set(chosen)
+        with meta_path.open(encoding="utf-8") as lines:
+            for line in lines:
+                record = json.loads(line)
+                if "anchor_index" in record and record["label"] in wanted:
+                    meta[(record["label"], record["anchor_index"])] = record
 
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>xPRT mining report</title>",

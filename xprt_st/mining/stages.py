@@ -27,7 +27,7 @@ from xprt_st.mining.groups import MIN_PASSAGES, rank_all_passages
 from xprt_st.mining.html_text import extract_main_text
 from xprt_st.mining.passages import PassageSplitter
 from xprt_st.mining.records import RawRecord
-from xprt_st.mining.scoring import TfidfScorer, tfidf_cosine
+from xprt_st.mining.scoring import TfidfScorer, tfidf_cosines
 
 
 @dataclass(slots=True)
@@ -39,6 +39,17 @@ class Document:
     origin: str
     passages: list[str]
     token_counts: list[int]
+    token_ids: np.ndarray | None = None
+    """The passages' token ids end to end (``token_counts[i]`` each), or None.
+
+    See :attr:`~xprt_st.mining.passages.SplitResult.token_ids`."""
+
+    def passage_ids(self) -> list[np.ndarray | None]:
+        """Each passage's token ids (views into :attr:`token_ids`), or None per passage without them."""
+        if self.token_ids is None:
+            return [None] * len(self.passages)
+        ends = np.cumsum(self.token_counts)
+        return [self.token_ids[end - n : end] for end, n in zip(ends, self.token_counts, strict=True)]
 
 
 PASSAGE_SCHEMA = pa.schema(
@@ -65,6 +76,7 @@ SPLIT_SCHEMA = pa.schema(
         ("origin", pa.string()),
         ("passages", pa.list_(pa.string())),
         ("token_counts", pa.list_(pa.int32())),
+        ("token_ids", pa.list_(pa.int32())),
     ]
 )
 """One split document, as stored between the split stage and the scoring stage."""
@@ -123,7 +135,9 @@ class SplitStage:
             self.skipped["single_passage"] += 1
         self._counts["passages"] += len(split.passages)
         self._documents_with_passages += 1
-        return Document(record.ordinal, record.doc_id, record.origin, split.passages, split.token_counts)
+        return Document(
+            record.ordinal, record.doc_id, record.origin, split.passages, split.token_counts, split.token_ids
+        )
 
     @property
     def counts(self) -> dict[str, Any]:
@@ -166,7 +180,7 @@ class ScoredBatch:
 
 def score_chunk(
     documents: Sequence[Document],
-    encode: Callable[[list[str]], np.ndarray],
+    encode: Callable[[list[str], list[np.ndarray | None]], np.ndarray],
     scorer: TfidfScorer,
     *,
     top_k: int,
@@ -180,22 +194,24 @@ def score_chunk(
     passage, its ``top_k`` related passages (fused embedding and corpus TF-IDF ranking) as if it
     were an anchor, so the threshold can change later without encoding again. Documents of one
     passage (or every document, when ``encodes`` is false) keep a NaN centrality and no ranking.
-    ``encode`` returns L2-normalised vectors; sentence-transformers sorts each call by length, so
-    the batches (and the vectors) are those of any engine that calls with the same documents.
+    ``encode(passages, token_ids)`` returns L2-normalised vectors (``token_ids``: each passage's ids
+    from the splitter, or None); it sorts each call by length, as sentence-transformers does, so the
+    batches (and the vectors) are those of any engine that calls with the same documents.
     """
     for start, stop in passage_slices(documents, passages_per_call):
         batch_docs = documents[start:stop]
         scored = [d for d in batch_docs if len(d.passages) >= MIN_PASSAGES and encodes]
         flat = [p for d in scored for p in d.passages]
+        flat_ids = [ids for d in scored for ids in d.passage_ids()]
         tick = time.perf_counter()
-        vectors = encode(flat) if flat else np.zeros((0, 1), dtype=np.float32)
+        vectors = encode(flat, flat_ids) if flat else np.zeros((0, 1), dtype=np.float32)
         seconds = time.perf_counter() - tick
-        tfidf = scorer.transform(flat) if flat else None
+        sizes = [len(d.passages) for d in scored]
+        cosines = tfidf_cosines(scorer.transform(flat), sizes) if flat else []
         offset = 0
         rankings: dict[int, tuple[np.ndarray, list[Any]]] = {}
-        for doc in scored:
+        for doc, doc_tfidf in zip(scored, cosines, strict=True):
             n = len(doc.passages)
-            doc_tfidf = tfidf_cosine(tfidf[offset : offset + n])
             rankings[doc.label] = rank_all_passages(vectors[offset : offset + n], doc_tfidf, top_k, rank_by)
             offset += n
         rows: dict[str, list[Any]] = {name: [] for name in PASSAGE_SCHEMA.names}

@@ -92,7 +92,7 @@ def split_sources(
 
 def score_documents(
     documents: Sequence[Document],
-    encode: Callable[[list[str]], np.ndarray],
+    encode: Callable[[list[str], list[np.ndarray | None]], np.ndarray],
     scorer: TfidfScorer,
     config: MiningConfig,
     on_batch: Callable[[int], None] | None = None,
@@ -168,8 +168,8 @@ class Engine:
     def splitter(self) -> PassageSplitter:
         return self.encoder.splitter()
 
-    def encode(self, passages: list[str]) -> np.ndarray:
-        return self.encoder.encode(passages)
+    def encode(self, passages: list[str], token_ids: list[np.ndarray | None] | None = None) -> np.ndarray:
+        return self.encoder.encode(passages, token_ids)
 
     def close(self) -> None:
         self.encoder.close()

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -26,8 +27,18 @@ def _atomic_json(path: Path, value: Any) -> None:
     os.replace(tmp, path)
 
 
+def _token_id_column(documents: Sequence[Document]) -> pa.Array:
+    """Each document's token ids as one list (null without them), built from the arrays, not Python ints."""
+    lengths = np.array([0 if d.token_ids is None else len(d.token_ids) for d in documents], dtype=np.int32)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    present = [d.token_ids for d in documents if d.token_ids is not None]
+    values = np.concatenate(present).astype(np.int32) if present else np.zeros(0, dtype=np.int32)
+    missing = pa.array([d.token_ids is None for d in documents], type=pa.bool_())
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values), mask=missing)
+
+
 def split_table(documents: Sequence[Document]) -> pa.Table:
-    """The split stage's documents as one Arrow table: a row per document with its passages and token counts."""
+    """The split stage's documents as one Arrow table: a row per document with its passages, token counts and ids."""
     return pa.table(
         {
             "label": [d.label for d in documents],
@@ -35,22 +46,37 @@ def split_table(documents: Sequence[Document]) -> pa.Table:
             "origin": [d.origin for d in documents],
             "passages": [d.passages for d in documents],
             "token_counts": [d.token_counts for d in documents],
+            "token_ids": _token_id_column(documents),
         },
         schema=SPLIT_SCHEMA,
     )
 
 
+def _token_ids_of(table: pa.Table) -> list[np.ndarray | None]:
+    """The ``token_ids`` column as arrays (None per null row; all None for a split file written without it)."""
+    if "token_ids" not in table.column_names:
+        return [None] * table.num_rows
+    column = table.column("token_ids").combine_chunks()
+    if isinstance(column, pa.ChunkedArray):  # an empty table keeps zero chunks
+        return [None] * table.num_rows
+    offsets = column.offsets.to_numpy()
+    values = column.values.to_numpy(zero_copy_only=False)
+    valid = column.is_valid().to_numpy(zero_copy_only=False)
+    return [values[offsets[i] : offsets[i + 1]] if valid[i] else None for i in range(len(column))]
+
+
 def documents_of(table: pa.Table, label_offset: int = 0) -> list[Document]:
     """The documents of (part of) a split file, labels shifted by ``label_offset``."""
-    columns = table.to_pydict()
+    columns = table.select(["label", "doc_id", "origin", "passages", "token_counts"]).to_pydict()
     return [
-        Document(label + label_offset, doc_id, origin, passages, counts)
-        for label, doc_id, origin, passages, counts in zip(
+        Document(label + label_offset, doc_id, origin, passages, counts, ids)
+        for label, doc_id, origin, passages, counts, ids in zip(
             columns["label"],
             columns["doc_id"],
             columns["origin"],
             columns["passages"],
             columns["token_counts"],
+            _token_ids_of(table),
             strict=True,
         )
     ]
