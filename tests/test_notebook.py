@@ -52,6 +52,9 @@ def test_committed_notebook_is_executed_and_small() -> None:
     for step in ("Step 1", "Step 2", "Step 3", "Step 4"):
         assert step in text
     assert "fold split" in text and "demonstration, not a result" in text
+    assert "holdout=HOLDOUT" in "\n".join(cell.source for cell in nb.cells if cell.cell_type == "code")
+    flat = " ".join(text.split())
+    assert "drift and sanity signal" in flat and "--select mined:DIR" in flat and "not as a verdict" in flat
 
 
 @pytest.mark.slow
@@ -74,6 +77,10 @@ def check_summary(workdir: Path) -> None:
     assert 0 < mining["anchors"] == mining["groups"] < mining["passages"]
     assert 0 < mining["passage_coverage"] < 1
 
+    heldout = summary["heldout"]
+    assert heldout["fraction"] == settings["holdout"] and 1 <= heldout["documents"] < mining["documents"]
+    assert summary["held_out_rows"] == heldout["passages"] > 0  # the notebook's own count of held-out rows
+
     counts = summary["filter"]
     assert counts["anchor"] == mining["anchors"]
     assert counts["excluded"] > 0 and counts["related"] >= 0
@@ -91,6 +98,18 @@ def check_summary(workdir: Path) -> None:
     step1 = summary["step1"]
     assert 0 <= step1["before"] <= 1 and 0 <= step1["after"] <= 1
     assert step1["gain"] == pytest.approx(step1["after"] - step1["before"], abs=1e-12)
+
+    label_free = summary["step3_label_free"]
+    assert label_free["task"].startswith("mined:")
+    assert label_free["queries"] == heldout["groups"] >= 2 and label_free["passages"] == heldout["passages"]
+    assert label_free["difference"] == pytest.approx(label_free["model"] - label_free["start"], abs=1e-9)
+    assert label_free["ci_low"] <= label_free["difference"] <= label_free["ci_high"]
+    assert 0 < label_free["knn_overlap_at_10"] <= 1
+    # the same scores three ways: evaluate's mteb task, the pure functions, the training run's label_free.json
+    mteb, during = label_free["mteb"], label_free["training_run"]
+    assert mteb["starting model"] == pytest.approx(label_free["start"], abs=1e-4)
+    assert mteb["after step 1"] == pytest.approx(label_free["model"], abs=1e-4)
+    assert during == pytest.approx({"start": label_free["start"], "trained": label_free["model"]}, abs=1e-4)
 
     step3 = summary["step3"]
     assert step3["split"] == "split of the task's queries"
@@ -110,4 +129,10 @@ def check_summary(workdir: Path) -> None:
         assert row["loss"] == pytest.approx(sum(row[term] for term in XPRT_TERMS), rel=1e-3, abs=1e-3)
     assert step4["decoder_in_model"] is False
 
-    assert set(summary["timings_seconds"]) >= {"mine", "step1_train", "step3_finetune_compare", "step4_train"}
+    assert set(summary["timings_seconds"]) >= {
+        "mine",
+        "step1_train",
+        "step3_label_free",
+        "step3_finetune_compare",
+        "step4_train",
+    }

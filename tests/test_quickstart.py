@@ -90,6 +90,35 @@ def test_the_gain_has_its_interval_and_a_plain_note_when_it_is_not_a_gain(quicks
     assert (" ".join(NO_GAIN_NOTE.split()) in printed) == (not summary["gained"])
 
 
+def test_the_label_free_line_reports_the_held_out_pages_of_this_run(quickstart_run: tuple[Path, Any]) -> None:
+    from xprt_st.quickstart import HOLDOUT, LABEL_FREE_NOTE
+    from xprt_st.training.label_free import RESULT_FILE
+
+    output, result = quickstart_run
+    summary = _summary(output)
+    held = json.loads((output / "mined" / "stats.json").read_text(encoding="utf-8"))["holdout"]
+    # seed 42 holds out 2 of the first 12 pages (the draw hashes their ids: __main__ and appetite)
+    assert held["fraction"] == HOLDOUT and held["documents"] == 2 and held["groups"] >= 2
+    record = summary["label_free"]
+    assert record["queries"] == held["groups"] and record["passages"] == held["passages"]
+    # the training run's own record (start scored before step 1, the final model after the last)
+    assert record == json.loads((output / "model" / RESULT_FILE).read_text(encoding="utf-8"))
+    assert record["ci_low"] <= record["difference"] <= record["ci_high"]
+    assert record["difference"] == pytest.approx(record["model"] - record["start"], abs=1e-9)
+    assert 0 < record["knn_overlap_at_10"] <= 1
+    printed = " ".join(result.output.split())
+    line = (
+        f"Label-free nDCG@10 on {held['groups']} held-out anchors: start {record['start']:.4f}, "
+        f"trained {record['model']:.4f}, difference {record['difference']:+.4f} "
+        f"[{record['ci_low']:+.4f}, {record['ci_high']:+.4f}]; "
+        f"10-NN overlap with the start {record['knn_overlap_at_10']:.3f}"
+    )
+    assert line in printed
+    assert " ".join(LABEL_FREE_NOTE.split()) in printed
+    # printed after the python-faq table, before the closing line
+    assert printed.index("gain, 95% CI") < printed.index(line) < printed.index("Everything is in")
+
+
 def test_trained_model_loads_as_a_plain_sentence_transformer(quickstart_run: tuple[Path, Any], minilm) -> None:
     from sentence_transformers import SentenceTransformer
 
@@ -116,7 +145,7 @@ BOILERPLATE = ("Quick search", "Navigation", "Previous topic", "Report a Bug", "
 def test_mining_found_anchors_and_excluded_passages(quickstart_run: tuple[Path, Any]) -> None:
     import gzip
 
-    from xprt_st.mining import load_passages
+    from xprt_st.mining import load_heldout, load_passages
     from xprt_st.quickstart import QUICKSTART_CORPUS
 
     output, _ = quickstart_run
@@ -126,8 +155,11 @@ def test_mining_found_anchors_and_excluded_passages(quickstart_run: tuple[Path, 
     meta = [json.loads(line) for line in (mined / "groups_meta.jsonl").read_text(encoding="utf-8").splitlines()]
     anchors = {(m["label"], m["anchor_index"]) for m in meta}
     related = {(m["label"], j) for m in meta for j in m["related_indices"]}
-    keys = list(zip(passages["label"], passages["passage_index"], strict=True))
-    centrality = dict(zip(keys, passages["centrality"], strict=True))
+    held_out = set(load_heldout(mined)[1]["label"])  # pages kept for the label-free check: in no training group
+    keys = [key for key in zip(passages["label"], passages["passage_index"], strict=True) if key[0] not in held_out]
+    assert len(keys) == stats["passages"] and len(keys) < len(passages["label"])
+    every_key = zip(passages["label"], passages["passage_index"], strict=True)
+    centrality = dict(zip(every_key, passages["centrality"], strict=True))
     excluded = [key for key in keys if key not in anchors and key not in related]
     scored_excluded = [key for key in excluded if np.isfinite(centrality[key])]  # one-passage pages have none
 
@@ -153,6 +185,10 @@ def test_max_documents_is_hidden_and_validated(tmp_path: Path) -> None:
     assert "--max-documents" not in runner.invoke(app, ["quickstart", "--help"]).output
     result = runner.invoke(app, ["quickstart", "--output", str(tmp_path / "run"), "--max-documents", "0"])
     assert result.exit_code == 2
+    assert not (tmp_path / "run").exists()
+    # a fraction of 1 would hold out every page and leave nothing to train on: refused before any work
+    result = runner.invoke(app, ["quickstart", "--output", str(tmp_path / "run"), "--holdout", "1"])
+    assert result.exit_code == 2 and "--holdout" in result.output
     assert not (tmp_path / "run").exists()
 
 

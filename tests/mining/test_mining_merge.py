@@ -107,6 +107,10 @@ def test_heldout_documents_are_never_in_the_training_rows(tmp_path, tiny_model):
         "groups": len(groups),
         "passages": len(passages),
     }
+    # coverage is of the documents that could be trained on: the held-out ones never have a training group
+    trainable = stats["documents"] - len(held_ids)
+    assert stats["document_coverage"] == pytest.approx(stats["documents_with_groups"] / trainable, abs=1e-4)
+    assert stats["groups_per_input_document"] == pytest.approx(stats["groups"] / trainable, abs=1e-3)
 
     # The same documents are held out whatever the sharding; a merge without --holdout trains on all again.
     sharded = tmp_path / "sharded"

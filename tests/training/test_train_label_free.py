@@ -129,3 +129,25 @@ def test_keep_best_without_heldout_documents_fails_before_training(tmp_path, tin
     assert result.exit_code == 2
     assert "no held-out documents" in " ".join(result.output.split())
     assert not (tmp_path / "run" / "checkpoint-1").exists()
+
+
+def test_train_goes_on_without_the_check_when_too_few_anchors_are_held_out(tmp_path, tiny_model_path, caplog):
+    from training_helpers import write_mined
+
+    data = write_heldout(
+        write_mined(tmp_path / "mined", n_groups=8),
+        {label: texts for label, (_, texts) in enumerate(DOCUMENTS)},
+        HELDOUT_GROUPS[:1],
+    )
+    common = ["--recipe", "change-only-positive", "--data", str(data), "--model", str(tiny_model_path)]
+    common += ["--max-steps", "1", "--batch-size", "4"]
+    with caplog.at_level("WARNING", logger="xprt_st.training.label_free"):
+        result = _train(*common, "--output", str(tmp_path / "run"))
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "run" / "modules.json").is_file() and not (tmp_path / "run" / RESULT_FILE).exists()
+    assert "no label-free check during this run" in caplog.text and "1 anchor(s)" in caplog.text
+
+    # keep_best cannot keep the best by a check that is not there: refused before any step
+    result = _train(*common, "--output", str(tmp_path / "best"), "--keep-best")
+    assert result.exit_code != 0 and "keep_best" in result.output and "1 anchor(s)" in result.output
+    assert not (tmp_path / "best" / "modules.json").exists()

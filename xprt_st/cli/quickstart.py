@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from xprt_st.cli import app
-from xprt_st.quickstart import LABEL_FREE_NOTE, NO_GAIN_NOTE
+from xprt_st.quickstart import HOLDOUT, LABEL_FREE_NOTE, NO_GAIN_NOTE
 
 console = Console()
 
@@ -24,6 +24,14 @@ def quickstart(
     max_steps: Annotated[int, typer.Option(help="Training steps of the change-only-positive recipe.")] = 20,
     batch_size: Annotated[int, typer.Option(help="Groups per step.")] = 16,
     seed: Annotated[int, typer.Option(help="Seed for mining ablations, training and evaluation.")] = 42,
+    holdout: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=0.95,
+            help="Fraction of pages held out of training for the label-free check (0: no check).",
+        ),
+    ] = HOLDOUT,
     max_documents: Annotated[
         int | None,
         typer.Option(min=1, hidden=True, help="Mine only the first N of the 100 shipped pages (tests, quick looks)."),
@@ -52,6 +60,7 @@ def quickstart(
         max_steps=max_steps,
         batch_size=batch_size,
         seed=seed,
+        holdout=holdout,
         max_documents=max_documents,
     )
     console.rule("[bold]xprt-st quickstart[/bold]: mine -> pre-train -> evaluate")
@@ -70,18 +79,22 @@ def quickstart(
     console.print(table)
     if not summary["gained"]:
         console.print(NO_GAIN_NOTE, highlight=False)
-    if summary.get("label_free"):
-        console.print(label_free_line(summary["label_free"]), highlight=False)
-        console.print(LABEL_FREE_NOTE, highlight=False)
+    record = summary.get("label_free")
+    if record:
+        console.print(label_free_line(record), highlight=False)
+        if "skipped" not in record:
+            console.print(LABEL_FREE_NOTE, highlight=False)
     console.print(
         f"Everything is in [bold]{output}[/bold]; the trained model loads with SentenceTransformer('{output}/model')."
     )
 
 
 def label_free_line(record: dict) -> str:
-    """The quickstart's label-free line (held-out documents of the mined folder, no labels)."""
+    """The quickstart's label-free line (held-out documents of the mined folder, no labels), or why there is none."""
     from xprt_st.evaluation.label_free import format_comparison
 
+    if "skipped" in record:
+        return f"No label-free check: {record['skipped']}"
     return f"Label-free nDCG@10 on {record['queries']} held-out anchors: {format_comparison(record)}"
 
 

@@ -91,6 +91,18 @@ class HeldOutError(TaskLoadError):
     """A mined folder has no usable held-out part for the label-free task."""
 
 
+class TooFewAnchorsError(HeldOutError):
+    """The held-out part is whole but holds fewer than 2 anchors: too few for the task's interval.
+
+    A small corpus meets it with a small ``--holdout`` (the held-out documents are a seeded draw); the
+    training run and the quickstart then go on without the check and say why, while ``evaluate`` refuses.
+    """
+
+    def __init__(self, message: str, anchors: int = 0) -> None:
+        super().__init__(message)
+        self.anchors = anchors
+
+
 # --------------------------------------------------------------------------------------------------
 # Reading the held-out part
 # --------------------------------------------------------------------------------------------------
@@ -178,8 +190,9 @@ def load_heldout_task(folder: str | Path) -> HeldOut:
     """Build the label-free task of the mined folder ``folder`` (see the module doc).
 
     Raises:
-        HeldOutError: the folder has no held-out part, a column is missing, a group names a passage
-            that ``passages`` does not hold, or fewer than 2 anchors remain (a bootstrap needs 2).
+        HeldOutError: the folder has no held-out part, a column is missing, or a group names a passage
+            that ``passages`` does not hold.
+        TooFewAnchorsError: fewer than 2 anchors remain (a bootstrap needs 2).
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -236,9 +249,10 @@ def load_heldout_task(folder: str | Path) -> HeldOut:
         queries.append(query)
         relevance.append(grades)
     if len(queries) < 2:
-        raise HeldOutError(
+        raise TooFewAnchorsError(
             f"{folder / HELDOUT_DIR} holds {len(queries)} anchor(s); the label-free task needs at least 2 for "
-            "its interval (mine with a larger --holdout)"
+            "its interval (mine with a larger --holdout)",
+            len(queries),
         )
     digest = hashlib.sha1(json.dumps([ids, texts, queries, [sorted(r.items()) for r in relevance]]).encode())
     return HeldOut(texts, ids, np.asarray(queries, dtype=np.int64), relevance, folder, digest.hexdigest()[:12])

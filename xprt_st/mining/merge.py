@@ -328,9 +328,10 @@ def merge(
     ``stats.json`` figures (the paper's on 100K FineWeb documents in brackets):
 
     - ``documents``: input records read, skipped ones included;
-    - ``documents_with_groups`` and ``document_coverage = documents_with_groups / documents`` [99%];
+    - ``documents_with_groups`` and ``document_coverage = documents_with_groups / documents`` [99%]
+      (with ``holdout``, over the documents not held out);
     - ``groups``; ``groups_per_document = groups / documents_with_groups`` [7.0];
-      ``groups_per_input_document = groups / documents``;
+      ``groups_per_input_document = groups / documents`` (the same denominator as the coverage);
     - ``passages``: passages of the training documents after de-duplication and the per-document cap;
     - ``passage_coverage``: passages that appear in at least one group, as anchor or as one of the
       ``top_k`` related passages, over ``passages`` [68%] (padding repeats are counted once);

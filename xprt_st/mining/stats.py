@@ -41,16 +41,18 @@ def build_stats(
     groups = int(merged.get("groups", 0))
     with_groups = int(merged.get("documents_with_groups", 0))
     passages = int(merged.get("passages", 0))
+    # the coverages are of the training documents: held-out ones can never have a training group
+    trained_on = documents - int(merged.get("heldout_documents", 0))
     mined = config.pairs == "mined"
     merge_settings = {name: getattr(config, name) for name in MiningConfig.MERGE_FIELDS}
     stats = {
         "documents": documents,
         "documents_with_passages": int(counts.get("documents_with_passages", 0)),
         "documents_with_groups": with_groups,
-        "document_coverage": round(with_groups / documents, 4) if documents else 0.0,
+        "document_coverage": round(with_groups / trained_on, 4) if trained_on else 0.0,
         "groups": groups,
         "groups_per_document": round(groups / with_groups, 3) if with_groups else 0.0,
-        "groups_per_input_document": round(groups / documents, 3) if documents else 0.0,
+        "groups_per_input_document": round(groups / trained_on, 3) if trained_on else 0.0,
         "passages": passages,
         "anchors": int(merged.get("anchors", 0)) if mined else None,
         "passage_coverage": round(int(merged.get("covered", 0)) / passages, 4) if passages and mined else None,

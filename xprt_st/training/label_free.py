@@ -35,6 +35,7 @@ from xprt_st.evaluation.label_free import (
     HeldOutError,
     K,
     LabelFreeScore,
+    TooFewAnchorsError,
     comparison,
     heldout_of,
     knn_overlap,
@@ -137,13 +138,22 @@ def training_evaluator(
 ) -> LabelFreeEvaluator | None:
     """The evaluator of a run on the mined folder ``data``: None when it holds no held-out documents.
 
+    Also None, with a logged warning, when the held-out part holds fewer than 2 anchors (too few for the
+    interval): a small corpus's seeded draw of documents should not stop a training run.
+
     Raises:
-        MinedDataError: the held-out part is broken, or ``training.keep_best`` is asked for without one.
+        MinedDataError: the held-out part is broken, or ``training.keep_best`` is asked for without a usable one.
     """
     from xprt_st.training.data import MinedDataError
 
     try:
         heldout = heldout_of(data)
+    except TooFewAnchorsError as error:
+        if training.keep_best:
+            raise MinedDataError(f"training.keep_best needs the label-free task, but {error}") from error
+        # a seeded draw of documents from a small corpus: the check is optional, training is not
+        logger.warning("no label-free check during this run: %s", error)
+        return None
     except HeldOutError as error:
         raise MinedDataError(str(error)) from error
     if heldout is None:
