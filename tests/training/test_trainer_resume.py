@@ -126,6 +126,21 @@ def test_export_is_plain_sentence_transformer_without_loss_modules(tiny_model, t
     assert "## xPRT pre-training" in card and "@misc{toy" in card and "| groups | 16 |" in card
 
 
+def test_only_the_process_that_saves_writes_the_model(tiny_model, toy_loss_class, mined_dir, tmp_path, monkeypatch):
+    """Under DDP, transformers 5 calls ``_save`` on every rank; a rank with ``should_save`` False writes nothing.
+
+    Before the fix every rank wrote the model and ``training_state/`` into the same folder, and the two-process
+    test failed now and then with one rank's ``.config.json.tmp`` renamed away by the other.
+    """
+    trainer, _ = _trainer(tiny_model, toy_loss_class(tiny_model), load_from_disk(str(mined_dir)), tmp_path / "run")
+    monkeypatch.setattr(type(trainer.args), "should_save", property(lambda self: False))
+    trainer.save_model(str(tmp_path / "other-rank"))
+    assert not (tmp_path / "other-rank").exists() or not any((tmp_path / "other-rank").iterdir())
+    monkeypatch.undo()
+    trainer.save_model(str(tmp_path / "rank-0"))
+    assert (tmp_path / "rank-0" / TRAINING_STATE_DIR / LOSS_STATE_FILE).is_file()
+
+
 def test_nan_loss_stops_without_writing_a_checkpoint(tiny_model, toy_loss_class, mined_dir, tmp_path):
     data = load_from_disk(str(mined_dir))
     loss = toy_loss_class(tiny_model, nan_at_call=3)

@@ -376,6 +376,10 @@ class XPRTTrainer(SentenceTransformerTrainer):
                 f"{broken} holds NaN or infinite values at step {self.state.global_step}; nothing was written to "
                 f"{output_dir}. Resume from the last good checkpoint with a lower learning rate."
             )
+        if not self.args.should_save:
+            # transformers 5 calls ``_save`` on every rank and lets its own ``_save`` return on the others;
+            # sentence-transformers' override writes on every rank, so two processes raced on the same files.
+            return
         try:
             super()._save(output_dir, state_dict)
             drop_dangling_auto_map(output_dir)
