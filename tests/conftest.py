@@ -24,6 +24,35 @@ def shared_data(*parts: str) -> Path:
     return path
 
 
+def bbc_sample(folder: Path, articles: int) -> Path:
+    """An evenly spread sample of ``articles`` BBC News articles as a zip in ``folder`` (skips without the data)."""
+    import zipfile
+
+    source = shared_data("bbc-news", "bbc-fulltext.zip")
+    path = folder / "bbc-sample.zip"
+    with zipfile.ZipFile(source) as archive, zipfile.ZipFile(path, "w") as sample:
+        names = sorted(n for n in archive.namelist() if n.endswith(".txt"))
+        for name in names[:: len(names) // articles][:articles]:
+            sample.writestr(name, archive.read(name))
+    return path
+
+
+def debian_sample(folder: Path, pages: int) -> Path:
+    """Every 16th raw Debian HTML page, ``pages`` of them, as JSONL.gz in ``folder`` (skips without the data)."""
+    import gzip
+
+    source = shared_data("debian-docs-html", "pages.jsonl.gz")
+    path = folder / "debian-sample.jsonl.gz"
+    with gzip.open(source, "rt", encoding="utf-8") as handle, gzip.open(path, "wt", encoding="utf-8") as sample:
+        for i, line in enumerate(handle):
+            if i % 16 == 0:
+                sample.write(line)
+                pages -= 1
+                if not pages:
+                    break
+    return path
+
+
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 2-layer, 32-wide random BERT with the offline default's BERT vocabulary, saved to disk."""

@@ -5,12 +5,10 @@ One cluster serves the whole module (starting one costs about 20 s on a loaded C
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import socket
 import time
-import zipfile
 from pathlib import Path
 
 import datasets
@@ -19,7 +17,7 @@ import pytest
 import ray
 from typer.testing import CliRunner
 
-from tests.conftest import shared_data
+from tests.conftest import bbc_sample, debian_sample
 from xprt_st.cli import app
 from xprt_st.columns import GROUP_COLUMNS, LABEL
 from xprt_st.mining import GroupBuilder, MiningConfig, load_heldout
@@ -209,35 +207,12 @@ def test_the_cli_mines_on_ray_with_workers_loading_the_model(tmp_path, tiny_mode
     assert _figures(out)["groups"] == _figures(local)["groups"]
 
 
-def _bbc_sample(folder: Path, articles: int) -> Path:
-    source = shared_data("bbc-news", "bbc-fulltext.zip")
-    path = folder / "bbc-sample.zip"
-    with zipfile.ZipFile(source) as archive, zipfile.ZipFile(path, "w") as sample:
-        names = sorted(n for n in archive.namelist() if n.endswith(".txt"))
-        for name in names[:: len(names) // articles][:articles]:
-            sample.writestr(name, archive.read(name))
-    return path
-
-
-def _debian_sample(folder: Path, pages: int) -> Path:
-    source = shared_data("debian-docs-html", "pages.jsonl.gz")
-    path = folder / "debian-sample.jsonl.gz"
-    with gzip.open(source, "rt", encoding="utf-8") as handle, gzip.open(path, "wt", encoding="utf-8") as sample:
-        for i, line in enumerate(handle):
-            if i % 16 == 0:
-                sample.write(line)
-                pages -= 1
-                if not pages:
-                    break
-    return path
-
-
 @pytest.mark.parametrize("corpus_name", ["bbc", "debian"])
 def test_real_corpora_mine_to_the_same_groups_on_ray(tmp_path, tiny_model, local_ray, corpus_name):
     if corpus_name == "bbc":
-        corpus, config = _bbc_sample(tmp_path, 20), _config(id_field=None, chunk_size=6)
+        corpus, config = bbc_sample(tmp_path, 20), _config(id_field=None, chunk_size=6)
     else:
-        corpus, config = _debian_sample(tmp_path, 10), _config(html=True, chunk_size=3, max_passages=40)
+        corpus, config = debian_sample(tmp_path, 10), _config(html=True, chunk_size=3, max_passages=40)
     local = tmp_path / "local"
     stats = GroupBuilder([corpus], local, config, model=tiny_model, progress=False).run()
     assert stats["groups"] > 0

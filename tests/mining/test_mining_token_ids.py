@@ -9,14 +9,11 @@ standing after the first-batch check, and the model's own preprocessing called f
 from __future__ import annotations
 
 import dataclasses
-import gzip
-import zipfile
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.conftest import shared_data
+from tests.conftest import bbc_sample, debian_sample
 from xprt_st.mining import MiningConfig
 from xprt_st.mining.encoder import MiningEncoder
 from xprt_st.mining.reader import iter_corpus
@@ -123,35 +120,12 @@ def test_a_byte_level_tokenizer_is_not_whitespace_compositional():
     assert not whitespace_compositional(PreTrainedTokenizerFast(tokenizer_object=backend))
 
 
-def _bbc_sample(folder: Path, articles: int) -> Path:
-    source = shared_data("bbc-news", "bbc-fulltext.zip")
-    path = folder / "bbc-sample.zip"
-    with zipfile.ZipFile(source) as archive, zipfile.ZipFile(path, "w") as sample:
-        names = sorted(n for n in archive.namelist() if n.endswith(".txt"))
-        for name in names[:: len(names) // articles][:articles]:
-            sample.writestr(name, archive.read(name))
-    return path
-
-
-def _debian_sample(folder: Path, pages: int) -> Path:
-    source = shared_data("debian-docs-html", "pages.jsonl.gz")
-    path = folder / "debian-sample.jsonl.gz"
-    with gzip.open(source, "rt", encoding="utf-8") as handle, gzip.open(path, "wt", encoding="utf-8") as sample:
-        for i, line in enumerate(handle):
-            if i % 16 == 0:
-                sample.write(line)
-                pages -= 1
-                if not pages:
-                    break
-    return path
-
-
 @pytest.mark.parametrize("corpus_name", ["bbc", "debian"])
 def test_real_corpora_tokenize_once_to_the_same_passages_and_vectors(tmp_path, tiny_model, corpus_name, monkeypatch):
     if corpus_name == "bbc":
-        corpus, html, field = _bbc_sample(tmp_path, 30), False, "text"
+        corpus, html, field = bbc_sample(tmp_path, 30), False, "text"
     else:
-        corpus, html, field = _debian_sample(tmp_path, 12), True, "html"
+        corpus, html, field = debian_sample(tmp_path, 12), True, "html"
     encoder = _encoder(tiny_model, max_tokens=128, min_tokens=32, batch_size=16)
 
     def records():
