@@ -221,6 +221,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+    missing = [
+        str(path) for path in (*args.train_configs, args.start_model, *args.compare, *args.switch) if not path.exists()
+    ]
+    if missing:
+        parser.error(f"not found: {', '.join(missing)} (run from the repository root, or pass the paths)")
     exclude = set().union(*(training_ids(c, args.output / "training-corpora" / c.stem) for c in args.train_configs))
     corpus = build_heldout_corpus(args.output, exclude, args.bbc, args.debian, args.seed)
     mined = args.output / "mined"
