@@ -154,3 +154,33 @@ def test_cli_needs_a_heldout_part_to_select(tmp_path, two_models):
     assert result.exit_code == 2
     assert "has no held-out part" in " ".join(result.output.split())
     assert not out.exists()
+
+
+def test_cli_refuses_a_folder_of_the_users_files_or_a_mined_folder_before_loading_models(tmp_path, two_models):
+    start, trained = two_models
+    user = tmp_path / "u"
+    user.mkdir()
+    (user / "README.md").write_text("# my notes\n")
+    (user / "config.json").write_text('{"mine": true}')
+    mined = write_heldout(tmp_path / "m", {0: ["a b", "c d"], 1: ["e f", "g h"]}, [(0, 0, [1]), (1, 1, [0])])
+    (mined / "stats.json").write_text("{}")
+    mined_before = sorted(p.relative_to(mined) for p in mined.rglob("*"))
+    for out in (user, mined):
+        result = CliRunner().invoke(app, ["interpolate", str(start), str(trained), "--alpha", "0.5", "-o", str(out)])
+        assert result.exit_code == 2, result.output
+        assert "holds files that xprt-st interpolate did not write" in " ".join(result.output.split())
+        assert "Traceback" not in result.output
+    assert (user / "README.md").read_text() == "# my notes\n" and (user / "config.json").read_text() == '{"mine": true}'
+    assert sorted(p.relative_to(mined) for p in mined.rglob("*")) == mined_before
+
+
+def test_cli_replaces_its_own_model_only_with_overwrite(tmp_path, two_models):
+    start, trained = two_models
+    out = tmp_path / "mix"
+    args = ["interpolate", str(start), str(trained), "-o", str(out)]
+    assert CliRunner().invoke(app, [*args, "--alpha", "0"]).exit_code == 0
+    refused = CliRunner().invoke(app, [*args, "--alpha", "1"])
+    assert refused.exit_code == 2 and "pass --overwrite" in " ".join(refused.output.split())
+    assert CliRunner().invoke(app, [*args, "--alpha", "1", "--overwrite"]).exit_code == 0
+    expected = SentenceTransformer(str(trained))
+    assert np.array_equal(_encode(SentenceTransformer(str(out))), _encode(expected))

@@ -241,8 +241,23 @@ def save_interpolated(
     alpha: float,
     selection: Selection | None = None,
 ) -> Path:
-    """Save the serving model to ``output`` with a model-card section (and the selection's JSON, if any)."""
+    """Save the serving model to ``output`` with a model-card section (and the selection's JSON, if any).
+
+    The folder is taken through the output guard (:func:`xprt_st.output_folder.command_folder`): a folder holding
+    files ``interpolate`` did not write (a user's README.md, a mined folder, a trained run) is refused with
+    :class:`~xprt_st.output_folder.OutputFolderError` before anything is written.
+    """
+    from xprt_st.output_folder import command_folder
+
     output = Path(output)
+    with command_folder(output, "interpolate"):
+        _save(model, output, start=start, trained=trained, alpha=alpha, selection=selection)
+    return output
+
+
+def _save(
+    model: SentenceTransformer, output: Path, *, start: str, trained: str, alpha: float, selection: Selection | None
+) -> None:
     model.save(str(output))
     lines = [
         CARD_SECTION_TITLE,
@@ -269,4 +284,3 @@ def save_interpolated(
     readme = output / "README.md"
     text = readme.read_text(encoding="utf-8") if readme.is_file() else ""
     readme.write_text(text.rstrip() + ("\n\n" if text else "") + "\n".join(lines) + "\n", encoding="utf-8")
-    return output

@@ -81,7 +81,7 @@ def test_evaluate_unknown_task_lists_valid_names(tasks: str, message: str, tmp_p
 
 def test_evaluate_folder_missing_a_file_names_it(beir_folder: Path, tmp_path: Path) -> None:
     (beir_folder / "queries.jsonl").unlink()
-    result = _invoke("evaluate", "default", "--tasks", str(beir_folder), "--output-dir", str(tmp_path))
+    result = _invoke("evaluate", "default", "--tasks", str(beir_folder), "--output-dir", str(tmp_path / "o"))
     assert result.exit_code == 2
     assert "has no queries.jsonl" in " ".join(result.output.split())
 
@@ -138,9 +138,10 @@ def test_finetune_compare_identical_models_gain_nothing(tiny_model_path: Path, t
 
 
 def test_finetune_compare_needs_exactly_one_source_of_the_pretrained_model(beir_folder: Path, tmp_path: Path) -> None:
-    result = _invoke("finetune-compare", "--task", str(beir_folder), "--output-dir", str(tmp_path))
+    result = _invoke("finetune-compare", "--task", str(beir_folder), "--output-dir", str(tmp_path / "o"))
     assert result.exit_code == 2 and "give either --pretrained MODEL, or --recipe" in " ".join(result.output.split())
-    result = _invoke("finetune-compare", "--task", str(beir_folder), "--recipe", "xprt", "--output-dir", str(tmp_path))
+    out = str(tmp_path / "o")  # tmp_path holds the task folder: an output folder of other files is refused
+    result = _invoke("finetune-compare", "--task", str(beir_folder), "--recipe", "xprt", "--output-dir", out)
     assert result.exit_code == 2 and "--recipe needs --mined" in " ".join(result.output.split())
 
 

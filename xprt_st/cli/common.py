@@ -24,6 +24,7 @@ from typing import Any
 
 from rich.console import Console
 
+from xprt_st.output_folder import OutputFolder, OutputFolderError
 from xprt_st.paths import output_folder_problem
 
 LOG_FILE_NAME = "xprt-st.log"
@@ -34,8 +35,9 @@ OWN_LOGGER = "xprt_st"
 _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
-class OutputPathError(ValueError):
-    """An output option names a path where no folder can be written."""
+OutputPathError = OutputFolderError
+"""An output option names a path where no folder can be written, or a folder the command must not write into
+(the guard's :class:`xprt_st.output_folder.OutputFolderError`, under the name the commands catch)."""
 
 
 def check_output_folder(path: Path, option: str) -> Path:
@@ -160,6 +162,14 @@ def _tqdm_disabled() -> Iterator[None]:
 
 
 @contextmanager
+def _releasing(folder: OutputFolder) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        folder.release()
+
+
+@contextmanager
 def command_logging(
     command: str,
     log_dir: Path | None,
@@ -167,6 +177,7 @@ def command_logging(
     verbose: bool = False,
     progress: bool = True,
     show_info: bool = True,
+    folder: OutputFolder | None = None,
 ) -> Iterator[Path | None]:
     """Route the logging and ``warnings`` of one command; restore everything on exit.
 
@@ -181,13 +192,19 @@ def command_logging(
       alone keeps.
 
     Libraries that print through their own stderr handlers (transformers, datasets, huggingface_hub)
-    are made to propagate into these handlers instead for the duration.
+    are made to propagate into these handlers instead for the duration. A ``folder`` taken by
+    :func:`xprt_st.output_folder.hold_folder` is released on exit, however the command ends.
 
     Yields:
         The log file's path, or None without ``log_dir``.
     """
     from rich.logging import RichHandler
 
+    if folder is not None:
+        with _releasing(folder):
+            with command_logging(command, log_dir, verbose=verbose, progress=progress, show_info=show_info) as path:
+                yield path
+        return
     # This also imports the three libraries, so that their own handlers exist and are detached below.
     undo_bars = _library_bars(progress and verbose)
     root = logging.getLogger()

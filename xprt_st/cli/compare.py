@@ -54,6 +54,7 @@ def compare(
     from xprt_st.compare.report import gain_table
     from xprt_st.compare.run import run_compare
     from xprt_st.models import ModelLoadError
+    from xprt_st.output_folder import hold_folder
 
     console = Console(stderr=True)
     training = {
@@ -75,10 +76,11 @@ def compare(
             check_model(resolved.model, "--model" if model else f"{config}: model")
             if resolved.mining_model is not None:
                 check_model(resolved.mining_model, f"{config}: mining_model")
+        folder = hold_folder(output, "compare")
     except (OutputPathError, CompareConfigError, ModelLoadError) as error:
         console.print(f"[red]error:[/red] {error}", highlight=False)
         raise typer.Exit(2) from error
-    with command_logging("compare", output, verbose=verbose, progress=progress):
+    with command_logging("compare", output, verbose=verbose, progress=progress, folder=folder):
         result = run_compare(resolved, output, progress=progress, report_only=report_only)
 
     Console().print(gain_table(result))

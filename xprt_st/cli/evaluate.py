@@ -75,15 +75,17 @@ def evaluate(
     """Evaluate one or more models side by side through mteb, offline on local data by default."""
     from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
     from xprt_st.models import ModelLoadError
+    from xprt_st.output_folder import hold_folder
 
     specs = list(models or ["default"])
     try:
         check_output_folder(output_dir, "--output-dir")
         for spec in specs:
             check_model(spec, "MODELS")
+        folder = hold_folder(output_dir, "evaluate", "--output-dir")
     except (OutputPathError, ModelLoadError) as error:
         raise _fail(error) from error
-    with command_logging("evaluate", output_dir, verbose=verbose, progress=verbose, show_info=verbose):
+    with command_logging("evaluate", output_dir, verbose=verbose, progress=verbose, show_info=verbose, folder=folder):
         from xprt_st.evaluation.analysis import overlap_thirds_report, thirds_rich_table, write_thirds_csv
         from xprt_st.evaluation.catalog import resolve_tasks
         from xprt_st.evaluation.readers import TaskLoadError
@@ -242,15 +244,19 @@ def finetune_compare(
     """Fine-tune base and pre-trained models identically (MNRL) and compare the gain before and after."""
     from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
     from xprt_st.models import ModelLoadError
+    from xprt_st.output_folder import hold_folder
 
     try:
         check_output_folder(output_dir, "--output-dir")
         check_model(base, "--base")
         if pretrained is not None:
             check_model(pretrained, "--pretrained")
+        folder = hold_folder(output_dir, "finetune-compare", "--output-dir")
     except (OutputPathError, ModelLoadError) as error:
         raise _fail(error) from error
-    with command_logging("finetune-compare", output_dir, verbose=verbose, progress=verbose, show_info=verbose):
+    with command_logging(
+        "finetune-compare", output_dir, verbose=verbose, progress=verbose, show_info=verbose, folder=folder
+    ):
         from xprt_st.evaluation.catalog import resolve_beir
         from xprt_st.evaluation.readers import TaskLoadError, read_beir_folder, subsample_beir
         from xprt_st.finetune.folds import beir_train_pairs, query_domains, read_pairs

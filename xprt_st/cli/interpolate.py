@@ -32,6 +32,9 @@ def interpolate(
     ] = None,
     batch_size: Annotated[int, typer.Option(help="Encoding batch size of the label-free task.")] = 32,
     device: Annotated[str | None, typer.Option(help="Torch device, e.g. cpu or cuda.")] = None,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace the model an earlier interpolate wrote in --output.")
+    ] = False,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Log progress and the libraries' warnings (in OUTPUT/xprt-st.log).")
     ] = False,
@@ -43,10 +46,11 @@ def interpolate(
       xprt-st interpolate default runs/xprt --alphas 0,0.25,0.5,0.75,1 \\
         --select mined:mined/ --output runs/xprt-mixed
     """
-    from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
+    from xprt_st.cli.common import OutputPathError, check_model, command_logging
     from xprt_st.evaluation.label_free import TASK_PREFIX, HeldOutError, load_heldout_task
     from xprt_st.interpolate import AlphaError, ArchitectureMismatchError, check_alpha, parse_alphas
     from xprt_st.models import ModelLoadError
+    from xprt_st.output_folder import hold_folder
 
     def fail(message: object) -> typer.Exit:
         err_console.print(f"[bold red]error:[/bold red] {message}", highlight=False)
@@ -65,15 +69,19 @@ def interpolate(
             if not select.startswith(TASK_PREFIX):
                 raise AlphaError(f"--select {select!r}: expected mined:DIR, the folder written by xprt-st mine")
             heldout = load_heldout_task(select[len(TASK_PREFIX) :])
-        check_output_folder(output, "--output")
-        if (output / "modules.json").is_file():
-            raise OutputPathError(f"--output {output} already holds a model; choose another folder")
         check_model(start, "START")
         check_model(trained, "TRAINED")
+        folder = hold_folder(output, "interpolate", overwrite=overwrite)
+        if (output / "modules.json").is_file():
+            folder.release(record=False)
+            raise OutputPathError(
+                f"--output {output} already holds a model written by xprt-st interpolate; choose another folder, or "
+                "pass --overwrite to replace it"
+            )
     except (AlphaError, HeldOutError, OutputPathError, ModelLoadError) as error:
         raise fail(error) from error
 
-    with command_logging("interpolate", output, verbose=verbose, progress=verbose, show_info=True):
+    with command_logging("interpolate", output, verbose=verbose, progress=verbose, show_info=True, folder=folder):
         from xprt_st.interpolate import check_same_architecture, save_interpolated, select_alpha
         from xprt_st.interpolate import interpolate as mix
         from xprt_st.models import load_model

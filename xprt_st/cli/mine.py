@@ -18,6 +18,7 @@ from xprt_st.mining.mine import ENGINES, ShardResult, run_mining
 from xprt_st.mining.reader import CorpusError
 from xprt_st.mining.report import write_report
 from xprt_st.mining.stats import summary_table
+from xprt_st.paths import path_length_problem
 
 DEFAULTS = MiningConfig()
 """Every option's default is the library's (one place holds each default)."""
@@ -129,6 +130,10 @@ def mine(
     # Library warnings go to the run's log file when the folder can hold one; a bad --output is left to
     # the miner's own check, which names it before any work.
     log_dir = merge_dir if merge_dir is not None else output
+    too_long = path_length_problem(log_dir, "--merge" if merge_dir is not None else "--output") if log_dir else None
+    if too_long is not None:  # any look at such a path raises OSError (Errno 36)
+        console.print(f"[bold red]error:[/] {too_long}", highlight=False)
+        raise typer.Exit(2)
     if log_dir is not None:
         try:
             check_output_folder(log_dir, "--output")

@@ -45,11 +45,13 @@ def quickstart(
     from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
     from xprt_st.mining.builder import summary_table
     from xprt_st.models import ModelLoadError
+    from xprt_st.output_folder import hold_folder
     from xprt_st.quickstart import QuickstartConfig, run_quickstart
 
     try:
         check_output_folder(output, "--output")
         check_model(model, "--model")
+        folder = hold_folder(output, "quickstart")
     except (OutputPathError, ModelLoadError) as error:
         console.print(f"[bold red]error:[/bold red] {error}", highlight=False)
         raise typer.Exit(2) from error
@@ -64,7 +66,7 @@ def quickstart(
         max_documents=max_documents,
     )
     console.rule("[bold]xprt-st quickstart[/bold]: mine -> pre-train -> evaluate")
-    with command_logging("quickstart", output, verbose=verbose, progress=progress, show_info=verbose):
+    with command_logging("quickstart", output, verbose=verbose, progress=progress, show_info=verbose, folder=folder):
         summary = run_quickstart(config, progress=progress)
     console.print(summary_table(summary["mining"]))
     table = Table(title="Retrieval before and after pre-training (nDCG@10)")

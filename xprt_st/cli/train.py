@@ -57,6 +57,12 @@ def train(
     ] = None,
     precision: Annotated[str | None, typer.Option("--precision", help="fp32, bf16 or fp16.")] = None,
     max_seq_length: Annotated[int | None, typer.Option("--max-seq-length", help="Token limit per passage.")] = None,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite", help="Delete what an earlier train wrote in --output (its files only) and start again."
+        ),
+    ] = False,
     print_recipe: Annotated[
         bool, typer.Option("--print-recipe", help="Print the resolved recipe as YAML and exit.")
     ] = False,
@@ -78,10 +84,11 @@ def train(
     """
     from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
     from xprt_st.models import ModelLoadError
+    from xprt_st.output_folder import command_folder
     from xprt_st.recipe import RecipeError, load_recipe
     from xprt_st.training.checkpoints import CheckpointSpaceError, CheckpointWriteError
     from xprt_st.training.data import MinedDataError
-    from xprt_st.training.run import OutputFolderError, train_recipe
+    from xprt_st.training.run import OutputFolderError, check_output_outside_data, train_recipe
     from xprt_st.training.trainer import NonFiniteLossError, NonFiniteWeightsError, TrainingStateError
 
     console = Console(stderr=True)
@@ -112,16 +119,25 @@ def train(
         raise typer.Exit(2)
     try:
         check_output_folder(output, "--output")
+        check_output_outside_data(output, data)
+        command_folder(output, "train").check()  # files train did not write are refused before any model loads
         if resume is None and fork_from is None:  # on resume or fork, the checkpoint records the starting model
             check_model(resolved.training.model, "--model" if model else f"recipe {recipe}: training.model")
-    except (OutputPathError, ModelLoadError) as error:
+    except (OutputPathError, OutputFolderError, ModelLoadError) as error:
         console.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
         raise typer.Exit(2) from error
     main_process = int(os.environ.get("RANK", "0")) == 0  # under torchrun / accelerate launch, one process reports
     with command_logging("train", output, verbose=verbose, progress=progress, show_info=main_process):
         try:
             folder = train_recipe(
-                resolved, data=data, output=output, resume=resume, model=model, progress=progress, fork_from=fork_from
+                resolved,
+                data=data,
+                output=output,
+                resume=resume,
+                model=model,
+                progress=progress,
+                fork_from=fork_from,
+                overwrite=overwrite,
             )
         except (MinedDataError, ModelLoadError, TrainingStateError, OutputFolderError, CheckpointSpaceError) as error:
             console.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)

@@ -24,13 +24,23 @@ from typing import Any
 
 import numpy as np
 
-from xprt_st.mining.config import MiningError
-from xprt_st.mining.layout import META_FILE, PASSAGES_FILE, STATS_FILE, MiningLayout
+from xprt_st.mining.config import MiningError, MiningOutputError
+from xprt_st.mining.layout import (
+    META_FILE,
+    PASSAGES_FILE,
+    REPORT_FILE,
+    STATS_FILE,
+    MiningLayout,
+    atomic_write_text,
+)
 from xprt_st.mining.quantiles import exact_quantiles
 from xprt_st.mining.stats import SUMMARY_KEYS
+from xprt_st.output_folder import OutputFolderError, check_output_file
 
 logger = logging.getLogger(__name__)
 
+REPORT_SIGNATURE = "<!doctype html><html><head><meta charset='utf-8'><title>xPRT mining report</title>"
+"""How every report page begins: a file that begins otherwise is not inspect's, and is never replaced."""
 PAPER_PASSAGE_COVERAGE = 0.68
 PAPER_GROUPS_PER_DOCUMENT = 7.0
 
@@ -272,8 +282,18 @@ def write_report(
         sample: number of documents shown passage by passage (random, seeded).
         threshold: threshold drawn on the plots and used for the marks; default the effective one of
             ``stats.json``.
+
+    Raises:
+        MiningOutputError: before any work, when ``path`` is a folder, a name too long, or an existing file that is
+            not a report (a corpus, the folder's ``stats.json``): it is never replaced.
+        MiningError: ``output_dir`` holds no merged mining run.
     """
     output_dir = Path(output_dir)
+    path = Path(path) if path is not None else output_dir / REPORT_FILE
+    try:  # before any work: the page must not replace a file inspect did not write (a corpus, stats.json)
+        check_output_file(path, "--output", is_report, "an HTML report")
+    except OutputFolderError as error:
+        raise MiningOutputError(str(error)) from error
     stats_path = output_dir / STATS_FILE
     if not stats_path.is_file() or not (output_dir / PASSAGES_FILE).exists():
         raise MiningError(f"{output_dir} has no {STATS_FILE} / {PASSAGES_FILE}: run xprt-st mine (and its merge) first")
@@ -301,7 +321,7 @@ def write_report(
                     meta[(record["label"], record["anchor_index"])] = record
 
     parts = [
-        "<!doctype html><html><head><meta charset='utf-8'><title>xPRT mining report</title>",
+        REPORT_SIGNATURE,
         f"<style>{_CSS}</style></head><body>",
         f"<h1>xPRT mining report: {html.escape(str(output_dir))}</h1>",
         "<p>The paper's adoption step 2: check that anchors are body text and that navigation, footers and "
@@ -320,11 +340,19 @@ def write_report(
     for label in chosen:
         parts.append(_document_html(label, documents[label], table, meta, threshold))
     parts.append("</body></html>")
-    path = Path(path) if path is not None else output_dir / "report.html"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(parts), encoding="utf-8")
+    atomic_write_text(path, "".join(parts))
     logger.info("wrote the mining report to %s", path)
     return path
+
+
+def is_report(path: Path) -> bool:
+    """Whether the file ``path`` is a page written by :func:`write_report` (it begins with the signature)."""
+    try:
+        with path.open("rb") as handle:
+            return handle.read(len(REPORT_SIGNATURE)) == REPORT_SIGNATURE.encode()
+    except OSError:
+        return False
 
 
 def _stats_table(stats: dict[str, Any]) -> str:

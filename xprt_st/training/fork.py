@@ -22,6 +22,7 @@ anything is built: another ``max_steps`` or peak learning rate would be another 
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,8 @@ def check_fork(checkpoint: str | Path, recipe: Recipe, model: str | None = None)
     ]
     if recipe.training.max_steps <= 0:
         problems.append("training.max_steps must be set (the trunk's total), so the schedule's length is the trunk's")
+    else:
+        problems += _nothing_left(checkpoint, recipe.training.max_steps)
     if model is not None and model != recorded["starting_model"]:
         problems.append(f"--model {model!r} differs from the trunk's starting model {recorded['starting_model']!r}")
     if problems:
@@ -92,6 +95,25 @@ def check_fork(checkpoint: str | Path, recipe: Recipe, model: str | None = None)
             "the trunk's schedule: give the branch recipe the trunk's training values."
         )
     return checkpoint, str(recorded["starting_model"])
+
+
+def _nothing_left(checkpoint: Path, max_steps: int) -> list[str]:
+    """Why a branch from ``checkpoint`` would not train: no step left of ``max_steps``, or a learning rate of 0."""
+    state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+    step = int(state.get("global_step", 0))
+    if step >= max_steps:
+        return [
+            f"the checkpoint is at step {step} of the trunk's {max_steps}, so the branch would train 0 steps (at the "
+            "schedule's end, where the learning rate is 0); fork from an earlier checkpoint of the trunk"
+        ]
+    scheduler = torch.load(checkpoint / SCHEDULER_FILE, map_location="cpu", weights_only=True)
+    rates = scheduler.get("_last_lr") if isinstance(scheduler, dict) else None
+    if rates and all(float(rate) == 0.0 for rate in rates):
+        return [
+            f"the trunk's learning rate at step {step} is 0, so the branch would train {max_steps - step} steps "
+            "without changing the encoder; fork from an earlier checkpoint, or train the trunk with another schedule"
+        ]
+    return []
 
 
 def fork_optimizer_state(

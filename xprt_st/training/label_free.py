@@ -162,6 +162,13 @@ def training_evaluator(
                 f"training.keep_best picks the checkpoint by the label-free task, but {data} has no held-out "
                 "documents; mine it with `xprt-st mine ... --holdout 0.1`, or drop keep_best"
             )
+        if training.eval_steps is not None:
+            logger.warning(
+                "--eval-steps %d is ignored: %s has no held-out documents to score; mine it with "
+                "`xprt-st mine ... --holdout 0.1` for the label-free check during training",
+                training.eval_steps,
+                data,
+            )
         return None
     logger.info(
         "%s holds %d passages of held-out documents (%d anchors): scoring the label-free task every %d steps",
@@ -183,17 +190,38 @@ def evaluation_arguments(evaluator: LabelFreeEvaluator | None, training: Trainin
     return arguments
 
 
+def run_history(evaluator: LabelFreeEvaluator, log_history: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Every label-free score of the run by step: the Trainer's ``log_history`` (restored from the checkpoint on
+    resume, so the scores before an interruption are kept) with this process's own calls, one row per step.
+
+    Rows read ``{"step", "epoch", "label-free_ndcg@10", "label-free_knn_overlap@10"}`` as the evaluator logs them.
+    """
+    prefix = f"eval_{evaluator.name}_"
+    rows: dict[int, dict[str, Any]] = {}
+    for entry in log_history or []:
+        scores = {key[len("eval_") :]: value for key, value in entry.items() if key.startswith(prefix)}
+        if scores and isinstance(entry.get("step"), int):
+            rows[entry["step"]] = {"step": entry["step"], "epoch": entry.get("epoch"), **scores}
+    for row in evaluator.history:
+        if row.get("model") != "start":
+            rows[int(row["step"])] = row
+    return [rows[step] for step in sorted(rows)]
+
+
 def finish(
     evaluator: LabelFreeEvaluator,
     model: SentenceTransformer,
     output: str | Path,
     best_checkpoint: str | None = None,
     step: int | None = None,
+    log_history: list[dict[str, Any]] | None = None,
 ) -> dict:
     """Score the final ``model``, write ``output/label_free.json`` and the model-card section; return the record.
 
     When the evaluator's last call was at ``step`` (the run's last step) and no best checkpoint was loaded,
-    that call scored these very weights, and its score is reused instead of encoding the passages again.
+    that call scored these very weights, and its score is reused instead of encoding the passages again. The
+    history is :func:`run_history` of ``log_history`` (the Trainer's), so a resumed run keeps the scores of the
+    steps trained before it was interrupted, the best checkpoint's among them.
     """
     if evaluator.start is None:
         raise RuntimeError("LabelFreeEvaluator.score_start(starting model) must run before training")
@@ -203,7 +231,7 @@ def finish(
         **comparison(final, evaluator.start),
         "data": str(evaluator.heldout.path),
         "best_checkpoint": best_checkpoint,
-        "history": [row for row in evaluator.history if row.get("model") != "start"],
+        "history": run_history(evaluator, log_history),
     }
     output = Path(output)
     (output / RESULT_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")

@@ -24,6 +24,7 @@ from transformers import TrainerCallback, set_seed
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from xprt_st.models import frozen_copy, load_model
+from xprt_st.output_folder import OutputFolderError, command_folder
 from xprt_st.recipe import Recipe
 from xprt_st.training.checkpoints import checkpoint_folders, checkpoint_problem, unusable_checkpoints_message
 from xprt_st.training.data import STATS_FILE, load_mined
@@ -41,10 +42,6 @@ from xprt_st.training.trainer import (
 )
 
 logger = logging.getLogger(__name__)
-
-
-class OutputFolderError(FileExistsError):
-    """The output folder already holds a run that this command would overwrite."""
 
 
 def resolve_checkpoint(output: Path, resume: str | Path | None) -> Path | None:
@@ -164,10 +161,34 @@ def _check_fresh_output(output: Path) -> None:
             raise OutputFolderError(unusable_checkpoints_message(output))
         raise OutputFolderError(
             f"{output} already holds checkpoints of an earlier run; continue it with --resume last, "
-            "or choose another --output"
+            "choose another --output, or pass --overwrite to delete that run and start again"
         )
     if (output / "modules.json").is_file():
-        raise OutputFolderError(f"{output} already holds a trained model; choose another --output")
+        raise OutputFolderError(
+            f"{output} already holds a trained model; choose another --output, or pass --overwrite to delete it"
+        )
+
+
+def finished_message(output: Path, checkpoint: Path, recipe: Recipe) -> str | None:
+    """Why resuming ``checkpoint`` would train nothing: the run reached its last step and saved its final model.
+
+    None when steps are left (a larger ``max_steps`` than the checkpoint's run continues it) or when the final
+    model was not written from this step (a run killed after its last checkpoint resumes to save it).
+    """
+    try:
+        state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+        final = read_training_config(output) if (output / "modules.json").is_file() else None
+    except (OSError, ValueError, TrainingStateError):
+        return None
+    step = int(state.get("global_step", 0))
+    target = recipe.training.max_steps if recipe.training.max_steps > 0 else int(state.get("max_steps") or 0)
+    if target <= 0 or step < target or final is None or final.get("global_step") != step:
+        return None
+    return (
+        f"{output} is finished: {checkpoint.name} is at step {step} of {target} and the final model in {output} was "
+        "saved from it, so there is nothing to resume and nothing was trained. To train further, start a new run "
+        f"from it (--model {output} --output NEW_FOLDER) or resume with a larger --max-steps."
+    )
 
 
 def train_recipe(
@@ -180,6 +201,7 @@ def train_recipe(
     callbacks: Sequence[TrainerCallback] = (),
     fork_from: str | Path | None = None,
     retention_data: str | Path | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Train ``recipe`` on the mined folder ``data``; write checkpoints and the final model to ``output``.
 
@@ -199,11 +221,41 @@ def train_recipe(
             pair, row by row (:mod:`xprt_st.training.retention_text`); ``xprt-st compare`` passes its mined folder so
             every recipe's retention term reads the same text. Ignored without retention or when it is ``data``.
 
+        overwrite: delete what an earlier ``train`` wrote into ``output`` (only that: the manifest's files and
+            ``checkpoint-N`` folders) and start again.
+
+    The output folder is taken through :func:`xprt_st.output_folder.command_folder` before anything is loaded: one
+    run at a time (a second gets the holder's pid, host and start), and a folder holding files ``train`` did not
+    write (a user's README.md, a mined folder, another command's model) is refused.
+
     Returns:
         The output folder, which loads with ``SentenceTransformer(str(output))``.
     """
     output = Path(output)
     check_output_outside_data(output, Path(data))
+    if overwrite and (resume is not None or fork_from is not None):
+        raise TrainingStateError("--overwrite deletes the run in --output and starts again; it cannot --resume it")
+    folder = command_folder(output, "train", overwrite=overwrite)
+    arguments = (recipe, data, output, resume, model, progress, callbacks, fork_from, retention_data)
+    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun the first process holds the folder for all
+        folder.check()
+        return _train_recipe(*arguments)
+    with folder:
+        return _train_recipe(*arguments)
+
+
+def _train_recipe(
+    recipe: Recipe,
+    data: str | Path,
+    output: Path,
+    resume: str | Path | None,
+    model: str | None,
+    progress: bool,
+    callbacks: Sequence[TrainerCallback],
+    fork_from: str | Path | None,
+    retention_data: str | Path | None,
+) -> Path:
+    """:func:`train_recipe` once the output folder is held."""
     if fork_from is not None and resume is not None:
         raise TrainingStateError("--fork-from starts a new run from another run's checkpoint; it cannot --resume")
     checkpoint = resolve_checkpoint(output, resume)
@@ -220,6 +272,10 @@ def train_recipe(
                 "drop --model to resume (the retention teacher must be the original starting model)"
             )
         starting_model = recorded["starting_model"]
+        finished = finished_message(output, checkpoint, recipe)
+        if finished is not None:
+            logger.warning("%s", finished)
+            return output
         if recorded.get("recipe", {}).get("name") not in (None, recipe.name):
             logger.warning("resuming a %r checkpoint with recipe %r", recorded["recipe"]["name"], recipe.name)
     else:
@@ -330,6 +386,13 @@ def train_recipe(
     sentence_model.max_seq_length = served_max_seq_length
     trainer.save_model(str(output))
     if label_free is not None and trainer.is_world_process_zero():
-        finish(label_free, sentence_model, output, trainer.state.best_model_checkpoint, trainer.state.global_step)
+        finish(
+            label_free,
+            sentence_model,
+            output,
+            trainer.state.best_model_checkpoint,
+            trainer.state.global_step,
+            log_history=trainer.state.log_history,
+        )
     logger.info("saved the final model to %s (training state in %s/%s)", output, output, TRAINING_STATE_DIR)
     return output

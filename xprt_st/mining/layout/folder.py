@@ -40,6 +40,7 @@ from xprt_st.mining.config import MiningConfigError, MiningError, MiningInputErr
 from xprt_st.mining.layout.split import DF_FILE, SPLIT_FILE, SPLIT_ROW_GROUP, SPLIT_STATS_FILE, SplitFolder
 from xprt_st.mining.reader import input_differences, input_identity
 from xprt_st.mining.stages import PASSAGE_SCHEMA
+from xprt_st.output_folder import remove_path
 from xprt_st.paths import output_folder_problem
 
 logger = logging.getLogger(__name__)
@@ -139,7 +140,7 @@ def atomic_write_parquet(path: Path, table: pa.Table) -> None:
 def remove_temporary(directory: Path) -> None:
     """Delete what killed writers left in ``directory`` (names with ``.tmp``); call when no writer runs there."""
     for stale in directory.glob("*.tmp*"):
-        shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+        remove_path(stale)
 
 
 class MiningLayout:
@@ -216,7 +217,9 @@ class MiningLayout:
         patterns = [*OWNED_NAMES, "data-*.arrow", f"{MERGE_TMP}*", ".dataset.tmp-*", f"{LOCK_PREFIX}*.lock"]
         found = {path for pattern in patterns for path in root.glob(pattern)}
         shards = root / SHARDS_DIR
-        if shards.is_dir():
+        if shards.is_symlink():  # a view of another run's shards (link_stored_run): the link is ours, not its target
+            found.add(shards)
+        elif shards.is_dir():
             found |= {shards / UNITS_DIR.name} if (shards / UNITS_DIR.name).exists() else set()
             found |= set(shards.glob("shard-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9]"))
         return sorted(found)
@@ -228,7 +231,7 @@ class MiningLayout:
         owned = set(self.owned())
         names = []
         for path in sorted(self.output_dir.iterdir()):
-            if path.name == SHARDS_DIR and path.is_dir():
+            if path.name == SHARDS_DIR and path.is_dir() and path not in owned:
                 names += [f"{SHARDS_DIR}/{p.name}" for p in sorted(path.iterdir()) if p not in owned]
             elif path not in owned and path.name != SHARDS_DIR:
                 names.append(path.name)
@@ -244,7 +247,7 @@ class MiningLayout:
         for path in sorted(self.output_dir.iterdir()):
             if path.name == LOG_FILE or (path.name.startswith(LOCK_PREFIX) and path.suffix == ".lock"):
                 continue
-            if path.name == SHARDS_DIR and path.is_dir() and any(path.iterdir()):
+            if path.name == SHARDS_DIR and path.is_dir() and not path.is_symlink() and any(path.iterdir()):
                 foreign += [f"{SHARDS_DIR}/{p.name}" for p in sorted(path.iterdir())]
             else:
                 foreign.append(path.name)
@@ -257,7 +260,8 @@ class MiningLayout:
             )
 
     def clear(self) -> None:
-        """Delete a mining run stored here (``--overwrite``): only what :meth:`owned` lists, never other files."""
+        """Delete a mining run stored here (``--overwrite``): only what :meth:`owned` lists, never other files, and
+        never through a symlink (a linked ``shards/`` is unlinked; the run it points to is kept)."""
         owned = self.owned()
         if not owned:
             return
@@ -265,9 +269,9 @@ class MiningLayout:
         for path in owned:
             if path.name == LOG_FILE or path.name.startswith(LOCK_PREFIX):
                 continue  # the running command's own log and lock
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
+            remove_path(path)
         shards = self.output_dir / SHARDS_DIR
-        if shards.is_dir() and not any(shards.iterdir()):
+        if shards.is_dir() and not shards.is_symlink() and not any(shards.iterdir()):
             shards.rmdir()
 
     def lock(self, scope: str = "run") -> Any:
@@ -352,9 +356,9 @@ class MiningLayout:
 
     def remove_stale_merges(self) -> None:
         for path in self.output_dir.glob(f"{MERGE_TMP}*"):
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
+            remove_path(path)
         for path in self.output_dir.glob(".dataset.tmp-*"):  # left by older versions' merges
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
+            remove_path(path)
 
     def write_stats(self, stats: dict[str, Any]) -> None:
         atomic_write_json(self.output_dir / STATS_FILE, stats)
