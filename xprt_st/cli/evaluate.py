@@ -16,6 +16,8 @@ from xprt_st.cli import app
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
+    from xprt_st.evaluation.run import EvaluationReport
+
 console = Console()
 err_console = Console(stderr=True)
 
@@ -39,7 +41,8 @@ def evaluate(
             "--tasks",
             "-t",
             help="Comma-separated tasks: arguana, stsb, sickr, sts12-sts15, python-faq, mined:DIR (the label-free "
-            "task on a mined folder's held-out documents), a BEIR folder, an STS file, or an MTEB task name (online).",
+            "task on a mined folder's held-out documents), titles:DIR (its held-out titles and headings as queries), "
+            "a BEIR folder, an STS file, or an MTEB task name (online).",
         ),
     ] = ["arguana", "stsb"],  # noqa: B006 (typer reads defaults, never mutates them)
     data_dir: Annotated[
@@ -120,10 +123,54 @@ def evaluate(
                 console.print(thirds_rich_table(rows))
                 paths["thirds"] = write_thirds_csv(rows, output_dir / "overlap_thirds.csv")
         drift = _label_free_drift(specs, report.models, tasks, device=device, batch_size=batch_size)
+        drift += _titles_intervals(specs, tasks, report, device=device, batch_size=batch_size)
         if drift:
             paths["label_free"] = output_dir / "label_free.json"
             paths["label_free"].write_text(json.dumps(drift, indent=2) + "\n", encoding="utf-8")
     console.print("wrote " + ", ".join(str(path) for path in paths.values()), highlight=False)
+
+
+def _titles_intervals(
+    specs: list[str], tasks: list[str], report: EvaluationReport, *, device: str | None, batch_size: int
+) -> list[dict[str, Any]]:
+    """Each ``titles:DIR`` task's difference with its paired interval against the first model (or the start).
+
+    With several models the per-query scores of the table are compared (nothing is encoded again); with one model
+    trained by xprt-st, its recorded starting model is scored on the task here.
+    """
+    from xprt_st.evaluation.titles import TASK_PREFIX, comparison_record, load_titles_task, score_model
+    from xprt_st.models import load_model
+    from xprt_st.training.trainer import TrainingStateError, read_training_config
+
+    folders = {
+        f"{TASK_PREFIX}{Path(part.strip()[len(TASK_PREFIX) :]).resolve().name}": part.strip()[len(TASK_PREFIX) :]
+        for spec in tasks
+        for part in spec.split(",")
+        if part.strip().startswith(TASK_PREFIX)
+    }
+    records: list[dict[str, Any]] = []
+    for task, folder in folders.items():
+        scores = report.per_query.get(task)
+        if not scores:
+            continue
+        if len(specs) > 1:
+            reference, start, others = report.models[0], scores[report.models[0]], report.models[1:]
+        else:
+            try:
+                starting = read_training_config(specs[0])["starting_model"]
+            except (TrainingStateError, KeyError):
+                continue
+            reference, others = f"start {starting}", report.models
+            start = score_model(load_model(starting, device=device), load_titles_task(folder), batch_size).per_query
+        for label in others:
+            row = comparison_record(scores[label], start)
+            console.print(
+                f"{task}: {reference} {row['start']:.4f}, {label} {row['model']:.4f}, difference "
+                f"{row['difference']:+.4f} [{row['ci_low']:+.4f}, {row['ci_high']:+.4f}] ({row['verdict']})",
+                highlight=False,
+            )
+            records.append({"task": task, "model_label": label, "reference_label": reference, **row})
+    return records
 
 
 def _label_free_drift(

@@ -57,6 +57,10 @@ def mine(
         typer.Option(help="Field with the text; default 'text' (with --html: 'html', else 'text' where it is absent)."),
     ] = None,
     id_field: Annotated[str | None, typer.Option(help="Field with the document id (side files only).")] = None,
+    title_field: Annotated[
+        str | None,
+        typer.Option(help="Field with the document title (BEIR: title); kept for held-out documents (titles:DIR)."),
+    ] = None,
     html: Annotated[
         bool, typer.Option("--html", help="Extract the main text of raw HTML with trafilatura.")
     ] = DEFAULTS.html,
@@ -146,6 +150,7 @@ def mine(
             config = MiningConfig(
                 text_field=text_field,
                 id_field=id_field,
+                title_field=title_field,
                 html=html,
                 split=split,
                 model=model,

@@ -9,6 +9,8 @@ Task specs understood by :func:`resolve_tasks`:
   STS-B 7-field layout, or the SICK layout; or a SemEval STS folder of ``STS.input.*`` / ``STS.gs.*``;
 - ``mined:DIR``: the label-free task on the held-out documents of the mined folder ``DIR``
   (:mod:`xprt_st.evaluation.label_free`; subsampling does not apply to it);
+- ``titles:DIR``: the held-out documents' titles and headings as queries, their passages as the answers
+  (:mod:`xprt_st.evaluation.titles`; no subsampling either);
 - an MTEB task name (e.g. ``ArguAna``) when the hub is reachable; offline, names that have a local
   equivalent fall back to it.
 
@@ -45,6 +47,8 @@ from xprt_st.evaluation.tasks import (
     make_retrieval_task,
     make_sts_task,
 )
+from xprt_st.evaluation.titles import TASK_PREFIX as TITLES_PREFIX
+from xprt_st.evaluation.titles import titles_task
 
 logger = logging.getLogger(__name__)
 
@@ -250,6 +254,8 @@ def resolve_task(
     spec = spec.strip()
     if spec.startswith(TASK_PREFIX):
         return label_free_task(spec[len(TASK_PREFIX) :])
+    if spec.startswith(TITLES_PREFIX):
+        return titles_task(spec[len(TITLES_PREFIX) :])
     if spec.lower() in LOCAL_TASKS:
         return load_local_task(spec, data_dir, max_queries=max_queries, max_corpus=max_corpus, seed=seed)
     path = Path(spec).expanduser()
@@ -288,7 +294,7 @@ def resolve_task(
             f"offline tasks: {', '.join(LOCAL_TASKS)}, a BEIR folder path, or an STS file path"
         )
     raise TaskLoadError(
-        f"unknown task {spec!r}: not a local task name ({', '.join(LOCAL_TASKS)}), not mined:DIR, not an "
+        f"unknown task {spec!r}: not a local task name ({', '.join(LOCAL_TASKS)}), not mined:DIR or titles:DIR, not an "
         "existing BEIR folder or STS file path, and not an MTEB task name"
     )
 

@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+LABEL_FREE_PREFIXES = ("titles:",)
+"""Labels of label-free tasks, left out of the ``mean`` column: they are signals about a model, not labelled scores."""
+
 CACHE_DIR_ENV = "XPRT_CACHE_DIR"
 """Environment variable that overrides the default mteb result cache of xprt-st."""
 
@@ -123,7 +126,9 @@ class EvaluationReport:
         rows = []
         for model in self.models:
             values = {task: self.score(model, task) for task in self.tasks}
-            rows.append({"model": model, **values, "mean": sum(values.values()) / len(values)})
+            labelled = [value for task, value in values.items() if not task.startswith(LABEL_FREE_PREFIXES)]
+            mean = sum(labelled) / len(labelled) if labelled else float("nan")
+            rows.append({"model": model, **values, "mean": mean})
         return rows
 
     def write_csv(self, path: str | Path) -> Path:

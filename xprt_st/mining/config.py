@@ -58,6 +58,8 @@ class MiningConfig:
     """Field with the document text; None means ``"html"`` with ``html=True``, else ``"text"``."""
     id_field: str | None = None
     """Field with the document id (kept in the side files, never in the training dataset)."""
+    title_field: str | None = None
+    """Field with the document title (BEIR's ``title``): kept, with the headings, for the held-out documents."""
     html: bool = False
     """Extract the main text of raw HTML pages with trafilatura."""
     split: str = "train"
@@ -159,4 +161,6 @@ class MiningConfig:
         settings["text_field"] = self.resolved_text_field
         settings["encodes"] = self.encodes
         settings["tfidf"] = TFIDF_SCHEME
+        if self.title_field is None:
+            del settings["title_field"]  # so a run stored before titles were kept resumes as it did
         return settings

@@ -73,10 +73,11 @@ def source_kind(path: Path) -> str | None:
 
 @dataclass(slots=True)
 class TextFields:
-    """The text field to read, and the one read instead in a source that lacks it."""
+    """The text field to read, the one read instead in a source that lacks it, and the title field (or None)."""
 
     preferred: str
     fallback: str | None = None
+    title: str | None = None
 
     def choose(self, names: Any, id_field: str | None, origin: str) -> str:
         """The field of a source with these field names; raises :class:`CorpusColumnError` naming the fields."""
@@ -94,6 +95,10 @@ class TextFields:
             )
         if id_field and id_field not in names:
             raise CorpusColumnError(f"{origin}: no id field {id_field!r}; the fields are {names}. Fix --id-field.")
+        if self.title and self.title not in names:
+            raise CorpusColumnError(
+                f"{origin}: no title field {self.title!r}; the fields are {names}. Fix --title-field."
+            )
         return chosen
 
 
@@ -146,7 +151,7 @@ def _iter_jsonl(path: Path, fields: TextFields, id_field: str | None, start: int
                 else:
                     if text_field is None:
                         text_field = fields.choose(obj.keys(), id_field, origin)
-                    record = _record_from_mapping(obj, text_field, id_field, ordinal, origin, repair)
+                    record = _record_from_mapping(obj, text_field, id_field, ordinal, origin, repair, fields.title)
                     if record.skip == UNREADABLE_RECORD:
                         logged = _log_skip(logged, f"{origin}: {record.problem}; skipped")
                     elif record.skip:
@@ -163,13 +168,13 @@ def _iter_parquet(path: Path, fields: TextFields, id_field: str | None, start: i
     except Exception as error:  # pyarrow raises ArrowInvalid (a ValueError) or OSError subclasses
         raise CorpusReadError(f"{path}: not a readable Parquet file: {error}") from error
     text_field = fields.choose(parquet.schema_arrow.names, id_field, str(path))
-    columns = [text_field] + ([id_field] if id_field else [])
+    columns = [text_field] + ([id_field] if id_field else []) + ([fields.title] if fields.title else [])
     ordinal = start
     row = 0
     for batch in parquet.iter_batches(columns=columns, batch_size=1024):
         for obj in batch.to_pylist():
             row += 1
-            yield _record_from_mapping(obj, text_field, id_field, ordinal, f"{path}:row {row}", None)
+            yield _record_from_mapping(obj, text_field, id_field, ordinal, f"{path}:row {row}", None, fields.title)
             ordinal += 1
 
 
@@ -270,11 +275,18 @@ def _iter_dataset(dataset: Any, name: str, fields: TextFields, id_field: str | N
     for ordinal, obj in enumerate(dataset, start=start):
         if text_field is None:  # a streamed dataset may not know its columns before the first row
             text_field = fields.choose(obj.keys(), id_field, name)
-        yield _record_from_mapping(obj, text_field, id_field, ordinal, f"{name}:row {ordinal - start + 1}", None)
+        origin = f"{name}:row {ordinal - start + 1}"
+        yield _record_from_mapping(obj, text_field, id_field, ordinal, origin, None, fields.title)
 
 
 def _record_from_mapping(
-    obj: dict[str, Any], text_field: str, id_field: str | None, ordinal: int, origin: str, repair: str | None
+    obj: dict[str, Any],
+    text_field: str,
+    id_field: str | None,
+    ordinal: int,
+    origin: str,
+    repair: str | None,
+    title_field: str | None = None,
 ) -> RawRecord:
     doc_id = origin
     if id_field and obj.get(id_field) is not None:
@@ -294,7 +306,10 @@ def _record_from_mapping(
                 "Unicode text (a UTF-16 half written as a JSON \\u escape), so it cannot be tokenised"
             )
             return RawRecord(ordinal, doc_id, None, origin, skip=UNREADABLE_RECORD, problem=problem)
-    return RawRecord(ordinal, doc_id, text, origin, repair=repair, text_field=text_field)
+    title = obj.get(title_field) if title_field else None
+    if not isinstance(title, str) or _lone_surrogate(title) is not None:
+        title = None  # a missing, non-text or unencodable title leaves the document without one, as without a field
+    return RawRecord(ordinal, doc_id, text, origin, repair=repair, text_field=text_field, title=title or None)
 
 
 def _lone_surrogate(text: str) -> int | None:

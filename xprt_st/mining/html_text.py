@@ -7,6 +7,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from xprt_st.mining.headings import MAX_LEVEL, TextHeading, clean_heading
+
 logger = logging.getLogger(__name__)
 
 
@@ -22,26 +24,60 @@ def extract_main_text(html: str, origin: str = "") -> str | None:
     by blank lines so the passage splitter follows the page's structure. Returns None when trafilatura
     finds no main text.
     """
+    return extract_main_text_with_headings(html, origin)[0]
+
+
+def extract_main_text_with_headings(html: str, origin: str = "") -> tuple[str | None, list[TextHeading], str | None]:
+    """The main text of :func:`extract_main_text`, its ``<h1>``-``<h3>`` headings, and the page's title.
+
+    Each heading carries the character offset of its block in the returned text, so the passages of its
+    section can be found once the text is split (:func:`~xprt_st.mining.headings.sections`). The title is the
+    first ``<h1>`` of the main text, else the page's ``<title>`` (None without either). A page that takes the
+    deep-page fallback or whose extraction is unparsable has its text but no headings.
+    """
     import trafilatura
     from lxml import etree
 
     options = {"include_comments": False, "include_tables": True}
+    page_title = _page_title(html)
     if nesting_depth(html) > PARSER_DEPTH_LIMIT:
         xml, deep_text = _extract_deep_page(html, origin, options)
         if deep_text is not None:
-            return deep_text
+            return deep_text, [], page_title
     else:
         xml = trafilatura.extract(html, output_format="xml", include_formatting=False, **options)
     if not xml:
-        return None
+        return None, [], page_title
     try:
         root = etree.fromstring(xml.encode("utf-8"))
     except etree.XMLSyntaxError as error:
         logger.warning("%s: trafilatura produced unparsable XML (%s); using its plain-text output", origin, error)
-        return trafilatura.extract(html, output_format="txt", include_comments=False, include_tables=True)
+        text = trafilatura.extract(html, output_format="txt", include_comments=False, include_tables=True)
+        return text, [], page_title
     main = root.find("main")
-    blocks = list(_xml_blocks(main if main is not None else root))
-    return "\n\n".join(b for b in blocks if b) or None
+    blocks = [(text, level) for text, level in _xml_blocks(main if main is not None else root) if text]
+    if not blocks:
+        return None, [], page_title
+    headings: list[TextHeading] = []
+    offset = 0
+    for text, level in blocks:
+        if level is not None and level <= MAX_LEVEL and (heading := clean_heading(text)) is not None:
+            headings.append(TextHeading(heading, level, offset))
+        offset += len(text) + 2  # the blank line that joins the blocks
+    first_h1 = next((h.text for h in headings if h.level == 1), None)
+    return "\n\n".join(text for text, _ in blocks), headings, first_h1 or page_title
+
+
+_TITLE_TAG = re.compile(r"<title[^>]*>(.*?)</title\s*>", re.IGNORECASE | re.DOTALL)
+_HEAD_LEVEL = re.compile(r"^h([1-6])$")
+
+
+def _page_title(html: str) -> str | None:
+    """The text of the page's ``<title>`` element, entities decoded; None without one."""
+    import html as html_module
+
+    match = _TITLE_TAG.search(html[:200_000])
+    return clean_heading(html_module.unescape(re.sub(r"<[^>]+>", " ", match.group(1)))) if match else None
 
 
 PARSER_DEPTH_LIMIT = 255
@@ -182,19 +218,21 @@ def plain_text_of_html(html: str) -> str | None:
     return text or None
 
 
-def _xml_blocks(element: Any) -> Iterator[str]:
+def _xml_blocks(element: Any) -> Iterator[tuple[str, int | None]]:
+    """The blocks of trafilatura's XML, each with its heading level (``<head rend="h2">``: 2) or None."""
     if element.text and element.text.strip():
-        yield _squash(element.text)
+        yield _squash(element.text), None
     for child in element:
         tag = child.tag if isinstance(child.tag, str) else ""
         if tag == "row":
-            yield " | ".join(_squash("".join(cell.itertext())) for cell in child)
+            yield " | ".join(_squash("".join(cell.itertext())) for cell in child), None
         elif tag in _CONTAINER_TAGS and any(isinstance(g.tag, str) and g.tag in _BLOCK_TAGS for g in child):
             yield from _xml_blocks(child)
         else:
-            yield _squash("".join(child.itertext()))
+            level = _HEAD_LEVEL.match(child.get("rend") or "") if tag == "head" else None
+            yield _squash("".join(child.itertext())), int(level.group(1)) if level else None
         if child.tail and child.tail.strip():
-            yield _squash(child.tail)
+            yield _squash(child.tail), None
 
 
 def _squash(text: str) -> str:

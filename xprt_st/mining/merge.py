@@ -40,6 +40,7 @@ from xprt_st.mining.layout import (
     HELDOUT_DIR,
     HELDOUT_GROUPS,
     HELDOUT_PASSAGES,
+    HELDOUT_TITLES,
     META_FILE,
     PASSAGES_FILE,
     MergedParts,
@@ -51,6 +52,7 @@ from xprt_st.mining.layout import (
     write_arrow,
 )
 from xprt_st.mining.quantiles import exact_quantiles
+from xprt_st.mining.stages import sections_of
 from xprt_st.mining.stats import build_stats, skip_diagnosis, sum_counts
 
 logger = logging.getLogger(__name__)
@@ -82,6 +84,21 @@ def heldout_passage_features() -> Any:
 
     return datasets.Features(
         {"label": datasets.Value("int64"), "passage": datasets.Value("int64"), "text": datasets.Value("string")}
+    )
+
+
+def heldout_title_features() -> Any:
+    """The ``datasets`` features of ``heldout/titles``: document label, kind, level, text, covered passages."""
+    import datasets
+
+    return datasets.Features(
+        {
+            "label": datasets.Value("int64"),
+            "kind": datasets.Value("string"),
+            "level": datasets.Value("int64"),
+            "text": datasets.Value("string"),
+            "passages": datasets.List(datasets.Value("int64")),
+        }
     )
 
 
@@ -157,12 +174,15 @@ def merge_part(plan: MergePlan, shard: int, chunk: int) -> dict[str, Any]:
     train: dict[str, list[Any]] = {name: [] for name in [*text_columns, LABEL]}
     held: dict[str, list[Any]] = {name: [] for name in [*text_columns, LABEL, "anchor_index", "related_index"]}
     held_passages: dict[str, list[Any]] = {"label": [], "passage": [], "text": []}
+    held_titles: dict[str, list[Any]] = {"label": [], "kind": [], "level": [], "text": [], "passages": []}
+    stored_headings = columns.get("headings") or [None] * n_rows  # None: scored before headings were kept
     meta_lines: list[str] = []
     is_anchor = np.zeros(n_rows, dtype=bool)
     in_group = np.zeros(n_rows, dtype=bool)
     held_out = np.zeros(n_rows, dtype=bool)
     counts = {"documents_with_groups": 0, "padded_groups": 0, "scored_documents": 0}
     counts |= {"heldout_documents": 0, "heldout_groups": 0, "heldout_passages": 0}
+    counts |= {"heldout_titles": 0, "heldout_headings": 0}
 
     def mined_groups(start: int, stop: int, rng: Any, positive: str) -> list[tuple[int, list[int], dict]]:
         found = []
@@ -189,6 +209,14 @@ def merge_part(plan: MergePlan, shard: int, chunk: int) -> dict[str, Any]:
             held_passages["label"] += [label] * n
             held_passages["passage"] += list(range(n))
             held_passages["text"] += texts[start:stop]
+            for section in sections_of(stored_headings[start]):
+                kind = "title" if section.is_title else "heading"
+                counts[f"heldout_{kind}s"] += 1
+                held_titles["label"].append(label)
+                held_titles["kind"].append(kind)
+                held_titles["level"].append(section.level)
+                held_titles["text"].append(section.text)
+                held_titles["passages"].append(list(range(section.first, min(section.stop, n))))
             if n >= MIN_PASSAGES and plan.encoded:
                 # The held-out groups are always the mined ones: the label-free check's truth, whatever the ablation.
                 for i, related, _ in mined_groups(start, stop, None, "mined"):
@@ -246,6 +274,8 @@ def merge_part(plan: MergePlan, shard: int, chunk: int) -> dict[str, Any]:
         write_arrow(parts.arrow(MergedParts.HELDOUT_GROUPS), pa.table(held), group_features(top_k, heldout=True))
     if held_passages["label"]:
         write_arrow(parts.arrow(MergedParts.HELDOUT_PASSAGES), pa.table(held_passages), heldout_passage_features())
+    if held_titles["label"]:
+        write_arrow(parts.arrow(MergedParts.HELDOUT_TITLES), pa.table(held_titles), heldout_title_features())
     parts.meta.write_text("".join(line + "\n" for line in meta_lines), encoding="utf-8")
     side = stored.select(["label", "doc_id", "passage_index", "text", "n_tokens", "centrality"])
     for name, flags in (("is_anchor", is_anchor), ("in_group", in_group), ("held_out", held_out)):
@@ -277,6 +307,11 @@ def finish_merge(plan: MergePlan, stored: dict[str, Any], part_counts: list[dict
         held_groups, held_passages = output_dir / HELDOUT_GROUPS, output_dir / HELDOUT_PASSAGES
         publish_dataset(staging / MergedParts.HELDOUT_GROUPS, held_groups, group_features(plan.top_k, True))
         publish_dataset(staging / MergedParts.HELDOUT_PASSAGES, held_passages, heldout_passage_features())
+        held_titles = output_dir / HELDOUT_TITLES
+        if int(merged.get("heldout_titles", 0)) + int(merged.get("heldout_headings", 0)):
+            publish_dataset(staging / MergedParts.HELDOUT_TITLES, held_titles, heldout_title_features())
+        elif held_titles.is_dir():
+            shutil.rmtree(held_titles)  # re-merged with documents held out that have no title
     elif heldout.is_dir():
         shutil.rmtree(heldout)  # re-merged without --holdout: every document is a training document again
     layout.write_stats(stats)
@@ -339,7 +374,8 @@ def merge(
       no passage was scored), ``threshold_source``, centrality quantiles, ``skipped`` by reason,
       ``repairs``, ``text_fields`` (documents read from each field), and ``settings``;
     - with ``holdout``: ``holdout`` = its ``fraction`` and the held-out ``documents``, ``groups`` and
-      ``passages`` (the figures above count the training documents only).
+      ``passages`` (the figures above count the training documents only), and, when any were found, the
+      ``titles`` and ``headings`` of the held-out documents (``DIR/heldout/titles``, the ``titles:DIR`` task).
 
     The threshold (a quantile) is taken over every stored centrality, held-out documents included,
     so it does not move with the holdout.

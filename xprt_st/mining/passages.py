@@ -52,6 +52,9 @@ class SplitResult:
     """The kept passages' token ids end to end (``token_counts[i]`` each, no special tokens), the ids
     tokenizing each passage's text gives; None unless the splitter keeps ids and they are exact for
     this document (see :mod:`xprt_st.mining.token_ids`)."""
+    spans: list[tuple[int, int]] = field(default_factory=list)
+    """Each kept passage's ``(start, end)`` character span in the text given to :meth:`PassageSplitter.split`:
+    what maps a title or heading to the passages of its section (:func:`~xprt_st.mining.headings.sections`)."""
 
 
 @dataclass(slots=True)
@@ -140,6 +143,7 @@ class PassageSplitter:
             truncated=truncated,
             characters_over_cap=sum(map(len, full_text[kept_end:].split())) if truncated else 0,
             token_ids=_passage_ids(kept, *tokens) if tokens is not None and tokens[1] is not None else None,
+            spans=[(group[0].start, group[-1].end) for group in kept],
         )
 
     def _tokens(self, text: str) -> tuple[np.ndarray, np.ndarray | None] | None:

@@ -223,6 +223,7 @@ def iter_corpus(
     fallback_text_field: str | None = None,
     max_chars: int = DEFAULT_MAX_DOCUMENT_CHARS,
     counts: Counter[str] | None = None,
+    title_field: str | None = None,
 ) -> Iterator[RawRecord]:
     """Yield every input record, in a deterministic order, with its ordinal.
 
@@ -241,9 +242,10 @@ def iter_corpus(
         counts: receives ``duplicate_documents`` (records whose text equals an earlier record's) and
             ``duplicate_ids`` (records whose id equals an earlier record's); a warning reports both when the
             input has been read (see :class:`DuplicateCounter` for the memory bound).
+        title_field: field with the document title (``--title-field``), kept on each record's ``title``.
     """
     ordinal = 0
-    fields = TextFields(text_field, fallback_text_field)
+    fields = TextFields(text_field, fallback_text_field, title_field)
     duplicates = DuplicateCounter()
     for source in expand_sources(sources):
         try:
@@ -282,6 +284,7 @@ def check_sources(
     skip_unreadable: bool = False,
     fallback_text_field: str | None = None,
     html: bool | None = None,
+    title_field: str | None = None,
 ) -> list[str | Path]:
     """Check every source before any work: it exists, opens, and its first record has the text field.
 
@@ -297,12 +300,12 @@ def check_sources(
 
     Raises:
         CorpusReadError: a missing path, an unsupported or unreadable file.
-        CorpusColumnError: a source whose first record lacks the text (or id) field.
+        CorpusColumnError: a source whose first record lacks the text (or id, or title) field.
         CorpusRecordError: a first record that cannot be read as text (without ``skip_unreadable``).
         CorpusMarkupError: with ``html=False``, a source whose text field holds raw HTML pages.
     """
     expanded = expand_sources(sources)
-    fields = TextFields(text_field, fallback_text_field)
+    fields = TextFields(text_field, fallback_text_field, title_field)
     for source in expanded:
         records = iter_source(source, fields, id_field, split, 0, DEFAULT_MAX_DOCUMENT_CHARS)
         try:

@@ -43,7 +43,8 @@ class RawRecord:
     of a ``.txt`` file or zip member left unread past the character cap (0 when read whole).
     ``repeats_text`` and ``repeats_id`` are set by :func:`~xprt_st.mining.reader.iter_corpus` when the text,
     or the id, equals an earlier record's in the whole input, so a stage that keeps some records (one shard's)
-    counts the duplicates among them and the shards' counts add up to the input's.
+    counts the duplicates among them and the shards' counts add up to the input's. ``title`` is the record's
+    ``--title-field`` value (None without one, or when it is empty): what :mod:`xprt_st.mining.headings` keeps.
     """
 
     ordinal: int
@@ -57,3 +58,4 @@ class RawRecord:
     bytes_not_read: int = 0
     repeats_text: bool = False
     repeats_id: bool = False
+    title: str | None = None

@@ -5,7 +5,8 @@ engines (:mod:`xprt_st.mining.engines`) decide which records a stage sees and wh
 stored (:mod:`xprt_st.mining.layout`).
 
 1. :class:`SplitStage`: input records -> :class:`Document` records (HTML extracted, passages cut,
-   de-duplicated and capped), with the counts of what was read, skipped and repaired.
+   de-duplicated and capped, the title and headings mapped to their passages), with the counts of what
+   was read, skipped and repaired.
 2. :func:`document_frequencies`: documents -> hashed document frequencies (summed over the corpus
    into one TF-IDF, whatever the split of the work).
 3. :func:`score_chunk`: documents -> one row per passage with its centrality and its ``top_k``
@@ -17,14 +18,15 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from xprt_st.mining.groups import MIN_PASSAGES, rank_all_passages
-from xprt_st.mining.html_text import extract_main_text
+from xprt_st.mining.headings import Section, markdown_headings, plain_title, sections
+from xprt_st.mining.html_text import extract_main_text_with_headings
 from xprt_st.mining.passages import PassageSplitter
 from xprt_st.mining.records import RawRecord
 from xprt_st.mining.scoring import TfidfScorer, tfidf_cosines
@@ -51,6 +53,28 @@ class Document:
         ends = np.cumsum(self.token_counts)
         return [self.token_ids[end - n : end] for end, n in zip(ends, self.token_counts, strict=True)]
 
+    headings: list[Section] = field(default_factory=list)
+    """The title and section headings with the passages each covers (:mod:`xprt_st.mining.headings`)."""
+
+
+HEADINGS_TYPE = pa.list_(
+    pa.struct([("text", pa.string()), ("level", pa.int32()), ("first", pa.int32()), ("stop", pa.int32())])
+)
+"""A document's :class:`~xprt_st.mining.headings.Section` list as stored (an empty list without any)."""
+
+
+def headings_column(documents: Sequence[Document]) -> list[list[dict[str, Any]]]:
+    """Each document's sections as plain dicts, the values of a :data:`HEADINGS_TYPE` column."""
+    return [
+        [{"text": h.text, "level": h.level, "first": h.first, "stop": h.stop} for h in doc.headings]
+        for doc in documents
+    ]
+
+
+def sections_of(values: list[dict[str, Any]] | None) -> list[Section]:
+    """The sections of one stored :data:`HEADINGS_TYPE` value (None, from a file written without them: none)."""
+    return [Section(v["text"], int(v["level"]), int(v["first"]), int(v["stop"])) for v in values or []]
+
 
 PASSAGE_SCHEMA = pa.schema(
     [
@@ -65,9 +89,11 @@ PASSAGE_SCHEMA = pa.schema(
         ("embedding_scores", pa.list_(pa.float64())),
         ("tfidf_scores", pa.list_(pa.float64())),
         ("fused_scores", pa.list_(pa.float64())),
+        ("headings", HEADINGS_TYPE),
     ]
 )
-"""One scored passage: what :func:`score_chunk` gives and what the merge reads."""
+"""One scored passage: what :func:`score_chunk` gives and what the merge reads. ``headings`` holds the
+document's title and headings on the row of its first passage, and is empty on the others."""
 
 SPLIT_SCHEMA = pa.schema(
     [
@@ -77,6 +103,7 @@ SPLIT_SCHEMA = pa.schema(
         ("passages", pa.list_(pa.string())),
         ("token_counts", pa.list_(pa.int32())),
         ("token_ids", pa.list_(pa.int32())),
+        ("headings", HEADINGS_TYPE),
     ]
 )
 """One split document, as stored between the split stage and the scoring stage."""
@@ -117,12 +144,17 @@ class SplitStage:
             self._text_fields[record.text_field] += 1
         self._counts["duplicate_documents"] += record.repeats_text
         self._counts["duplicate_ids"] += record.repeats_id
-        text = record.text
+        text, title = record.text, record.title
         if self.html:
-            text = extract_main_text(text, record.origin)
+            text, marks, page_title = extract_main_text_with_headings(text, record.origin)
             if text is None:
                 self.skipped["html_no_main_text"] += 1
                 return None
+            title = title or page_title
+        else:
+            marks = markdown_headings(text)
+            if title is None and not marks:
+                title = plain_title(text)
         split = self.splitter.split(text)
         self._counts["duplicate_passages_removed"] += split.duplicates_removed
         if split.truncated:
@@ -135,8 +167,15 @@ class SplitStage:
             self.skipped["single_passage"] += 1
         self._counts["passages"] += len(split.passages)
         self._documents_with_passages += 1
+        found = sections(marks, title, split.spans, len(text))
         return Document(
-            record.ordinal, record.doc_id, record.origin, split.passages, split.token_counts, split.token_ids
+            record.ordinal,
+            record.doc_id,
+            record.origin,
+            split.passages,
+            split.token_counts,
+            split.token_ids,
+            headings=found,
         )
 
     @property
@@ -230,4 +269,5 @@ def score_chunk(
                 rows["embedding_scores"].append(ranking.embedding_scores if ranking else [])
                 rows["tfidf_scores"].append(ranking.tfidf_scores if ranking else [])
                 rows["fused_scores"].append(ranking.fused_scores if ranking else [])
+                rows["headings"].extend(headings_column([doc]) if i == 0 else [[]])
         yield ScoredBatch(pa.table(rows, schema=PASSAGE_SCHEMA), len(batch_docs), seconds)

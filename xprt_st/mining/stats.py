@@ -78,6 +78,9 @@ def build_stats(
             "groups": int(merged.get("heldout_groups", 0)),
             "passages": int(merged.get("heldout_passages", 0)),
         }
+        titles, headings = int(merged.get("heldout_titles", 0)), int(merged.get("heldout_headings", 0))
+        if titles or headings or config.title_field:
+            stats["holdout"] |= {"titles": titles, "headings": headings}
     return stats
 
 
@@ -170,6 +173,7 @@ def summary_table(stats: dict[str, Any]) -> Any:
     holdout = stats.get("holdout")
     if holdout:
         table.add_row("held out (never trained on)", f"{holdout['fraction']:.1%} of documents", "")
-        for key in ("documents", "groups", "passages"):
-            table.add_row(f"held out: {key}", str(holdout[key]), "")
+        for key in ("documents", "groups", "passages", "titles", "headings"):
+            if key in holdout:
+                table.add_row(f"held out: {key}", str(holdout[key]), "")
     return table

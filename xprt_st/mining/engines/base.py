@@ -58,6 +58,7 @@ def split_sources(
         skip_unreadable=config.skip_unreadable,
         skipped=stage.skipped,
         fallback_text_field=config.fallback_text_field,
+        title_field=config.title_field,
     )
     frequencies = TfidfScorer()
     writer = folder.split_writer()
@@ -196,6 +197,7 @@ class Engine:
             skip_unreadable=self.config.skip_unreadable,
             fallback_text_field=self.config.fallback_text_field,
             html=self.config.html,
+            title_field=self.config.title_field,
         )
         check_output_outside_inputs(self.output_dir, self.corpus)
         self._lock = self.layout.lock(self.lock_scope)

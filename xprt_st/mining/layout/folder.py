@@ -15,6 +15,8 @@ leaves is either whole or ignored (and its temporary files are removed by the ne
                                   centrality, is_anchor, in_group, held_out (``pyarrow.parquet.read_table``)
     DIR/heldout/groups/           with --holdout: the held-out documents' groups (a datasets folder)
     DIR/heldout/passages/         with --holdout: every passage of the held-out documents (a datasets folder)
+    DIR/heldout/titles/           with --holdout, when the held-out documents have any: their titles and headings,
+                                  each with the passages it covers (a datasets folder)
     DIR/mining_config.json        the run manifest: settings that shaped the scores and the input's identity
     DIR/.xprt-mine-run.lock       while a run writes: its pid, host and start (``.xprt-mine-shard-IIIII.lock``
                                   for a shard job)
@@ -55,6 +57,7 @@ __all__ = [
     "HELDOUT_DIR",
     "HELDOUT_GROUPS",
     "HELDOUT_PASSAGES",
+    "HELDOUT_TITLES",
     "INPUTS_KEY",
     "LOCK_PREFIX",
     "LOG_FILE",
@@ -95,6 +98,9 @@ HELDOUT_GROUPS = Path(HELDOUT_DIR, "groups")
 """The held-out anchors' groups (``--holdout``), a datasets folder beside the training groups."""
 HELDOUT_PASSAGES = Path(HELDOUT_DIR, "passages")
 """Every passage of every held-out document, a datasets folder."""
+HELDOUT_TITLES = Path(HELDOUT_DIR, "titles")
+"""The held-out documents' titles and section headings (``label``, ``kind``, ``level``, ``text``, ``passages``:
+the indices of the passages it covers), a datasets folder; absent when none was found."""
 MERGE_TMP = ".merge.tmp"
 LOCK_PREFIX = ".xprt-mine-"
 LOG_FILE = "xprt-st.log"

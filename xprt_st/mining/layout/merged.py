@@ -25,6 +25,7 @@ class MergedParts:
     GROUPS = "groups"
     HELDOUT_GROUPS = "heldout-groups"
     HELDOUT_PASSAGES = "heldout-passages"
+    HELDOUT_TITLES = "heldout-titles"
 
     def __init__(self, staging: Path, name: str) -> None:
         self.staging = staging
@@ -42,7 +43,8 @@ class MergedParts:
         return self.staging / "passages" / f"part-{self.name}.parquet"
 
     def make_folders(self) -> None:
-        for folder in (self.GROUPS, self.HELDOUT_GROUPS, self.HELDOUT_PASSAGES, "meta", "passages"):
+        held = (self.HELDOUT_GROUPS, self.HELDOUT_PASSAGES, self.HELDOUT_TITLES)
+        for folder in (self.GROUPS, *held, "meta", "passages"):
             (self.staging / folder).mkdir(parents=True, exist_ok=True)
 
 

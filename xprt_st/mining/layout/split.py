@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from xprt_st.mining.stages import SPLIT_SCHEMA, Document
+from xprt_st.mining.stages import SPLIT_SCHEMA, Document, headings_column, sections_of
 
 DF_FILE = "document_frequencies.npz"
 SPLIT_FILE = "split.parquet"
@@ -47,6 +47,7 @@ def split_table(documents: Sequence[Document]) -> pa.Table:
             "passages": [d.passages for d in documents],
             "token_counts": [d.token_counts for d in documents],
             "token_ids": _token_id_column(documents),
+            "headings": headings_column(documents),
         },
         schema=SPLIT_SCHEMA,
     )
@@ -68,15 +69,18 @@ def _token_ids_of(table: pa.Table) -> list[np.ndarray | None]:
 def documents_of(table: pa.Table, label_offset: int = 0) -> list[Document]:
     """The documents of (part of) a split file, labels shifted by ``label_offset``."""
     columns = table.select(["label", "doc_id", "origin", "passages", "token_counts"]).to_pydict()
+    # a split file written before headings were kept has no such column: its documents have none
+    headings = table.column("headings").to_pylist() if "headings" in table.column_names else [None] * table.num_rows
     return [
-        Document(label + label_offset, doc_id, origin, passages, counts, ids)
-        for label, doc_id, origin, passages, counts, ids in zip(
+        Document(label + label_offset, doc_id, origin, passages, counts, ids, sections_of(marks))
+        for label, doc_id, origin, passages, counts, ids, marks in zip(
             columns["label"],
             columns["doc_id"],
             columns["origin"],
             columns["passages"],
             columns["token_counts"],
             _token_ids_of(table),
+            headings,
             strict=True,
         )
     ]

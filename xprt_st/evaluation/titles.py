@@ -1,0 +1,277 @@
+"""``titles:DIR``: the held-out documents' titles and headings as queries, their passages as the answers.
+
+``xprt-st mine --holdout F`` keeps, for each held-out document, the title (``--title-field``, an HTML page's
+``<h1>`` or ``<title>``, a plain-text headline) and the section headings (``<h2>``/``<h3>``, Markdown ``#``) with
+the passages each covers, in ``DIR/heldout/titles`` (:mod:`xprt_st.mining.headings`). People wrote these, not
+the mining model, so unlike ``mined:DIR`` (:mod:`xprt_st.evaluation.label_free`) the task has no built-in
+preference for the model that mined the folder: it is a known-item search of the held-out documents.
+
+**The task.** Each held-out title or heading is a query. Candidates are every held-out passage (all held-out
+documents). The relevant passages are those of the query's document (a title) or section (a heading), each with
+grade 1; every other passage has 0. The score is nDCG@10 per query (trec_eval's linear gain, as mteb computes
+it), averaged over queries. Query ids are ``t<label>-<n>`` (the ``n``-th title or heading of document
+``label``), passage ids ``<label>-<passage>`` as in ``mined:DIR``.
+
+**What it can say.** Whether a model finds a document's passages from what its author called it. A heading
+that the page repeats in its own text (HTML and Markdown headings start their section) is matched word for
+word by any model, so headings are an easier query than titles, which BEIR corpora keep apart from the text.
+Whether the task ranks models as labelled tasks do is a question of evidence (``docs/results.md``, "Label-free
+selection, round 2").
+
+Example:
+    >>> import numpy as np
+    >>> scores = np.array([[0.9, 0.1, 0.8], [0.2, 0.7, 0.1]])
+    >>> [round(float(v), 4) for v in ndcg_at_k(scores, [{0, 2}, {1}])]
+    [1.0, 1.0]
+    >>> [round(float(v), 4) for v in ndcg_at_k(scores, [{1}, {0}])]
+    [0.5, 0.6309]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from xprt_st.evaluation.bootstrap import Interval, paired_interval, retrieval_items
+from xprt_st.evaluation.label_free import HeldOutError, cosine_scores, read_heldout
+from xprt_st.evaluation.readers import BEIRData
+from xprt_st.mining.layout import HELDOUT_DIR, HELDOUT_PASSAGES, HELDOUT_TITLES
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+    from xprt_st.evaluation.tasks import LocalRetrievalTask
+
+TASK_PREFIX = "titles:"
+"""Task spec prefix: ``titles:DIR`` is the titles-and-headings task of the mined folder ``DIR``."""
+K = 10
+"""Cut-off of nDCG."""
+_CHUNK = 1024
+"""Query rows scored at once: bounds memory to ``_CHUNK * passages`` similarities."""
+_COLUMNS = ("label", "kind", "level", "text", "passages")
+
+
+class NoTitlesError(HeldOutError):
+    """A mined folder's held-out documents have no title or heading to build the task from."""
+
+
+@dataclass(frozen=True)
+class TitlesTask:
+    """The titles-and-headings task of one mined folder, ready to score.
+
+    Attributes:
+        texts: every held-out passage, ordered by (document label, passage index): the candidates.
+        ids: ``"<label>-<passage>"`` of each passage, in the order of ``texts``.
+        queries: the title and heading texts.
+        query_ids: ``"t<label>-<n>"`` of each query.
+        kinds: ``"title"`` or ``"heading"`` for each query.
+        relevance: for each query, the rows of ``texts`` that are relevant (grade 1).
+        path: the mined folder.
+        fingerprint: a hash of the content (the mteb revision of the task).
+    """
+
+    texts: list[str]
+    ids: list[str]
+    queries: list[str]
+    query_ids: list[str]
+    kinds: list[str]
+    relevance: list[frozenset[int]]
+    path: Path
+    fingerprint: str = ""
+
+    def qrels(self) -> dict[str, dict[str, int]]:
+        """BEIR-style judgements: query id -> passage id -> 1."""
+        return {
+            qid: {self.ids[row]: 1 for row in sorted(rows)}
+            for qid, rows in zip(self.query_ids, self.relevance, strict=True)
+        }
+
+
+def load_titles_task(folder: str | Path) -> TitlesTask:
+    """Build the ``titles:DIR`` task of the mined folder ``folder`` (see the module doc).
+
+    Raises:
+        HeldOutError: the folder does not exist, has no held-out part, or a title names a passage that
+            ``heldout/passages`` does not hold.
+        NoTitlesError: the held-out documents have no title or heading (``heldout/titles`` is absent), or
+            fewer than 2 (the paired interval needs 2 queries).
+    """
+    from datasets import load_from_disk
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise HeldOutError(f"mined folder {folder} does not exist; give the --output folder of xprt-st mine")
+    loaded = read_heldout(folder)
+    if loaded is None:
+        raise HeldOutError(
+            f"{folder} has no held-out part ({HELDOUT_DIR}/); mine it with `xprt-st mine ... --holdout 0.1 "
+            "--title-field title` to keep a tenth of the documents, with their titles, for this check"
+        )
+    titles_path = folder / HELDOUT_TITLES
+    if not titles_path.is_dir():
+        raise NoTitlesError(
+            f"{folder}: the held-out documents have no title or heading ({titles_path} is absent); mine with "
+            "--title-field FIELD (JSONL/Parquet), --html (pages with <title>/<h1>-<h3>), or a corpus with Markdown "
+            "# headings"
+        )
+    titles = load_from_disk(str(titles_path))
+    missing = [column for column in _COLUMNS if column not in titles.column_names]
+    if missing:
+        raise HeldOutError(f"{titles_path} lacks column(s) {', '.join(missing)}; mine the folder again")
+    passages = loaded[1].select_columns(["label", "passage", "text"]).to_dict()
+    keyed = sorted(
+        zip(passages["label"], passages["passage"], passages["text"], strict=True), key=lambda r: (r[0], r[1])
+    )
+    row_of = {(int(label), int(passage)): row for row, (label, passage, _) in enumerate(keyed)}
+    texts = [str(text) for _, _, text in keyed]
+    ids = [f"{label}-{passage}" for label, passage, _ in keyed]
+    table = titles.select_columns(list(_COLUMNS)).to_dict()
+    queries, query_ids, kinds, relevance = [], [], [], []
+    per_document: dict[int, int] = {}
+    for number, (label, kind, _, text, covered) in enumerate(zip(*(table[c] for c in _COLUMNS), strict=True)):
+        label = int(label)
+        unknown = [index for index in covered if (label, int(index)) not in row_of]
+        if unknown or not covered:
+            raise HeldOutError(
+                f"{titles_path}, row {number}: document {label} has no passage {unknown[0] if unknown else '(none)'} "
+                f"in {folder / HELDOUT_PASSAGES}; the held-out part is inconsistent, mine the folder again"
+            )
+        n = per_document.get(label, 0)
+        per_document[label] = n + 1
+        queries.append(str(text))
+        query_ids.append(f"t{label}-{n}")
+        kinds.append(str(kind))
+        relevance.append(frozenset(row_of[(label, int(index))] for index in covered))
+    if len(queries) < 2:
+        raise NoTitlesError(
+            f"{titles_path} holds {len(queries)} title(s) or heading(s); the task needs at least 2 for its interval "
+            "(mine with a larger --holdout)"
+        )
+    digest = hashlib.sha1(json.dumps([ids, texts, queries, [sorted(r) for r in relevance]]).encode())
+    return TitlesTask(texts, ids, queries, query_ids, kinds, relevance, folder, digest.hexdigest()[:12])
+
+
+# --------------------------------------------------------------------------------------------------
+# The math: pure functions of score matrices
+# --------------------------------------------------------------------------------------------------
+
+
+def ndcg_at_k(scores: np.ndarray, relevance: Sequence[frozenset[int] | set[int]], k: int = K) -> np.ndarray:
+    """Per-query nDCG@k with binary relevance.
+
+    Args:
+        scores: ``(Q, N)`` similarity of each query to each candidate.
+        relevance: per query, the candidate columns with grade 1 (at least one).
+        k: the cut-off.
+
+    Returns:
+        ``(Q,)`` values ``DCG@k / IDCG@k``, ``DCG@k = sum_{i<=k} rel_i / log2(i + 1)`` over the ranking (ties
+        broken by column order) and ``IDCG@k`` the same sum with the ``min(k, |relevant|)`` relevant first.
+    """
+    if len(scores) != len(relevance):
+        raise ValueError(f"{len(scores)} score rows and {len(relevance)} judgements differ")
+    ranked = np.argsort(-np.asarray(scores, dtype=np.float64), axis=1, kind="stable")[:, :k]
+    discounts = 1.0 / np.log2(np.arange(2, k + 2))
+    values = np.zeros(len(ranked))
+    for row, (columns, relevant) in enumerate(zip(ranked, relevance, strict=True)):
+        if not relevant:
+            raise ValueError(f"query {row} has no relevant candidate")
+        gains = np.array([column in relevant for column in columns.tolist()], dtype=float)
+        values[row] = float(gains @ discounts[: len(gains)]) / float(discounts[: min(k, len(relevant))].sum())
+    return values
+
+
+def score_embeddings(task: TitlesTask, queries: np.ndarray, passages: np.ndarray, k: int = K) -> dict[str, float]:
+    """Per-query nDCG@k given the embeddings of the queries and of every held-out passage."""
+    if len(passages) != len(task.texts) or len(queries) != len(task.queries):
+        raise ValueError(
+            f"{len(queries)} query and {len(passages)} passage embeddings for {len(task.queries)} queries and "
+            f"{len(task.texts)} passages"
+        )
+    values = np.empty(len(task.queries))
+    for start in range(0, len(task.queries), _CHUNK):
+        stop = min(len(task.queries), start + _CHUNK)
+        scores = cosine_scores(queries[start:stop], passages)
+        values[start:stop] = ndcg_at_k(scores, task.relevance[start:stop], k)
+    return dict(zip(task.query_ids, (float(v) for v in values), strict=True))
+
+
+# --------------------------------------------------------------------------------------------------
+# Models
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TitlesScore:
+    """One model on the task: per-query nDCG@10, and the passages' embeddings (for other statistics)."""
+
+    per_query: dict[str, float]
+    passage_embeddings: np.ndarray = field(repr=False)
+
+    @property
+    def score(self) -> float:
+        """Mean nDCG@10 over queries."""
+        return float(np.mean(list(self.per_query.values())))
+
+
+def score_model(
+    model: SentenceTransformer, task: TitlesTask, batch_size: int = 32, passages: np.ndarray | None = None
+) -> TitlesScore:
+    """Score a SentenceTransformer: encode the queries and (unless given) the held-out passages."""
+
+    def encode(texts: list[str]) -> np.ndarray:
+        return np.asarray(
+            model.encode(texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False),
+            dtype=np.float32,
+        )
+
+    passages = encode(task.texts) if passages is None else passages
+    return TitlesScore(score_embeddings(task, encode(task.queries), passages), passages)
+
+
+def difference(model: TitlesScore | dict[str, float], start: TitlesScore | dict[str, float]) -> Interval:
+    """Model minus start in nDCG@10, with the paired bootstrap interval over queries."""
+    a = model.per_query if isinstance(model, TitlesScore) else model
+    b = start.per_query if isinstance(start, TitlesScore) else start
+    return paired_interval(retrieval_items(a, b))
+
+
+def comparison_record(model: dict[str, float], start: dict[str, float]) -> dict[str, Any]:
+    """The JSON record of a model against its start on the task: both scores, the difference and its interval."""
+    gain = difference(model, start)
+    return {
+        "measure": "titles and headings nDCG@10 on the held-out documents",
+        "queries": len(model),
+        "start": float(np.mean(list(start.values()))),
+        "model": float(np.mean(list(model.values()))),
+        "difference": gain.estimate,
+        "ci_low": gain.low,
+        "ci_high": gain.high,
+        "confidence": gain.confidence,
+        "verdict": gain.verdict,
+    }
+
+
+def titles_task(folder: str | Path) -> LocalRetrievalTask:
+    """The task as an mteb retrieval task (``xprt-st evaluate --tasks titles:DIR``); mteb scores it."""
+    from xprt_st.evaluation.tasks import make_retrieval_task
+
+    task = load_titles_task(folder)
+    data = BEIRData(
+        corpus={pid: {"title": "", "text": text} for pid, text in zip(task.ids, task.texts, strict=True)},
+        queries=dict(zip(task.query_ids, task.queries, strict=True)),
+        qrels=task.qrels(),
+    )
+    return make_retrieval_task(
+        data,
+        f"{TASK_PREFIX}{Path(folder).resolve().name}",
+        ignore_identical_ids=False,
+        revision=task.fingerprint,
+        description=f"Titles and headings of the held-out documents of {folder} as queries",
+    )
