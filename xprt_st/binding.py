@@ -5,7 +5,7 @@ One binder for every configuration file: recipes (:mod:`xprt_st.recipe`) and com
 as one line naming the dotted key, what was found and what is accepted, so a caller reports them all at
 once. Unknown keys get a "did you mean" hint; nested dataclasses, ``list[...]``, ``dict[str, ...]``,
 ``Literal``, optional values and the scalar types are checked (YAML reads ``1e-6`` without a dot as a
-string: a ``float`` field accepts it).
+string: a ``float`` field accepts it; it refuses NaN and infinities, YAML's ``.nan`` and ``.inf``).
 
 Example:
     >>> from dataclasses import dataclass
@@ -30,6 +30,7 @@ Example:
 from __future__ import annotations
 
 import difflib
+import math
 import types
 import typing
 from dataclasses import MISSING, fields, is_dataclass
@@ -135,11 +136,15 @@ def convert(hint: object, value: object, key: str, problems: list[str], root: st
     if hint is float:
         if isinstance(value, str):
             try:
-                return float(value)  # YAML reads 1e-6 (no dot) as a string
+                value = float(value)  # YAML reads 1e-6 (no dot) as a string
             except ValueError:
                 pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             problems.append(f"{key}: must be a number, found {value!r}")
+            return _INVALID
+        if not math.isfinite(value):
+            # YAML's .nan and .inf are floats, and NaN slips past every `>= 0` check that follows
+            problems.append(f"{key}: must be a finite number, found {value!r}")
             return _INVALID
         return float(value)
     if hint is str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 import random
 import typing
 from collections.abc import Callable, Iterable
@@ -54,7 +55,9 @@ class Bound:
     high_open: bool = False
 
     def contains(self, value: float) -> bool:
-        """Whether ``value`` lies in the interval."""
+        """Whether ``value`` lies in the interval (never NaN, which every comparison lets through)."""
+        if math.isnan(value):
+            return False
         if self.low is not None and (value <= self.low if self.low_open else value < self.low):
             return False
         return not (self.high is not None and (value >= self.high if self.high_open else value > self.high))
@@ -89,9 +92,20 @@ XPRT_BOUNDS = {
 at the first fill-in step) and ``retention_temperature > 0`` (the retention term divides by it, unchecked)."""
 
 
+XPRT_WEIGHTS = {"xp_weight": 1.0, "cross_weight": 0.1, "self_weight": 0.1, "mlm_weight": 0.1, "unif_weight": 0.1}
+"""XPRTLoss's term weights and their defaults."""
+
+
 def _xprt_arg_problems(args: dict[str, Any]) -> list[str]:
-    """XPRTLoss's one rule across arguments: the MLM term and the self fill-in term (its teacher is read at the
-    encoder's masked positions) need ``encoder_mask_ratio`` above 0 while their weight is; the others accept 0."""
+    """XPRTLoss's rules across arguments: at least one term weight above 0 (else only retention would train, or
+    nothing), and the MLM term and the self fill-in term (its teacher is read at the encoder's masked positions)
+    need ``encoder_mask_ratio`` above 0 while their weight is; the others accept 0."""
+    weights = {key: args.get(key, default) for key, default in XPRT_WEIGHTS.items()}
+    if not any(value > 0 for value in weights.values()):
+        return [
+            f"objective.args: every term weight is 0 ({', '.join(weights)}), so the objective trains nothing (only "
+            "the retention term would move the model); give at least one weight above 0"
+        ]
     ratio = args.get("encoder_mask_ratio", 0.15)
     weights = {key: args.get(key, 0.1) for key in ("mlm_weight", "self_weight")}
     active = [f"{key} {value:g}" for key, value in weights.items() if value > 0]
@@ -348,7 +362,7 @@ def bind_args(name: str, args: dict[str, Any]) -> tuple[dict[str, Any], list[str
             continue
         bound[key] = converted
     if not problems and objective.arg_rules is not None:
-        problems += objective.arg_rules(bound)
+        problems += objective.arg_rules({**bound, **objective.fixed_args})
     return bound, problems
 
 

@@ -338,6 +338,12 @@ def _check_values(recipe: Recipe) -> list[str]:
         problems.append(f"training.max_steps: must be -1 (use epochs) or positive, got {training.max_steps}")
     if training.max_steps == -1 and not training.epochs > 0:
         problems.append(f"training.epochs: must be positive when max_steps is -1, got {training.epochs}")
+    if not 0 <= training.seed < 2**32:
+        problems.append(f"training.seed: must be in [0, 2**32) (numpy's seed range), got {training.seed}")
+    if training.weight_decay < 0:
+        problems.append(f"training.weight_decay: must be >= 0, got {training.weight_decay}")
+    if not training.max_grad_norm > 0:
+        problems.append(f"training.max_grad_norm: must be positive, got {training.max_grad_norm}")
     if not 0 <= training.warmup_ratio < 1:
         problems.append(f"training.warmup_ratio: must be in [0, 1), got {training.warmup_ratio}")
     if training.lr_scheduler not in LR_SCHEDULERS:

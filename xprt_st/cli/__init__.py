@@ -8,6 +8,7 @@ and model checks, where warnings go) is in :mod:`xprt_st.cli.common`.
 from __future__ import annotations
 
 import inspect
+import math
 from typing import Any
 
 import typer
@@ -45,7 +46,19 @@ class _Context(_BaseContext):
 
 
 class _Command(TyperCommand):
+    """Every command: plain-text help, and no NaN or infinite value for any number option."""
+
     context_class = _Context
+
+    def invoke(self, ctx: Any) -> Any:
+        """Refuse a non-finite float option (``--learning-rate nan``) before the command runs."""
+        for param in self.params:
+            value = ctx.params.get(param.name)
+            values = value if isinstance(value, (list, tuple)) else [value]
+            if any(isinstance(item, float) and not math.isfinite(item) for item in values):
+                name = param.opts[0] if param.opts else param.name
+                raise typer.BadParameter(f"{value!r} is not a finite number", ctx=ctx, param_hint=f"'{name}'")
+        return super().invoke(ctx)
 
 
 class _Group(TyperGroup):

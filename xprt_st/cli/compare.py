@@ -11,8 +11,13 @@ from rich.console import Console
 from xprt_st.cli import app
 
 
-def _int_list(value: str | None) -> list[int] | None:
-    return None if value is None else [int(part) for part in value.split(",") if part.strip()]
+def _int_list(value: str | None, flag: str = "--seeds") -> list[int] | None:
+    if value is None:
+        return None
+    try:
+        return [int(part) for part in value.split(",") if part.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{value!r}: give comma-separated integers, e.g. 1,2,3", param_hint=flag) from None
 
 
 def _str_list(value: str | None) -> list[str] | None:
@@ -71,7 +76,7 @@ def compare(
     }
     try:
         check_output_folder(output, "--output")
-        resolved = load_compare_config(config, overrides)
+        resolved = load_compare_config(config, overrides, flags={"seeds": "--seeds", "recipes": "--recipes"})
         if not report_only:
             check_model(resolved.model, "--model" if model else f"{config}: model")
             if resolved.mining_model is not None:

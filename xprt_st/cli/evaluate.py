@@ -82,11 +82,15 @@ def evaluate(
 
     specs = list(models or ["default"])
     try:
+        from xprt_st.evaluation.catalog import check_sample_sizes
+
+        check_sample_sizes(max_queries=max_queries, max_corpus=max_corpus)
         check_output_folder(output_dir, "--output-dir")
         for spec in specs:
             check_model(spec, "MODELS")
+        _check_heldout_contract(specs, tasks)
         folder = hold_folder(output_dir, "evaluate", "--output-dir")
-    except (OutputPathError, ModelLoadError) as error:
+    except (OutputPathError, ModelLoadError, ValueError) as error:
         raise _fail(error) from error
     with command_logging("evaluate", output_dir, verbose=verbose, progress=verbose, show_info=verbose, folder=folder):
         from xprt_st.evaluation.analysis import overlap_thirds_report, thirds_rich_table, write_thirds_csv
@@ -109,6 +113,10 @@ def evaluate(
         except (TaskLoadError, ModelLoadError, ValueError) as error:
             raise _fail(error) from error
         console.print(report.rich_table())
+        if len(report.models) > 1:
+            differences = report.differences()
+            if differences:
+                console.print(report.differences_table(differences))
         paths = report.write(output_dir)
         if overlap_thirds:
             rows = []
@@ -138,15 +146,15 @@ def _titles_intervals(
     With several models the per-query scores of the table are compared (nothing is encoded again); with one model
     trained by xprt-st, its recorded starting model is scored on the task here.
     """
+    from xprt_st.evaluation.catalog import split_task_specs
     from xprt_st.evaluation.titles import TASK_PREFIX, comparison_record, load_titles_task, score_model
     from xprt_st.models import load_model
     from xprt_st.training.trainer import TrainingStateError, read_training_config
 
     folders = {
-        f"{TASK_PREFIX}{Path(part.strip()[len(TASK_PREFIX) :]).resolve().name}": part.strip()[len(TASK_PREFIX) :]
-        for spec in tasks
-        for part in spec.split(",")
-        if part.strip().startswith(TASK_PREFIX)
+        f"{TASK_PREFIX}{Path(name[len(TASK_PREFIX) :]).resolve().name}": name[len(TASK_PREFIX) :]
+        for name in split_task_specs(tasks)
+        if name.startswith(TASK_PREFIX)
     }
     records: list[dict[str, Any]] = []
     for task, folder in folders.items():
@@ -173,6 +181,27 @@ def _titles_intervals(
     return records
 
 
+def _mined_specs(tasks: list[str]) -> list[str]:
+    """The ``mined:DIR`` specs among the ``--tasks`` values, once each, in order."""
+    from xprt_st.evaluation.catalog import split_task_specs
+    from xprt_st.evaluation.label_free import TASK_PREFIX
+
+    return list(dict.fromkeys(name for name in split_task_specs(tasks) if name.startswith(TASK_PREFIX)))
+
+
+def _check_heldout_contract(specs: list[str], tasks: list[str]) -> None:
+    """Refuse a model trained on a ``mined:DIR`` task's held-out documents; warn of text duplicates (before work)."""
+    from xprt_st.evaluation.label_free import TASK_PREFIX
+    from xprt_st.training.heldout_contract import contamination_warning, refuse_overlap
+
+    for spec in _mined_specs(tasks):
+        folder = spec[len(TASK_PREFIX) :]
+        refuse_overlap(specs, folder, f"evaluate --tasks {spec}")
+        warning = contamination_warning(folder)
+        if warning is not None:
+            err_console.print(f"[bold yellow]warning:[/bold yellow] {warning}", highlight=False)
+
+
 def _label_free_drift(
     specs: list[str], labels: list[str], tasks: list[str], *, device: str | None, batch_size: int
 ) -> list[dict[str, Any]]:
@@ -185,7 +214,7 @@ def _label_free_drift(
     from xprt_st.models import load_model
     from xprt_st.training.trainer import TrainingStateError, read_training_config
 
-    mined = [part.strip() for spec in tasks for part in spec.split(",") if part.strip().startswith(TASK_PREFIX)]
+    mined = _mined_specs(tasks)
     if not mined:
         return []
     if len(specs) > 1:
@@ -298,8 +327,17 @@ def finetune_compare(
         check_model(base, "--base")
         if pretrained is not None:
             check_model(pretrained, "--pretrained")
+        from xprt_st.evaluation.catalog import check_sample_sizes
+        from xprt_st.finetune.folds import check_domain_pattern
+        from xprt_st.finetune.result import FinetuneSettings
+
+        settings = FinetuneSettings(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, seed=seed)
+        check_sample_sizes(max_queries=max_queries, max_corpus=max_corpus)
+        check_domain_pattern(domain_pattern)
+        if not 0 < test_fraction < 1:
+            raise ValueError(f"--test-fraction {test_fraction}: must be in (0, 1), the share of queries tested on")
         folder = hold_folder(output_dir, "finetune-compare", "--output-dir")
-    except (OutputPathError, ModelLoadError) as error:
+    except (OutputPathError, ModelLoadError, ValueError) as error:
         raise _fail(error) from error
     with command_logging(
         "finetune-compare", output_dir, verbose=verbose, progress=verbose, show_info=verbose, folder=folder
@@ -307,7 +345,6 @@ def finetune_compare(
         from xprt_st.evaluation.catalog import resolve_beir
         from xprt_st.evaluation.readers import TaskLoadError, read_beir_folder, subsample_beir
         from xprt_st.finetune.folds import beir_train_pairs, query_domains, read_pairs
-        from xprt_st.finetune.result import FinetuneSettings
         from xprt_st.finetune.run import finetune_compare, pretrain_from_recipe
 
         try:
@@ -351,7 +388,7 @@ def finetune_compare(
                 train_pairs=pairs,
                 test_fraction=test_fraction,
                 domains=domains if (domain_field or domain_pattern) else None,
-                settings=FinetuneSettings(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, seed=seed),
+                settings=settings,
                 output_dir=output_dir,
                 save_models=save_models,
                 device=device,

@@ -51,6 +51,7 @@ def interpolate(
     from xprt_st.interpolate import AlphaError, ArchitectureMismatchError, check_alpha, parse_alphas
     from xprt_st.models import ModelLoadError
     from xprt_st.output_folder import hold_folder
+    from xprt_st.training.heldout_contract import refuse_overlap
 
     def fail(message: object) -> typer.Exit:
         err_console.print(f"[bold red]error:[/bold red] {message}", highlight=False)
@@ -69,6 +70,7 @@ def interpolate(
             if not select.startswith(TASK_PREFIX):
                 raise AlphaError(f"--select {select!r}: expected mined:DIR, the folder written by xprt-st mine")
             heldout = load_heldout_task(select[len(TASK_PREFIX) :])
+            refuse_overlap([start, trained], heldout.path, f"interpolate --select {select}")
         check_model(start, "START")
         check_model(trained, "TRAINED")
         folder = hold_folder(output, "interpolate", overwrite=overwrite)

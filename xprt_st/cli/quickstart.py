@@ -51,8 +51,9 @@ def quickstart(
     try:
         check_output_folder(output, "--output")
         check_model(model, "--model")
+        check_quickstart_values(max_steps=max_steps, batch_size=batch_size, seed=seed)
         folder = hold_folder(output, "quickstart")
-    except (OutputPathError, ModelLoadError) as error:
+    except (OutputPathError, ModelLoadError, ValueError) as error:
         console.print(f"[bold red]error:[/bold red] {error}", highlight=False)
         raise typer.Exit(2) from error
 
@@ -89,6 +90,22 @@ def quickstart(
     console.print(
         f"Everything is in [bold]{output}[/bold]; the trained model loads with SentenceTransformer('{output}/model')."
     )
+
+
+def check_quickstart_values(*, max_steps: int, batch_size: int, seed: int) -> None:
+    """Refuse quickstart's own flags before anything is mined (the recipe would refuse them only after mining).
+
+    Raises:
+        ValueError: one line naming the quickstart flag.
+    """
+    if max_steps < 1:
+        raise ValueError(f"--max-steps {max_steps}: the quickstart trains at least 1 step; give --max-steps 20")
+    if batch_size < 2:
+        raise ValueError(
+            f"--batch-size {batch_size}: in-batch negatives need at least 2 groups a step; give --batch-size 16"
+        )
+    if not 0 <= seed < 2**32:
+        raise ValueError(f"--seed {seed}: must be in [0, 2**32)")
 
 
 def label_free_line(record: dict) -> str:

@@ -115,7 +115,9 @@ class CompareConfig:
     device: str | None = None
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any], source: str = "<dict>") -> CompareConfig:
+    def from_dict(
+        cls, raw: dict[str, Any], source: str = "<dict>", flags: dict[str, str] | None = None
+    ) -> CompareConfig:
         """Build and validate a config from a parsed YAML mapping, reporting every problem at once."""
         if not isinstance(raw, dict):
             raise CompareConfigError(f"{source}: must hold a mapping of keys, found {type(raw).__name__}")
@@ -134,11 +136,15 @@ class CompareConfig:
             raise CompareConfigError(
                 f"{len(problems)} problem(s) in {source}:\n" + "\n".join(f"  - {p}" for p in problems)
             )
-        config.validate(source)
+        config.validate(source, flags)
         return config
 
-    def validate(self, source: str = "<config>") -> None:
-        """Check recipes, seeds and overrides without training anything (every problem at once)."""
+    def validate(self, source: str = "<config>", flags: dict[str, str] | None = None) -> None:
+        """Check recipes, seeds and overrides without training anything (every problem at once).
+
+        ``flags``: the command-line flag that set a top-level key (``{"recipes": "--recipes"}``), named in its
+        problems instead of the key.
+        """
         from xprt_st.mining import MiningConfig
         from xprt_st.objectives import trained_vector_problems
         from xprt_st.recipe import RecipeError, load_recipe
@@ -146,13 +152,29 @@ class CompareConfig:
         problems: list[str] = []
         if not self.recipes:
             problems.append("recipes: give at least one recipe")
+        seeds_key, recipes_key = (flags or {}).get("seeds", "seeds"), (flags or {}).get("recipes", "recipes")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
-            problems.append(f"seeds: give distinct seeds, found {self.seeds}")
+            problems.append(f"{seeds_key}: give distinct seeds, found {self.seeds}")
+        problems += [f"{seeds_key}: {seed} is not in [0, 2**32)" for seed in self.seeds if not 0 <= seed < 2**32]
+        repeated = sorted({name for name in self.recipes if self.recipes.count(name) > 1})
+        if repeated:
+            problems.append(f"{recipes_key}: {', '.join(repeated)} given twice; each recipe is one row of the table")
+        for index, source_spec in enumerate(self.corpus):
+            if source_spec.max_documents is not None and source_spec.max_documents < 1:
+                problems.append(
+                    f"corpus[{index}].max_documents: {source_spec.max_documents}; give at least 1, or leave it out "
+                    "to use every document"
+                )
+        for index, task in enumerate(self.tasks):
+            for key in ("max_queries", "max_corpus"):
+                value = getattr(task, key)
+                if value is not None and value < 1:
+                    problems.append(f"tasks[{index}].{key}: {value}; give at least 1, or leave it out to keep all")
         mining_fields = {f.name for f in dataclasses.fields(MiningConfig)} - {"positive", "pairs", "seed"}
         for key in self.mining:
             if key not in mining_fields:
                 problems.append(f"mining.{key}: not a mining setting; valid: {', '.join(sorted(mining_fields))}")
-        for name in self.recipes:
+        for name in dict.fromkeys(self.recipes):
             try:
                 recipe = load_recipe(
                     name,
@@ -161,14 +183,16 @@ class CompareConfig:
                     override_labels=self.override_labels(),
                 )
             except RecipeError as error:
-                problems += [f"recipe {name}: {problem}" for problem in error.problems]
+                named = f"{recipes_key} {name}" if recipes_key != "recipes" else f"recipe {name}"
+                problems += [f"{named}: {problem}" for problem in error.problems]
             else:
                 # every model is evaluated with its own pooling: the objective must train that vector
                 vector = trained_vector_problems(recipe.objective.name, recipe.objective.args)
                 problems += [f"recipe {name}: {problem}" for problem in vector]
         if problems:
+            given = f" as changed by {', '.join(flags.values())}" if flags else ""
             raise CompareConfigError(
-                f"{len(problems)} problem(s) in {source}:\n" + "\n".join(f"  - {p}" for p in problems)
+                f"{len(problems)} problem(s) in {source}{given}:\n" + "\n".join(f"  - {p}" for p in problems)
             )
 
     def recipe_overrides(self, seed: int) -> dict[str, Any]:
@@ -211,8 +235,13 @@ def _task_item(item: object) -> object:
     return {"name": item} if isinstance(item, str) else item
 
 
-def load_compare_config(path: str | Path, overrides: dict[str, Any] | None = None) -> CompareConfig:
-    """Read a comparison YAML; ``overrides`` replace top-level keys (``seeds``, ``recipes``, ``training`` ...)."""
+def load_compare_config(
+    path: str | Path, overrides: dict[str, Any] | None = None, flags: dict[str, str] | None = None
+) -> CompareConfig:
+    """Read a comparison YAML; ``overrides`` replace top-level keys (``seeds``, ``recipes``, ``training`` ...).
+
+    ``flags`` names the command-line flag of each override (``{"recipes": "--recipes"}``) for the messages.
+    """
     path = Path(path)
     if not path.is_file():
         raise CompareConfigError(f"no comparison config {path}; the shipped ones are benchmarks/compare-*.yaml")
@@ -227,7 +256,8 @@ def load_compare_config(path: str | Path, overrides: dict[str, Any] | None = Non
             raw[key] = {**raw[key], **value}
         else:
             raw[key] = value
-    return CompareConfig.from_dict(raw, source=str(path))
+    given = {key: flag for key, flag in (flags or {}).items() if (overrides or {}).get(key) is not None}
+    return CompareConfig.from_dict(raw, source=str(path), flags=given)
 
 
 def resolve_compare_tasks(config: CompareConfig) -> list[AbsTask]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -299,6 +300,40 @@ def resolve_task(
     )
 
 
+def check_sample_sizes(**sizes: int | None) -> None:
+    """Refuse a sample size below 1 (``max_queries=0``), naming its flag (``--max-queries``); None keeps all.
+
+    Raises:
+        ValueError: one line naming the flag and the value.
+    """
+    for name, value in sizes.items():
+        if value is not None and value < 1:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} {value}: must be at least 1 (leave it out to keep every one)")
+
+
+def split_task_specs(specs: Sequence[str]) -> list[str]:
+    r"""The task names of ``--tasks`` values: each value split at its commas, ``\,`` kept as a comma.
+
+    A value that is, as a whole, an existing path (or ``mined:`` and one) is one task, commas and all, so a folder
+    whose name holds a comma can be given as it is; ``\,`` writes a comma inside one name of a list.
+
+    Example:
+        >>> split_task_specs(["arguana, stsb", r"mined:runs/a\,b,python-faq"])
+        ['arguana', 'stsb', 'mined:runs/a,b', 'python-faq']
+    """
+    names: list[str] = []
+    for spec in specs:
+        whole = spec.strip()
+        path = whole[len(TASK_PREFIX) :] if whole.startswith(TASK_PREFIX) else whole
+        if "," in whole and path and Path(path).expanduser().exists():
+            names.append(whole)
+            continue
+        parts = re.split(r"(?<!\\),", spec)
+        names += [part.strip().replace("\\,", ",") for part in parts if part.strip()]
+    return names
+
+
 def resolve_tasks(
     specs: Sequence[str],
     data_dir: str | Path | None = None,
@@ -308,7 +343,8 @@ def resolve_tasks(
     seed: int = 0,
 ) -> list[AbsTask]:
     """Resolve comma-separated or repeated task specs into mteb tasks, in order, without duplicates."""
-    names = [part.strip() for spec in specs for part in spec.split(",") if part.strip()]
+    check_sample_sizes(max_queries=max_queries, max_corpus=max_corpus)
+    names = split_task_specs(specs)
     if not names:
         raise TaskLoadError(f"no task given; valid names: {', '.join(LOCAL_TASKS)}, a BEIR folder or an STS file")
     tasks = []

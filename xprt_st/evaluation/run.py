@@ -35,9 +35,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-LABEL_FREE_PREFIXES = ("titles:",)
-"""Labels of label-free tasks, left out of the ``mean`` column: they are signals about a model, not labelled scores."""
-
 CACHE_DIR_ENV = "XPRT_CACHE_DIR"
 """Environment variable that overrides the default mteb result cache of xprt-st."""
 
@@ -121,15 +118,80 @@ class EvaluationReport:
         """The main metric of ``task`` (e.g. ``ndcg_at_10``, ``cosine_spearman``)."""
         return next(row.metric for row in self.scores if row.task == task)
 
+    @property
+    def labelled_tasks(self) -> list[str]:
+        """The tasks scored against labels: all but the label-free ones (:data:`LABEL_FREE_PREFIXES`)."""
+        return [task for task in self.tasks if not is_label_free(task)]
+
     def wide_rows(self) -> list[dict[str, Any]]:
-        """One dict per model: ``model``, one column per task (main score), and ``mean``."""
+        """One dict per model: ``model``, one column per task (main score), and ``mean``.
+
+        ``mean`` averages the labelled tasks only: a label-free score is a drift signal, not a verdict, and
+        stays out of it (None when every task is label-free).
+        """
         rows = []
         for model in self.models:
             values = {task: self.score(model, task) for task in self.tasks}
-            labelled = [value for task, value in values.items() if not task.startswith(LABEL_FREE_PREFIXES)]
-            mean = sum(labelled) / len(labelled) if labelled else float("nan")
-            rows.append({"model": model, **values, "mean": mean})
+            labelled = [values[task] for task in self.labelled_tasks]
+            rows.append({"model": model, **values, "mean": sum(labelled) / len(labelled) if labelled else None})
         return rows
+
+    def differences(self) -> list[dict[str, Any]]:
+        """Each model after the first against the first, per task: the difference and its paired 95% interval.
+
+        The interval is the paired bootstrap over the task's queries (retrieval) or pairs (STS) of
+        :mod:`xprt_st.evaluation.bootstrap`, as ``xprt-st compare`` and the quickstart report it. Tasks without
+        per-item scores (an MTEB task run online) have no row.
+        """
+        from xprt_st.evaluation.bootstrap import paired_interval, retrieval_items, sts_items
+
+        rows: list[dict[str, Any]] = []
+        reference = self.models[0] if self.models else None
+        for model in self.models[1:]:
+            for task in self.tasks:
+                queries, pairs = self.per_query.get(task, {}), self.per_pair.get(task, {})
+                if model in queries and reference in queries:
+                    items = retrieval_items(queries[model], queries[reference])
+                elif model in pairs and reference in pairs:
+                    gold = pairs[reference]["gold"]
+                    items = sts_items(gold, pairs[model]["cosine"], pairs[reference]["cosine"])
+                else:
+                    continue
+                interval = paired_interval(items)
+                rows.append(
+                    {
+                        "model": model,
+                        "reference": reference,
+                        "task": task,
+                        "difference": interval.estimate,
+                        "ci_low": interval.low,
+                        "ci_high": interval.high,
+                        "items": interval.n_items,
+                        "verdict": interval.verdict,
+                        "label_free": is_label_free(task),
+                    }
+                )
+        return rows
+
+    def differences_table(self, rows: list[dict[str, Any]] | None = None) -> Table:
+        """A rich table of :meth:`differences`: model minus the first model, with the paired 95% interval."""
+        from rich.table import Table
+
+        rows = self.differences() if rows is None else rows
+        reference = self.models[0] if self.models else ""
+        table = Table(title=f"Difference from {reference} (paired bootstrap 95% interval over queries or pairs)")
+        for column in ("model", "task", "difference", "95% interval", "verdict"):
+            table.add_column(column, justify="right" if column in ("difference", "95% interval") else "left")
+        for row in rows:
+            verdict = row["verdict"] + (" (label-free: drift, not a verdict)" if row["label_free"] else "")
+            table.add_row(
+                row["model"],
+                row["task"],
+                f"{row['difference']:+.4f}",
+                f"[{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]",
+                verdict,
+            )
+        return table
 
     def write_csv(self, path: str | Path) -> Path:
         """Long format: model, task, metric, score, model_key, mteb_task."""
@@ -151,6 +213,8 @@ class EvaluationReport:
             "tasks": {task: self.metric(task) for task in self.tasks},
             "scores": [asdict(row) for row in self.scores],
             "table": self.wide_rows(),
+            "mean_of": self.labelled_tasks,
+            "differences": self.differences() if len(self.models) > 1 else [],
         }
         path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
         return path
@@ -185,9 +249,15 @@ class EvaluationReport:
         table.add_column("model", style="bold")
         for task in self.tasks:
             table.add_column(f"{task}\n{self.metric(task)}", justify="right")
-        table.add_column("mean", justify="right")
+        free = [task for task in self.tasks if task not in self.labelled_tasks]
+        table.add_column("mean" + ("\n(labelled)" if free else ""), justify="right")
         for row in self.wide_rows():
-            table.add_row(row["model"], *[f"{row[task]:.4f}" for task in self.tasks], f"{row['mean']:.4f}")
+            mean = "-" if row["mean"] is None else f"{row['mean']:.4f}"
+            table.add_row(row["model"], *[f"{row[task]:.4f}" for task in self.tasks], mean)
+        if free:
+            table.caption = (
+                f"mean: of the labelled tasks; {', '.join(free)} is label-free (a drift signal) and left out"
+            )
         return table
 
     def write(self, output_dir: str | Path) -> dict[str, Path]:
@@ -198,6 +268,15 @@ class EvaluationReport:
             "json": self.write_json(output_dir / "scores.json"),
             "png": self.plot(output_dir / "scores.png"),
         }
+
+
+LABEL_FREE_PREFIXES = ("mined:", "titles:")
+"""Task labels of label-free tasks (no human labels): kept out of the ``mean`` column."""
+
+
+def is_label_free(task: str) -> bool:
+    """Whether the task label names a label-free task (``mined:DIR``, ``titles:DIR``)."""
+    return task.startswith(LABEL_FREE_PREFIXES)
 
 
 def _slug(text: str) -> str:

@@ -95,6 +95,22 @@ def split_queries(
     return sorted(ids[n_test:]), sorted(ids[:n_test])
 
 
+def check_domain_pattern(domain_pattern: str | None) -> re.Pattern[str] | None:
+    """``--domain-pattern`` compiled, or None; a pattern that is not a regular expression is a ValueError.
+
+    Example:
+        >>> check_domain_pattern("(["), None  # doctest: +IGNORE_EXCEPTION_DETAIL
+        Traceback (most recent call last):
+        ValueError: --domain-pattern '([': not a regular expression (unterminated character set at position 1)
+    """
+    if not domain_pattern:
+        return None
+    try:
+        return re.compile(domain_pattern)
+    except re.error as error:
+        raise ValueError(f"--domain-pattern {domain_pattern!r}: not a regular expression ({error})") from error
+
+
 def query_domains(
     data: BEIRData,
     query_ids: Sequence[str] | None = None,
@@ -110,7 +126,7 @@ def query_domains(
     debate theme (``environment``).
     """
     ids = list(data.queries) if query_ids is None else list(query_ids)
-    pattern = re.compile(domain_pattern) if domain_pattern else None
+    pattern = check_domain_pattern(domain_pattern)
     domains = {}
     for qid in ids:
         value: Any = None

@@ -29,12 +29,30 @@ class FinetuneSettings:
         seed: seed of weight init of new layers, data order and dropout.
     """
 
-    epochs: int = 1
+    epochs: float = 1
     batch_size: int = 32
     learning_rate: float = 2e-5
     warmup_ratio: float = 0.1
     scale: float = 20.0
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        """Refuse a setting that would fine-tune nothing or fail inside the trainer (ValueError naming the flag)."""
+        problems = []
+        if not (math.isfinite(self.epochs) and self.epochs > 0):
+            problems.append(f"--epochs {self.epochs}: must be above 0 (0 would report the models before as after)")
+        if self.batch_size < 2:
+            problems.append(f"--batch-size {self.batch_size}: MNRL's in-batch negatives need at least 2 pairs")
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            problems.append(f"--learning-rate {self.learning_rate}: must be a positive number")
+        if not (math.isfinite(self.warmup_ratio) and 0 <= self.warmup_ratio < 1):
+            problems.append(f"warmup_ratio {self.warmup_ratio}: must be in [0, 1)")
+        if not (math.isfinite(self.scale) and self.scale > 0):
+            problems.append(f"scale {self.scale}: must be a positive number")
+        if not 0 <= self.seed < 2**32:
+            problems.append(f"--seed {self.seed}: must be in [0, 2**32)")
+        if problems:
+            raise ValueError("; ".join(problems))
 
 
 @dataclass

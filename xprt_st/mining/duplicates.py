@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -122,3 +125,63 @@ class _Hash64Set:
         self._size = 0
         for value in held.tolist():
             self.add(value)
+
+
+def heldout_contamination(passages_file: str | Path, max_examples: int = 3) -> dict[str, Any]:
+    """Held-out documents and passages whose exact text is also in the training part, under another id.
+
+    Read from a merged folder's ``passages.parquet`` (one row a passage, documents contiguous, with ``held_out``).
+    A document's text is taken as its passages in order; two copies of one document, or one passage shared by
+    two documents, held out on one side and trained on the other, make the label-free score partly a score
+    on training text. The held-out side is kept in memory (hashes), the training side is streamed.
+
+    Returns:
+        ``{"documents": n, "passages": m, "examples": ["<held-out id> = <training id>", ...]}``.
+    """
+    import pyarrow.dataset as ds
+
+    parquet = ds.dataset(str(passages_file), format="parquet")  # a file, or a folder of one part per chunk
+    if "held_out" not in parquet.schema.names:
+        return {"documents": 0, "passages": 0, "examples": []}
+
+    def documents(held: bool) -> Iterator[tuple[str, int, list[int]]]:
+        """(doc id, document hash, passage hashes) of each document on one side."""
+        current: tuple[int, str] | None = None
+        passages: list[int] = []
+        for batch in parquet.to_batches(columns=["label", "doc_id", "text", "held_out"], batch_size=4096):
+            rows = batch.to_pydict()
+            columns = (rows["label"], rows["doc_id"], rows["text"], rows["held_out"])
+            for label, doc_id, text, flag in zip(*columns, strict=True):
+                if bool(flag) != held:
+                    continue
+                if current is not None and label != current[0]:
+                    yield current[1], _hash64("\x00".join(map(str, passages))), passages
+                    passages = []
+                if not passages:
+                    current = (label, str(doc_id))
+                passages.append(_hash64(text or ""))
+        if current is not None and passages:
+            yield current[1], _hash64("\x00".join(map(str, passages))), passages
+
+    held_documents: dict[int, list[str]] = {}
+    held_passages: dict[int, int] = {}
+    for doc_id, document, passages in documents(held=True):
+        held_documents.setdefault(document, []).append(doc_id)
+        for passage in passages:
+            held_passages[passage] = held_passages.get(passage, 0) + 1
+    if not held_documents:
+        return {"documents": 0, "passages": 0, "examples": []}
+    hit_documents: dict[int, str] = {}
+    hit_passages: set[int] = set()
+    for doc_id, document, passages in documents(held=False):
+        if document in held_documents and document not in hit_documents:
+            hit_documents[document] = doc_id
+        hit_passages.update(passage for passage in passages if passage in held_passages)
+    examples = [
+        f"{held_documents[document][0]} = {doc_id}" for document, doc_id in list(hit_documents.items())[:max_examples]
+    ]
+    return {
+        "documents": sum(len(held_documents[document]) for document in hit_documents),
+        "passages": sum(held_passages[passage] for passage in hit_passages),
+        "examples": examples,
+    }

@@ -131,6 +131,9 @@ def _iter_jsonl(path: Path, fields: TextFields, id_field: str | None, start: int
     logged = 0
     with opener(path, "rb") as handle:
         for line_number, raw in enumerate(handle, start=1):
+            if line_number == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8) :]  # utf-8-sig: the BOM is not part of the first record
+                _warn_bom_once(path)
             if not raw.strip():
                 continue
             origin = f"{path}:{line_number}"
@@ -158,6 +161,17 @@ def _iter_jsonl(path: Path, fields: TextFields, id_field: str | None, start: int
                         logged = _log_skip(logged, f"{origin}: {record.skip} ({text_field!r}); skipped")
             yield record
             ordinal += 1
+
+
+_BOM_WARNED: set[str] = set()
+"""Files whose byte-order mark was reported: a file read twice (the checks, then the corpus) is reported once."""
+
+
+def _warn_bom_once(path: Path) -> None:
+    key = str(Path(path).resolve())
+    if key not in _BOM_WARNED:
+        _BOM_WARNED.add(key)
+        logger.warning("%s starts with a UTF-8 byte-order mark; read as utf-8-sig (the mark is dropped)", path)
 
 
 def _iter_parquet(path: Path, fields: TextFields, id_field: str | None, start: int) -> Iterator[RawRecord]:
@@ -234,6 +248,8 @@ def read_capped(handle: IO[bytes], size: int, max_chars: int, origin: str = "") 
             utf8 = False
     if not utf8:
         text, repair = decode_bytes(b"".join(blocks))
+    if text.startswith("\ufeff"):
+        text = text[1:]  # a UTF-8 byte-order mark (utf-8-sig) is not text
     unread = max(0, size - read)
     if len(text) > max_chars or unread:
         logger.warning(

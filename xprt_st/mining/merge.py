@@ -34,15 +34,18 @@ import pyarrow.parquet as pq
 from xprt_st.columns import ANCHOR, LABEL
 from xprt_st.mining.ablations import document_rng, random_related, random_spans, span_group_count
 from xprt_st.mining.config import MiningConfig, MiningConfigError, NoGroupsError
+from xprt_st.mining.duplicates import heldout_contamination
 from xprt_st.mining.groups import MIN_PASSAGES
 from xprt_st.mining.holdout import is_held_out
 from xprt_st.mining.layout import (
+    DATASET_STATE,
     HELDOUT_DIR,
     HELDOUT_GROUPS,
     HELDOUT_PASSAGES,
     HELDOUT_TITLES,
     META_FILE,
     PASSAGES_FILE,
+    STATS_FILE,
     MergedParts,
     MiningLayout,
     concatenate_text,
@@ -299,6 +302,10 @@ def finish_merge(plan: MergePlan, stored: dict[str, Any], part_counts: list[dict
     stats = build_stats(
         counts=counts, merged=merged, config=config, stored=stored, threshold=plan.threshold, quantiles=quantiles
     )
+    previous = _previous_groups(output_dir)
+    if stats["groups"] == 0 and previous:
+        # a re-merge that forms no group leaves the groups it would replace as they are
+        _raise_without_groups(stats, int(merged.get("scored_documents", 0)), stored, plan, output_dir, previous)
     publish_dataset(staging / MergedParts.GROUPS, output_dir, group_features(plan.top_k))
     concatenate_text([part.meta for part in parts], output_dir / META_FILE)
     publish_passages(staging / "passages", output_dir / PASSAGES_FILE)
@@ -314,30 +321,78 @@ def finish_merge(plan: MergePlan, stored: dict[str, Any], part_counts: list[dict
             shutil.rmtree(held_titles)  # re-merged with documents held out that have no title
     elif heldout.is_dir():
         shutil.rmtree(heldout)  # re-merged without --holdout: every document is a training document again
+    if config.holdout > 0:
+        stats["holdout"]["contamination"] = _contamination(output_dir)
     layout.write_stats(stats)
     shutil.rmtree(staging, ignore_errors=True)
     _raise_without_groups(stats, int(merged.get("scored_documents", 0)), stored, plan, output_dir)
     return stats
 
 
+def _previous_groups(output_dir: Path) -> int:
+    """The training groups of the folder's last finished merge (0 when there is none)."""
+    try:
+        previous = json.loads((output_dir / STATS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0
+    groups = previous.get("groups") if isinstance(previous, dict) else None
+    return groups if isinstance(groups, int) and (output_dir / DATASET_STATE).is_file() else 0
+
+
+def _contamination(output_dir: Path) -> dict[str, Any]:
+    """Held-out documents and passages whose text the training part repeats (logged when there are any)."""
+    found = heldout_contamination(output_dir / PASSAGES_FILE)
+    if found["documents"] or found["passages"]:
+        logger.warning(
+            "%d held-out document(s) repeat the exact text of a training document under another id, and %d held-out "
+            "passage(s) are also training passages (e.g. %s): the label-free check is partly a score on training "
+            "text. Remove the duplicates from the corpus (stats.json: holdout.contamination).",
+            found["documents"],
+            found["passages"],
+            "; ".join(found["examples"]) or "-",
+        )
+    return found
+
+
 def _raise_without_groups(
-    stats: dict[str, Any], scored: int, stored: dict[str, Any], plan: MergePlan, output_dir: Path
+    stats: dict[str, Any],
+    scored: int,
+    stored: dict[str, Any],
+    plan: MergePlan,
+    output_dir: Path,
+    previous: int = 0,
 ) -> None:
     skips = skip_diagnosis(stats, scored, stored)
     threshold = plan.threshold
+    written = (
+        f"The folder's previous {previous} training groups and its stats.json are kept."
+        if previous
+        else "stats.json is written."
+    )
     if stats["groups"] == 0:
+        holdout = stats.get("holdout") or {}
+        with_passages = stats.get("documents_with_passages", 0)
+        if holdout and with_passages and holdout.get("documents", 0) >= with_passages:
+            raise NoGroupsError(
+                f"no groups in {output_dir}: --holdout {plan.config.holdout} held out all {holdout['documents']} "
+                "documents that have passages, so none is left to train on. Re-merge with a smaller --holdout "
+                f"(`xprt-st mine --merge {output_dir} --holdout 0.1`). {written}"
+            )
         if scored == 0 or threshold is None or plan.config.pairs != "mined":
             cause = skips or f"no document had the {MIN_PASSAGES} passages a group needs."
-            raise NoGroupsError(f"no groups in {output_dir}: {cause} stats.json is written.")
+            raise NoGroupsError(f"no groups in {output_dir}: {cause} {written}")
         quantiles = stats.get("centrality_quantiles") or {}
+        if holdout:
+            skips = (
+                f"--holdout {plan.config.holdout} held out {holdout.get('documents', 0)} of the {with_passages} "
+                "documents that have passages; a smaller --holdout leaves more to train on. " + (skips or "")
+            ).strip()
         raise NoGroupsError(
             f"no passage reached the centrality threshold {threshold:.4f} ({stats['threshold_source']}) in "
             f"{output_dir} (centrality quantiles {quantiles}; {stats['passages']} passages of {scored} scored "
             f"documents). The threshold depends on the model and corpus: re-merge without re-encoding with "
             f"`xprt-st mine --merge {output_dir} --threshold-quantile 0.5` (anchors: the more central half of the "
-            "passages) or a lower --threshold. "
-            + (f"Also, {skips[0].lower()}{skips[1:]} " if skips else "")
-            + "stats.json is written."
+            "passages) or a lower --threshold. " + (f"Also, {skips[0].lower()}{skips[1:]} " if skips else "") + written
         )
     if skips is not None:
         logger.warning("%s", skips)

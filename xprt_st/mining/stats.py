@@ -176,4 +176,8 @@ def summary_table(stats: dict[str, Any]) -> Any:
         for key in ("documents", "groups", "passages", "titles", "headings"):
             if key in holdout:
                 table.add_row(f"held out: {key}", str(holdout[key]), "")
+        found = holdout.get("contamination") or {}
+        if found.get("documents") or found.get("passages"):
+            shown = f"{found.get('documents', 0)} documents, {found.get('passages', 0)} passages"
+            table.add_row("held out but also in training (same text, other id)", shown, "")
     return table

@@ -70,6 +70,16 @@ def pretraining_section(starting_model: str, loss_tensors: int, metadata: dict[s
         lines += ["| statistic | value |", "|---|---|"]
         for key, value in _flatten(stats):
             lines.append(f"| {key} | {value} |")
+    documents = metadata.get("documents")
+    if documents:
+        holdout = documents.get("holdout") or {}
+        lines += [
+            "",
+            f"Held-out contract: trained on {documents['trained']} documents (fingerprint "
+            f"`{documents['trained_fingerprint']}`); {documents['heldout']} held out (fingerprint "
+            f"`{documents['heldout_fingerprint']}`, holdout fraction {holdout.get('fraction')}, seed "
+            f"{holdout.get('seed')}).",
+        ]
     lines += ["", "### Loss terms", ""]
     for name, module in loss_terms(loss):
         config = config_dict(module)

@@ -23,12 +23,15 @@ from sentence_transformers import SentenceTransformerTrainingArguments
 from transformers import TrainerCallback, set_seed
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
+from xprt_st.columns import LABEL
+from xprt_st.mining.layout import HELDOUT_DIR
 from xprt_st.models import frozen_copy, load_model
 from xprt_st.output_folder import OutputFolderError, command_folder
 from xprt_st.recipe import Recipe
 from xprt_st.training.checkpoints import checkpoint_folders, checkpoint_problem, unusable_checkpoints_message
 from xprt_st.training.data import STATS_FILE, load_mined
 from xprt_st.training.fork import check_fork, trainer_class
+from xprt_st.training.heldout_contract import RECORD_KEY, check_start, run_record
 from xprt_st.training.label_free import evaluation_arguments, finish, training_evaluator
 from xprt_st.training.objectives import build_loss, get_objective
 from xprt_st.training.progress import LogLinesCallback, RichProgressCallback
@@ -292,6 +295,11 @@ def _train_recipe(
     )
     if checkpoint is not None:
         check_resume_inputs(checkpoint, recorded, recipe, mined.path, mined.stats, world)
+    # the held-out contract: what this run trains on, its start's and trunk's included (a later check reads it)
+    ancestors = (starting_model, fork_from)
+    if (Path(mined.path) / HELDOUT_DIR).is_dir():
+        check_start(mined.path, ancestors, keep_best=recipe.training.keep_best)
+    documents = run_record(mined.path, mined.dataset.unique(LABEL), ancestors=ancestors)
 
     set_seed(recipe.training.seed)
     sentence_model = load_model(starting_model)
@@ -373,6 +381,7 @@ def _train_recipe(
             "data": str(mined.path.resolve()),
             "mining_stats": mined.stats,
             "world_size": world,
+            RECORD_KEY: documents,
         },
     )
     trainer.remove_callback(ProgressCallback)
