@@ -39,11 +39,14 @@ def test_mine_merge_and_inspect(tmp_path, tiny_model_path):
     assert "xPRT mining summary" in result.output and "passage_coverage" in result.output
     dataset = datasets.load_from_disk(str(out))
     assert dataset.column_names == [*GROUP_COLUMNS, LABEL] and len(dataset) > 0
+    groups_before = json.loads((out / "stats.json").read_text())["groups"]
 
+    # A merge that forms no group fails and keeps the groups already there.
     result = runner.invoke(app, ["mine", "--merge", str(out), "--threshold", "1.0", "-q"])
     assert result.exit_code == 1
     assert "--threshold-quantile" in " ".join(result.output.split())
-    assert json.loads((out / "stats.json").read_text())["groups"] == 0
+    assert json.loads((out / "stats.json").read_text())["groups"] == groups_before == len(dataset)
+    assert len(datasets.load_from_disk(str(out))) == len(dataset)
 
     result = runner.invoke(app, ["mine", "--merge", str(out), "--threshold-quantile", "0.3", "--report", "-q"])
     assert result.exit_code == 0, result.output
