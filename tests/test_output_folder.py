@@ -178,3 +178,23 @@ def test_a_shared_folder_takes_no_lock_and_knows_its_names_without_a_manifest(tm
     (empty_but_user / "README.md").write_text("user")
     with pytest.raises(OutputFolderError, match=r"xprt-st compare did not write: README\.md"):
         command_folder(empty_but_user, "compare").check()
+
+
+def test_a_command_that_wrote_nothing_leaves_no_folder_and_no_manifest(tmp_path):
+    command_folder(tmp_path / "new", "evaluate").acquire().release()
+    assert not (tmp_path / "new").exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    command_folder(kept, "evaluate").acquire().release()
+    assert kept.is_dir() and not any(kept.iterdir())
+
+
+def test_mine_refuses_a_model_folder(tmp_path):
+    from xprt_st.mining.layout import MiningLayout
+
+    model = tmp_path / "model"
+    with command_folder(model, "train"):
+        (model / "config.json").write_text("{}")
+        (model / "modules.json").write_text("[]")
+    with pytest.raises(MiningOutputError, match=r"xprt-st mine did not write \(\.xprt-st-manifest\.json, config\.json"):
+        MiningLayout(model).check_not_foreign()

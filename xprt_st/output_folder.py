@@ -308,6 +308,7 @@ class OutputFolder:
         self.exclusive = exclusive
         self._lock: FolderLock | None = None
         self._before: set[str] = set()
+        self._created = False
 
     # ------------------------------------------------------------ what is in the folder
     def names(self) -> set[str]:
@@ -373,6 +374,7 @@ class OutputFolder:
     def acquire(self) -> OutputFolder:
         """Check the folder, take its lock (exclusive mode), delete the command's own files with ``overwrite``."""
         self.check_path()
+        self._created = not self.path.exists()
         if self.exclusive:
             self.path.mkdir(parents=True, exist_ok=True)
             lock = FolderLock(
@@ -404,14 +406,23 @@ class OutputFolder:
             self._write_manifest(self._listed() | written)
 
     def release(self, record: bool = True) -> None:
-        """Record the names that appeared since :meth:`acquire` in the manifest, then release the lock."""
+        """Record the names that appeared since :meth:`acquire` in the manifest, then release the lock.
+
+        A command that wrote nothing leaves no manifest behind, and a folder it created is removed again when it
+        stayed empty (a command refused after taking its folder leaves no folder behind).
+        """
         try:
             if record and self.exclusive and self.path.is_dir():
-                self._write_manifest((self._listed() & self.names()) | (self.names() - self._before))
+                files = (self._listed() & self.names()) | (self.names() - self._before)
+                if files or self.manifest() is not None:
+                    self._write_manifest(files)
         finally:
             if self._lock is not None:
                 self._lock.release()
                 self._lock = None
+            if self._created and self.path.is_dir() and not any(self.path.iterdir()):
+                self.path.rmdir()
+            self._created = False
 
     def clear(self) -> None:
         """Delete the command's own files (``--overwrite``): only :meth:`own`, never through a symlink."""
