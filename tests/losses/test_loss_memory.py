@@ -106,3 +106,18 @@ def test_memory_options_are_checked(tiny_model) -> None:
     loss = XPRTLoss(tiny_model, retention_weight=None, mini_batch_size=8)
     assert loss.get_config_dict()["mini_batch_size"] == 8
     assert loss.get_config_dict()["decoder_mini_batch_size"] == loss.cross_fill_in.decoder_mini_batch_size == 64
+    assert XPRTLoss(tiny_model, retention_weight=None).mini_batch_size == 16  # GradCache above 16 groups
+
+
+def test_a_recipe_names_a_bad_memory_option_before_anything_loads() -> None:
+    from xprt_st.objectives import bind_args
+
+    _, problems = bind_args("xprt", {"mini_batch_size": 0, "decoder_mini_batch_size": 2.5})
+    assert problems == [
+        "objective.args.mini_batch_size: 0 is out of range; XPRTLoss accepts a number >= 1",
+        "objective.args.decoder_mini_batch_size: must be an integer, found 2.5",
+    ]
+    assert bind_args("xprt", {"mini_batch_size": None, "decoder_mini_batch_size": 32}) == (
+        {"mini_batch_size": None, "decoder_mini_batch_size": 32},
+        [],
+    )
