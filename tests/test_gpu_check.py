@@ -28,11 +28,13 @@ def test_gpu_check_smoke_mode_runs_every_stage_and_writes_the_figures(tmp_path) 
     assert mining["precision"] == "bf16" and mining["passages_encoded"] > 0 and mining["ratio"] > 0
 
     losses = summary["stages"]["losses"]["results"]
-    names = ("mnrl", "positive_only", "xprt", "xprt_sampled", "retromae", "xprt_floor")
+    names = ("mnrl", "positive_only", "xprt", "xprt_sampled", "retromae", "xprt_floor", "xprt_uncut")
     assert set(losses) == {f"{name}:bf16" for name in names}
     assert losses["mnrl:bf16"]["time_ratio"] == pytest.approx(1.0)
     for figures in losses.values():
         assert figures["median_s"] > 0 and figures["groups_per_second"] > 0 and figures["reference"] == "mnrl:bf16"
+        # the whole step's peak (torch.cuda.max_memory_allocated on a GPU, the peak RSS here) beside its times
+        assert figures["process_peak_mib"] >= figures["peak_mib"] and figures["process_peak_mib"] > 100
 
     train = summary["stages"]["train"]
     assert train["loads_with_sentence_transformer"] and train["finite"] and train["embedding_dimension"] == 384

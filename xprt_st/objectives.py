@@ -87,6 +87,7 @@ XPRT_BOUNDS = {
     "num_condition_vectors": Bound(low=1),
     "retention_temperature": POSITIVE_NUMBER,
     "uniformity_t": POSITIVE_NUMBER,
+    **dict.fromkeys(("mini_batch_size", "decoder_mini_batch_size"), Bound(low=1)),  # issue 28; None: uncut
 }
 """XPRTLoss's arguments: the checks its terms make when built, plus ``num_condition_vectors >= 1`` (0 fails only
 at the first fill-in step) and ``retention_temperature > 0`` (the retention term divides by it, unchecked)."""

@@ -178,26 +178,20 @@ class EncodedColumns:
     split a tenth of them keep their token and a tenth hold a random one; otherwise all are [MASK]."""
 
 
-def encode_columns(
-    model: nn.Module,
+def mask_columns(
     features: list[dict[str, Any]],
     *,
     mask_ratio: float = 0.0,
     special_ids: Tensor | None = None,
     mask_token_id: int | None = None,
-    batched: bool = True,
     whole_words: Tensor | None = None,
     bert_corruption_vocab: int | None = None,
-) -> EncodedColumns:
-    """Mask each column's tokens (independently), then run ONE encoder forward over all columns.
+) -> tuple[list[dict[str, Any]], list[Tensor]]:
+    """Each column's features with its tokens masked (drawn per column, in column order) and the masks.
 
-    Masks are drawn per column before merging so that the batched and per-column paths see the same
-    random numbers and are comparable exactly (the equivalence test relies on it). With
-    ``batched=False`` every column gets its own forward; results agree up to floating point.
-
-    By default the masking is per token and every masked token becomes [MASK] (xPRT's encoder pass).
-    ``whole_words`` (the :func:`continuation_pieces` table) masks whole words instead, and
-    ``bert_corruption_vocab`` (the vocabulary size) applies BERT's 80/10/10 split (RetroMAE's encoder).
+    The first half of :func:`encode_columns`, shared with the GradCache pass (:mod:`xprt_st.losses._grad_cache`)
+    so that both draw the same masks from the same random numbers. Every returned dict is a copy (the model
+    writes its outputs into the dict it is given). Masks are ``(batch, seq)`` bool, all False when unmasked.
     """
     masked_features = []
     masks = []
@@ -220,18 +214,54 @@ def encode_columns(
             column = dict(column)  # the model writes its outputs into the dict it is given
         masked_features.append(column)
         masks.append(mask)
+    return masked_features, masks
 
-    merged = merge_feature_batches(masked_features) if batched and len(masked_features) > 1 else None
+
+def forward_columns(model: nn.Module, features: list[dict[str, Any]], batched: bool = True) -> tuple[list, list]:
+    """One encoder forward over all columns (or one per column): per column (batch, dim) sentence embeddings and
+    (batch, seq_c, hidden) token states, each column's states cut back to its own width."""
+    merged = merge_feature_batches(features) if batched and len(features) > 1 else None
     if merged is None:
-        outputs = [model(column) for column in masked_features]
-        embeddings = [output["sentence_embedding"] for output in outputs]
-        token_states = [output["token_embeddings"] for output in outputs]
-    else:
-        output = model(merged)
-        rows = features[0]["input_ids"].size(0)
-        embeddings = list(output["sentence_embedding"].split(rows, dim=0))  # each (batch, dim)
-        states = output["token_embeddings"].split(rows, dim=0)  # each (batch, seq_max, hidden)
-        token_states = [state[:, : column["input_ids"].size(1)] for state, column in zip(states, features, strict=True)]
+        outputs = [model(column) for column in features]
+        return [output["sentence_embedding"] for output in outputs], [output["token_embeddings"] for output in outputs]
+    output = model(merged)
+    rows = features[0]["input_ids"].size(0)
+    embeddings = list(output["sentence_embedding"].split(rows, dim=0))  # each (batch, dim)
+    states = output["token_embeddings"].split(rows, dim=0)  # each (batch, seq_max, hidden)
+    token_states = [state[:, : column["input_ids"].size(1)] for state, column in zip(states, features, strict=True)]
+    return embeddings, token_states
+
+
+def encode_columns(
+    model: nn.Module,
+    features: list[dict[str, Any]],
+    *,
+    mask_ratio: float = 0.0,
+    special_ids: Tensor | None = None,
+    mask_token_id: int | None = None,
+    batched: bool = True,
+    whole_words: Tensor | None = None,
+    bert_corruption_vocab: int | None = None,
+) -> EncodedColumns:
+    """Mask each column's tokens (independently), then run ONE encoder forward over all columns.
+
+    Masks are drawn per column before merging so that the batched and per-column paths see the same
+    random numbers and are comparable exactly (the equivalence test relies on it). With
+    ``batched=False`` every column gets its own forward; results agree up to floating point.
+
+    By default the masking is per token and every masked token becomes [MASK] (xPRT's encoder pass).
+    ``whole_words`` (the :func:`continuation_pieces` table) masks whole words instead, and
+    ``bert_corruption_vocab`` (the vocabulary size) applies BERT's 80/10/10 split (RetroMAE's encoder).
+    """
+    masked_features, masks = mask_columns(
+        features,
+        mask_ratio=mask_ratio,
+        special_ids=special_ids,
+        mask_token_id=mask_token_id,
+        whole_words=whole_words,
+        bert_corruption_vocab=bert_corruption_vocab,
+    )
+    embeddings, token_states = forward_columns(model, masked_features, batched)
     return EncodedColumns(
         embeddings=embeddings,
         token_states=token_states,

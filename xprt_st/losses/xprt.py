@@ -9,13 +9,19 @@ from sentence_transformers import SentenceTransformer
 from torch import Tensor, nn
 
 from xprt_st.losses._common import EncodedColumns, borrow, encode_columns, special_token_ids
+from xprt_st.losses._grad_cache import cached_encode_columns
 from xprt_st.losses.cross_passage import XPRT_CITATION, CrossPassageLoss, _document_ids
 from xprt_st.losses.decoder import FillInDecoder
-from xprt_st.losses.fill_in import CrossFillInLoss, SelfFillInLoss
+from xprt_st.losses.fill_in import DECODER_MINI_BATCH, CrossFillInLoss, SelfFillInLoss
 from xprt_st.losses.mlm import BERT_CITATION, MLMLoss
 from xprt_st.losses.retention import RetentionLoss, teacher_embeddings
 from xprt_st.losses.uniformity import UNIFORMITY_CITATION, UniformityLoss
 from xprt_st.models import attach_mlm_head, frozen_copy
+
+ENCODER_MINI_BATCH = 16
+"""Groups per GradCache mini-batch by default: 16 groups x 5 masked passages x 128 tokens hold about 2.4 GB of
+all-MiniLM-L6-v2 activations (the whole 64-group step's encoder passes held 13 GB); batches of at most 16 groups
+run uncut, at no extra cost."""
 
 
 class XPRTLoss(nn.Module):
@@ -39,6 +45,8 @@ class XPRTLoss(nn.Module):
         merge_columns: bool = True,
         prediction_ratio: float = 1.0,
         retention_columns: tuple[int, int] | None = None,
+        mini_batch_size: int | None = ENCODER_MINI_BATCH,
+        decoder_mini_batch_size: int | None = DECODER_MINI_BATCH,
     ) -> None:
         r"""
         The full xPRT objective: change the positive (``L_xp``), make the vector carry what the passages share
@@ -104,6 +112,16 @@ class XPRTLoss(nn.Module):
                 positions after the five group columns: it reads the (anchor, positive) text there instead, as
                 ``xprt-st compare`` gives every recipe the mined pair (the random-positive ablation's own
                 positive is another passage); see :class:`WithRetention`.
+            mini_batch_size: groups per GradCache mini-batch (as ``CachedMultipleNegativesRankingLoss``) of the
+                masked pass and of the retention term's unmasked student pass, when the batch is larger: both run
+                first without graph, every term is computed on the whole batch (the negatives stay the full batch),
+                and backward re-runs ``mini_batch_size`` groups at a time with their graph. The same loss and
+                gradients (each mini-batch replays its dropout), with the encoder's activations held for one
+                mini-batch. 16 by default (:data:`ENCODER_MINI_BATCH`): it costs one extra encoder forward per pass,
+                measured at about 1.1-1.2x the step's time, and the default 64-group recipe does not fit 8 GB without
+                it; None holds every pass's graph for the whole batch (see ``docs/losses.md``, "Memory").
+            decoder_mini_batch_size: decoder rows of the fill-in terms run at a time, each block's gradient taken at
+                once; 64 by default, at no extra compute; None decodes all rows at once (see :class:`CrossFillInLoss`).
 
         References:
             - xPRT: Cross-Passage Retrieval Pretraining.
@@ -174,6 +192,11 @@ class XPRTLoss(nn.Module):
         self.gather_across_devices = gather_across_devices
         self.merge_columns = merge_columns
         self.prediction_ratio = float(prediction_ratio)
+        for name, value in (("mini_batch_size", mini_batch_size), ("decoder_mini_batch_size", decoder_mini_batch_size)):
+            if value is not None and (isinstance(value, bool) or int(value) != value or value < 1):
+                raise ValueError(f"{name} must be a whole number of at least 1, or None; got {value!r}")
+        self.mini_batch_size = None if mini_batch_size is None else int(mini_batch_size)
+        self.decoder_mini_batch_size = None if decoder_mini_batch_size is None else int(decoder_mini_batch_size)
         if retention_columns is not None and (len(retention_columns) != 2 or min(retention_columns) < 2):
             raise ValueError(f"retention_columns must be two positions after the first two, got {retention_columns}")
         self.retention_columns = None if retention_columns is None else tuple(int(i) for i in retention_columns)
@@ -192,6 +215,7 @@ class XPRTLoss(nn.Module):
             "decoder_mask_ratio": decoder_mask_ratio,
             "encoder_mask_ratio": encoder_mask_ratio,
             "prediction_ratio": prediction_ratio,
+            "decoder_mini_batch_size": self.decoder_mini_batch_size,
         }
         self.cross_fill_in = CrossFillInLoss(model, **fill_in_args, **shared) if cross_weight > 0 else None
         self.self_fill_in = SelfFillInLoss(model, **fill_in_args, **shared) if self_weight > 0 else None
@@ -245,20 +269,29 @@ class XPRTLoss(nn.Module):
             )
         if self.needs_masked_pass:
             # anchor + 4 related: one 15%-masked forward feeds every term (the paper's 5 passes per group)
-            columns = features[:5]
-            encoded = encode_columns(
-                self.model,
-                columns,
-                mask_ratio=self.encoder_mask_ratio,
-                special_ids=self.special_ids,
-                mask_token_id=self.mask_token_id,
-                batched=self.merge_columns,
-            )
+            encoded = self._encode(features[:5], masked=True)
         else:
             # change only the positive: anchor and positive, unmasked, like MultipleNegativesRankingLoss
-            encoded = encode_columns(self.model, features[:2], batched=self.merge_columns)
+            encoded = self._encode(features[:2], masked=False)
         pair = features[:2] if self.retention_columns is None else [features[i] for i in self.retention_columns]
         return self.compute_loss_from_encoded(encoded, labels, pair, own_pair=self.retention_columns is None)
+
+    def _encode(self, features: list[dict[str, Tensor]], masked: bool) -> EncodedColumns:
+        """One encoder pass over ``features`` (15%-masked or not); under GradCache when ``mini_batch_size`` is set
+        and smaller than the batch."""
+        masking = (
+            {
+                "mask_ratio": self.encoder_mask_ratio,
+                "special_ids": self.special_ids,
+                "mask_token_id": self.mask_token_id,
+            }
+            if masked
+            else {}
+        )
+        size = self.mini_batch_size
+        if size is not None and size < features[0]["input_ids"].size(0):
+            return cached_encode_columns(self.model, features, size, batched=self.merge_columns, **masking)
+        return encode_columns(self.model, features, batched=self.merge_columns, **masking)
 
     def compute_loss_from_encoded(
         self,
@@ -301,7 +334,7 @@ class XPRTLoss(nn.Module):
                 teacher = teacher_embeddings(self.teacher, unmasked_pair)
                 student = embeddings[:2]
                 if not own_pair or any(mask.any() for mask in encoded.masks[:2]):
-                    student = encode_columns(self.model, unmasked_pair, batched=self.merge_columns).embeddings
+                    student = self._encode(unmasked_pair, masked=False).embeddings
                 terms["retention"] = self.retention.compute_loss_from_embeddings(student, teacher)
         return terms
 
@@ -322,6 +355,8 @@ class XPRTLoss(nn.Module):
             "gather_across_devices": self.gather_across_devices,
             "prediction_ratio": self.prediction_ratio,
             "retention_columns": self.retention_columns,
+            "mini_batch_size": self.mini_batch_size,
+            "decoder_mini_batch_size": self.decoder_mini_batch_size,
         }
 
     @property

@@ -33,6 +33,7 @@ from xprt_st.training.data import STATS_FILE, load_mined
 from xprt_st.training.fork import check_fork, trainer_class
 from xprt_st.training.heldout_contract import RECORD_KEY, check_start, run_record
 from xprt_st.training.label_free import evaluation_arguments, finish, training_evaluator
+from xprt_st.training.memory import check_step_memory
 from xprt_st.training.objectives import build_loss, get_objective
 from xprt_st.training.progress import LogLinesCallback, RichProgressCallback
 from xprt_st.training.retention_text import add_retention_text, retention_positions
@@ -367,6 +368,16 @@ def _train_recipe(
         report_to=[],
         disable_tqdm=True,  # the rich display or the log lines report instead of tqdm and printed dicts
         **evaluation_arguments(label_free, training),
+    )
+    # issue 28: the step's estimated peak against the device, before anything is trained (CUDA: one-line error)
+    check_step_memory(
+        sentence_model,
+        loss,
+        len(objective.dataset_columns(retention)),
+        training.batch_size,
+        sentence_model.max_seq_length,
+        training.precision,
+        args.device,
     )
     trainer = trainer_class(fork is not None)(
         model=sentence_model,

@@ -1,0 +1,123 @@
+"""Issue 28's memory cuts change no loss: GradCache and the micro-batched decoder give the uncut values and gradients,
+term by term, on a tiny model (fixed seeds, the same masks, dropout off)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from xprt_st.losses import XPRTLoss
+from xprt_st.losses._grad_cache import cached_encode_columns, row_slices
+from xprt_st.losses._micro_batch import micro_batched_sum
+
+TERMS = ("xp", "cross", "self", "mlm", "unif", "retention")
+
+
+def _perturbed(model):
+    """A copy of ``model`` whose weights moved a little, so the retention term and its gradient are not zero."""
+    moved = copy.deepcopy(model)
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for parameter in moved.parameters():
+            parameter.add_(0.05 * torch.randn(parameter.shape, generator=generator))
+    return moved
+
+
+def _term_and_grads(model, teacher, features, labels, key: str, **options):
+    """Term ``key``'s value and the gradient of that term alone, for one fresh loss with ``options``."""
+    student = copy.deepcopy(model)
+    torch.manual_seed(0)  # the same decoder and head initialisation for every path
+    loss = XPRTLoss(student, teacher=teacher, **options)
+    loss.eval()  # no dropout: every path sees the same network
+    torch.manual_seed(42)  # the same masks
+    terms = loss([dict(column) for column in features], labels)
+    terms[key].backward()
+    grads = {name: p.grad.clone() for name, p in loss.named_parameters() if p.grad is not None}
+    return {name: value.item() for name, value in terms.items()}, grads
+
+
+@pytest.mark.parametrize("key", TERMS)
+def test_every_term_and_its_gradient_equal_the_uncut_computation(tiny_model, group_batch, key) -> None:
+    features, labels = group_batch(tiny_model)  # 4 groups
+    teacher = copy.deepcopy(tiny_model).eval()
+    for parameter in teacher.parameters():
+        parameter.requires_grad_(False)
+    student = _perturbed(tiny_model)
+    uncut, uncut_grads = _term_and_grads(
+        student, teacher, features, labels, key, mini_batch_size=None, decoder_mini_batch_size=None
+    )
+    # 3 groups then 1 per encoder mini-batch; decoder blocks of 5 rows (32 cross rows, 8 self rows: uneven ends)
+    cut, cut_grads = _term_and_grads(
+        student, teacher, features, labels, key, mini_batch_size=3, decoder_mini_batch_size=5
+    )
+    assert cut.keys() == uncut.keys() == set(TERMS)
+    for name in TERMS:  # every term's value, while only ``key``'s gradient is taken
+        assert cut[name] == pytest.approx(uncut[name], rel=1e-5, abs=1e-7), name
+    assert uncut_grads, "the term has a gradient"
+    assert cut_grads.keys() == uncut_grads.keys()
+    assert any(name.startswith("model.") for name in cut_grads)  # it reaches the encoder
+    for name in uncut_grads:
+        torch.testing.assert_close(cut_grads[name], uncut_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_gradcache_holds_one_mini_batch_and_replays_its_dropout(tiny_model, group_batch) -> None:
+    """Training mode: the re-run of a mini-batch draws the same dropout masks as its pass without graph, so the
+    gradient is that of the value the forward computed; the encoder only ever sees mini-batches."""
+    features, _ = group_batch(tiny_model)
+    model = copy.deepcopy(tiny_model).train()
+    seen = []
+    handle = model.register_forward_hook(
+        lambda module, args, output: seen.append((torch.is_grad_enabled(), output["sentence_embedding"].detach()))
+    )
+    torch.manual_seed(1)
+    encoded = cached_encode_columns(model, features[:2], mini_batch_size=3)
+    without_graph = [embedding for grad, embedding in seen]
+    assert [grad for grad, _ in seen] == [False, False]  # two mini-batches (3 + 1 groups), no graph
+    torch.rand(5)  # the random stream moves on between forward and backward (the decoder's masks, its dropout)
+    torch.stack([embedding.sum() for embedding in encoded.embeddings]).sum().backward()
+    rerun = [embedding for grad, embedding in seen[2:]]
+    assert [grad for grad, _ in seen[2:]] == [True, True]
+    for first, second in zip(without_graph, rerun, strict=True):
+        torch.testing.assert_close(first, second, rtol=0, atol=0)  # the same dropout masks, bit for bit
+    assert [row.size(0) for row in rerun] == [2 * 3, 2 * 1]  # both columns of 3 groups, then of 1
+    handle.remove()
+
+
+def test_micro_batched_sum_equals_the_whole_sum_and_its_gradient() -> None:
+    """Hand-checkable: sum over blocks of (w . x_b)^2 has gradient 2 (w . x_b) w per row and sum 2 (w . x_b) x_b."""
+    x = torch.tensor([[1.0, 2.0], [3.0, -1.0], [0.5, 0.5]], requires_grad=True)
+    w = torch.tensor([2.0, -1.0], requires_grad=True)
+    blocks = [lambda leaf, rows=rows: ((leaf[rows] @ w) ** 2).sum() for rows in row_slices(3, 2)]
+    value = micro_batched_sum(blocks, x, [w])
+    # w . x = [0, 7, 0.5] -> 0 + 49 + 0.25
+    assert value.item() == pytest.approx(49.25)
+    (2 * value).backward()
+    torch.testing.assert_close(x.grad, 2 * torch.tensor([[0.0, 0.0], [28.0, -14.0], [2.0, -1.0]]))
+    torch.testing.assert_close(w.grad, 2 * torch.tensor([42.0 + 0.5, -14.0 + 0.5]))
+
+
+def test_memory_options_are_checked(tiny_model) -> None:
+    for name in ("mini_batch_size", "decoder_mini_batch_size"):
+        for bad in (0, -2, 1.5):
+            with pytest.raises(ValueError, match=name):
+                XPRTLoss(tiny_model, retention_weight=None, **{name: bad})
+    loss = XPRTLoss(tiny_model, retention_weight=None, mini_batch_size=8)
+    assert loss.get_config_dict()["mini_batch_size"] == 8
+    assert loss.get_config_dict()["decoder_mini_batch_size"] == loss.cross_fill_in.decoder_mini_batch_size == 64
+    assert XPRTLoss(tiny_model, retention_weight=None).mini_batch_size == 16  # GradCache above 16 groups
+
+
+def test_a_recipe_names_a_bad_memory_option_before_anything_loads() -> None:
+    from xprt_st.objectives import bind_args
+
+    _, problems = bind_args("xprt", {"mini_batch_size": 0, "decoder_mini_batch_size": 2.5})
+    assert problems == [
+        "objective.args.mini_batch_size: 0 is out of range; XPRTLoss accepts a number >= 1",
+        "objective.args.decoder_mini_batch_size: must be an integer, found 2.5",
+    ]
+    assert bind_args("xprt", {"mini_batch_size": None, "decoder_mini_batch_size": 32}) == (
+        {"mini_batch_size": None, "decoder_mini_batch_size": 32},
+        [],
+    )
