@@ -9,3 +9,11 @@ RELATED = ("positive", "related_2", "related_3", "related_4")
 GROUP_COLUMNS = (ANCHOR, *RELATED)
 LABEL = "label"
 """int64 document id. It travels as the label because the collator tokenizes every other column."""
+NEGATIVE_PREFIX = "negative_"
+"""Hard-negative columns: ``negative_1 .. negative_K``, the nearest passages of OTHER documents to each anchor,
+written by :func:`xprt_st.mining.hard_negatives.add_hard_negatives` (mining's ``hard_negatives`` option)."""
+
+
+def negative_columns(count: int) -> tuple[str, ...]:
+    """``("negative_1", ..., "negative_{count}")``; empty for 0."""
+    return tuple(f"{NEGATIVE_PREFIX}{i}" for i in range(1, count + 1))

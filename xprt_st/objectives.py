@@ -15,6 +15,7 @@ it (:func:`build_loss`). ``xprt_st.training.objectives`` re-exports it for older
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import math
@@ -28,7 +29,7 @@ from datasets import Dataset
 from sentence_transformers import SentenceTransformer
 from torch import Tensor, nn
 
-from xprt_st.columns import ANCHOR, GROUP_COLUMNS, POSITIVE
+from xprt_st.columns import ANCHOR, GROUP_COLUMNS, POSITIVE, negative_columns
 
 logger = logging.getLogger(__name__)
 
@@ -154,6 +155,18 @@ class Objective:
     vector_arg: str | None = None
     arg_bounds: dict[str, Bound] = field(default_factory=dict)
     arg_rules: Callable[[dict[str, Any]], list[str]] | None = None
+    extra_columns: Callable[[dict[str, Any]], tuple[str, ...]] | None = None
+    """Columns an argument adds after the fixed ones (``hard_negatives: K`` adds ``negative_1 .. negative_K``);
+    :meth:`with_args` appends them."""
+
+    def with_args(self, args: dict[str, Any] | None) -> Objective:
+        """This objective with the columns its ``args`` add (itself when they add none)."""
+        extra = self.extra_columns(args or {}) if self.extra_columns is not None else ()
+        if not extra:
+            return self
+        return dataclasses.replace(
+            self, columns=(*self.columns, *extra), retention_columns=(*self.retention_columns, *extra)
+        )
 
     def dataset_columns(self, retention: bool) -> tuple[str, ...]:
         """The columns fed to the loss, in order, with retention on or off."""
@@ -224,6 +237,12 @@ def add_damaged_anchor(dataset: Dataset, seed: int, ratio: float = 0.6) -> Datas
     return dataset.add_column(DAMAGED, damaged)
 
 
+def hard_negative_columns(args: dict[str, Any]) -> tuple[str, ...]:
+    """The columns ``hard_negatives: K`` adds: ``negative_1 .. negative_K`` (none for 0 or a bad value)."""
+    count = args.get("hard_negatives", 0)
+    return negative_columns(count) if isinstance(count, int) and count > 0 else ()
+
+
 OBJECTIVES: dict[str, Objective] = {}
 
 
@@ -252,7 +271,8 @@ register_objective(
         loss_class="xprt_st.losses:CrossPassageLoss",
         columns=(ANCHOR, POSITIVE),
         retention_columns=(ANCHOR, POSITIVE),
-        arg_bounds={"temperature": POSITIVE_NUMBER},
+        arg_bounds={"temperature": POSITIVE_NUMBER, "hard_negatives": NON_NEGATIVE},
+        extra_columns=hard_negative_columns,
     )
 )
 register_objective(

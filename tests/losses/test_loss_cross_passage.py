@@ -100,7 +100,12 @@ def test_gradient_reaches_the_encoder_and_a_few_steps_go_downhill(tiny_model, gr
         optimizer.step()
         values.append(value.item())
     assert values[-1] < values[0]
-    assert loss.get_config_dict() == {"temperature": 0.05, "gather_across_devices": False, "encoder_mask_ratio": 0.0}
+    assert loss.get_config_dict() == {
+        "temperature": 0.05,
+        "gather_across_devices": False,
+        "encoder_mask_ratio": 0.0,
+        "hard_negatives": 0,
+    }
 
 
 def test_masked_variant_reads_the_same_15_percent_masked_passes_as_xprt(tiny_model, group_batch) -> None:
@@ -139,3 +144,46 @@ def test_with_retention_keeps_the_masked_variants_masked_pass(tiny_model, group_
     terms = wrapped([dict(column) for column in features[:2]], labels)
     torch.testing.assert_close(terms["base"], alone)
     assert terms["retention"].item() == pytest.approx(0.0, abs=1e-6)  # unmasked student = teacher at step 0
+
+
+def test_hard_negatives_join_the_forward_direction_only_by_hand() -> None:
+    # 2 groups in 2 dims: a_0 = s_0 = e_0, a_1 = s_1 = e_1 (cos 1 to the own positive, 0 to the other);
+    # anchor 0's hard negatives have cosines 0.6 and 0.0 to it, anchor 1's 0.8 and 0.6.
+    anchors = torch.eye(2, dtype=torch.float64)
+    positives = torch.eye(2, dtype=torch.float64)
+    negatives = torch.tensor(
+        [[[0.6, 0.8], [0.0, 1.0]], [[0.6, 0.8], [0.8, 0.6]]], dtype=torch.float64
+    )  # (batch 2, K 2, dim 2), unit vectors
+    tau = 0.5
+    e = math.exp
+    forward_0 = -math.log(e(1 / tau) / (e(1 / tau) + e(0) + e(0.6 / tau) + e(0.0)))
+    forward_1 = -math.log(e(1 / tau) / (e(1 / tau) + e(0) + e(0.8 / tau) + e(0.6 / tau)))
+    backward = -math.log(e(1 / tau) / (e(1 / tau) + e(0)))  # unchanged: positives pick among anchors
+    expected = ((forward_0 + forward_1) / 2 + backward) / 2
+    loss = cross_passage_loss(anchors, positives, None, temperature=tau, negatives=negatives)
+    assert loss.item() == pytest.approx(expected, rel=1e-12)
+    # no negatives (or K = 0): the paper's loss, unchanged
+    paper = cross_passage_loss(anchors, positives, None, temperature=tau)
+    assert cross_passage_loss(anchors, positives, None, tau, negatives=negatives[:, :0]).item() == paper.item()
+    assert paper.item() == pytest.approx(backward, rel=1e-12)
+
+
+def test_hard_negatives_are_read_from_the_columns_after_the_positive(tiny_model) -> None:
+    texts = [["alpha beta", "gamma delta"], ["alpha gamma", "beta delta"], ["epsilon", "zeta"], ["eta", "theta"]]
+    features = [tiny_model.tokenize(column) for column in texts]
+    labels = torch.tensor([0, 1])
+    plain = CrossPassageLoss(tiny_model)
+    hard = CrossPassageLoss(tiny_model, hard_negatives=2)
+    with torch.no_grad():
+        embeddings = [tiny_model(dict(f))["sentence_embedding"] for f in features]
+        expected = cross_passage_loss(
+            embeddings[0], embeddings[1], labels, 0.05, negatives=torch.stack(embeddings[2:], 1)
+        )
+        assert hard(features, labels).item() == pytest.approx(expected.item(), rel=1e-5)
+        # the paper's loss ignores the extra columns
+        assert plain(features, labels).item() == pytest.approx(
+            cross_passage_loss(embeddings[0], embeddings[1], labels, 0.05).item(), rel=1e-5
+        )
+    with pytest.raises(ValueError, match="4, got 3"):
+        hard(features[:3], labels)
+    assert hard.get_config_dict()["hard_negatives"] == 2

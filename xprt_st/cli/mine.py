@@ -12,7 +12,7 @@ from xprt_st.cli import app
 from xprt_st.cli.common import OutputPathError, check_output_folder, command_logging
 from xprt_st.mining.config import MiningConfig, MiningError, NoGroupsError
 from xprt_st.mining.groups import DEFAULT_THRESHOLD_QUANTILE, PAPER_THRESHOLD
-from xprt_st.mining.layout import MiningLayout
+from xprt_st.mining.layout import MiningLayout, read_stats
 from xprt_st.mining.merge import merge
 from xprt_st.mining.mine import ENGINES, ShardResult, run_mining
 from xprt_st.mining.reader import CorpusError
@@ -108,6 +108,18 @@ def mine(
             "DIR/heldout/ and never trained on: the material of the label-free check. Default 0: none."
         ),
     ] = DEFAULTS.holdout,
+    hard_negatives: Annotated[
+        int,
+        typer.Option(
+            help="After the merge, add K hard negatives per group (columns negative_1..K): the anchor's nearest "
+            "passages of OTHER documents, embedded by the mining model, minus likely false negatives "
+            "(--hard-negative-max-ratio). Default 0: none (the paper's data). Read by recipe change-only-positive-hard."
+        ),
+    ] = 0,
+    hard_negative_max_ratio: Annotated[
+        float,
+        typer.Option(help="Drop a candidate whose cosine to the anchor exceeds this x the positive's (NV-Retriever)."),
+    ] = 0.95,
     num_shards: Annotated[int, typer.Option(help="Number of shards (one job each).")] = DEFAULTS.num_shards,
     shard_index: Annotated[int | None, typer.Option(help="Run only this shard; default all.")] = None,
     chunk_size: Annotated[int, typer.Option(help="Documents per checkpoint inside a shard.")] = DEFAULTS.chunk_size,
@@ -147,6 +159,7 @@ def mine(
         try:
             if threshold is not None and threshold_quantile is not None:
                 raise typer.BadParameter("give --threshold or --threshold-quantile, not both")
+            _check_hard_negatives(hard_negatives, hard_negative_max_ratio, pairs)
             config = MiningConfig(
                 text_field=text_field,
                 id_field=id_field,
@@ -210,6 +223,13 @@ def mine(
                     )
                     return
                 stats = result
+            if hard_negatives > 0:
+                from xprt_st.mining.hard_negatives import add_hard_negatives
+
+                add_hard_negatives(
+                    folder, hard_negatives, model=model, max_ratio=hard_negative_max_ratio, batch_size=batch_size
+                )
+                stats = read_stats(folder) or stats
         except NoGroupsError as error:
             console.print(f"[bold red]no groups:[/] {error}")
             raise typer.Exit(1) from error
@@ -219,6 +239,18 @@ def mine(
         Console().print(summary_table(stats))
         if report:
             console.print(f"report: {write_report(folder)}")
+
+
+def _check_hard_negatives(count: int, max_ratio: float, pairs: str) -> None:
+    """Refuse bad --hard-negatives values before any work."""
+    if count < 0:
+        raise typer.BadParameter(f"--hard-negatives must be >= 0, got {count}")
+    if not 0 < max_ratio <= 1:
+        raise typer.BadParameter(f"--hard-negative-max-ratio must be in (0, 1], got {max_ratio}")
+    if count > 0 and pairs == "random-span":
+        raise typer.BadParameter(
+            "--hard-negatives needs mined groups (an anchor and its positive), not --pairs random-span"
+        )
 
 
 @app.command()

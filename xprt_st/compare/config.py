@@ -54,8 +54,16 @@ class CompareConfigError(ValueError):
 class CorpusSource:
     """One corpus source and how much of it to use."""
 
-    path: str
+    path: str | None = None
     """A file the miner reads (zip of .txt, JSONL[.gz], Parquet); relative paths are under ``data_dir``."""
+    task: str | None = None
+    """Instead of ``path``: an evaluation task's own documents (in-domain pre-training), a BEIR folder name under
+    ``data_dir`` (``nfcorpus``, ``arguana``) or a BEIR folder path. Only ``corpus.jsonl[.gz]`` is read; the task's
+    queries and qrels never are."""
+    titles: str = "prepend"
+    """For ``task`` sources: ``prepend`` each document's title to its text as a first sentence (what the
+    evaluation reads: mteb joins title and text), or ``drop`` it (the title stays in the corpus file's
+    ``title`` field either way)."""
     html: bool = False
     """The text field holds raw HTML: keep the main text (trafilatura, as ``xprt-st mine --html``)."""
     text_field: str | None = None
@@ -132,6 +140,8 @@ class CompareConfig:
             problems.append("tasks: give at least one task, e.g. [stsb]")
             raw["tasks"] = []
         config = bind(cls, raw, problems, root="config")
+        if config is not None:
+            problems += _corpus_source_problems(config.corpus)
         if problems or config is None:
             raise CompareConfigError(
                 f"{len(problems)} problem(s) in {source}:\n" + "\n".join(f"  - {p}" for p in problems)
@@ -171,6 +181,7 @@ class CompareConfig:
                 if value is not None and value < 1:
                     problems.append(f"tasks[{index}].{key}: {value}; give at least 1, or leave it out to keep all")
         mining_fields = {f.name for f in dataclasses.fields(MiningConfig)} - {"positive", "pairs", "seed"}
+        mining_fields |= {"hard_negatives", "hard_negative_max_ratio"}  # the second pass of mine()
         for key in self.mining:
             if key not in mining_fields:
                 problems.append(f"mining.{key}: not a mining setting; valid: {', '.join(sorted(mining_fields))}")
@@ -228,7 +239,30 @@ class CompareConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (what the run folder's ``compare_config.yaml`` holds)."""
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        for source in data["corpus"]:
+            if source["task"] is None:  # a file source: as written before task sources existed (old folders resume)
+                del source["task"], source["titles"]
+        return data
+
+
+TITLE_MODES = ("prepend", "drop")
+"""How a ``task`` corpus source uses the documents' titles."""
+
+
+def _corpus_source_problems(sources: list[CorpusSource]) -> list[str]:
+    """One line per corpus source that names neither or both of ``path`` and ``task``, or a bad ``titles``."""
+    problems = []
+    for i, source in enumerate(sources):
+        if (source.path is None) == (source.task is None):
+            problems.append(
+                f"corpus[{i}]: give exactly one of path (a file) or task (a BEIR folder whose documents are the corpus)"
+            )
+        if source.titles not in TITLE_MODES:
+            problems.append(f"corpus[{i}].titles: {source.titles!r} is not one of {list(TITLE_MODES)}")
+        if source.task is not None and (source.html or source.text_field or source.id_field):
+            problems.append(f"corpus[{i}]: html, text_field and id_field apply to path sources only, not task")
+    return problems
 
 
 def _task_item(item: object) -> object:
@@ -266,7 +300,24 @@ def resolve_compare_tasks(config: CompareConfig) -> list[AbsTask]:
 
     return [
         resolve_task(
-            task.name, config.data_dir, max_queries=task.max_queries, max_corpus=task.max_corpus, seed=config.eval_seed
+            _beir_folder_under_data_dir(task.name, config),
+            config.data_dir,
+            max_queries=task.max_queries,
+            max_corpus=task.max_corpus,
+            seed=config.eval_seed,
         )
         for task in config.tasks
     ]
+
+
+def _beir_folder_under_data_dir(name: str, config: CompareConfig) -> str:
+    """``name`` itself, or the path of ``data_dir/name`` when that is a BEIR folder and ``name`` is no named task.
+
+    So an in-domain config can say ``tasks: [nfcorpus]`` for any BEIR folder in the data directory.
+    """
+    from xprt_st.evaluation.catalog import LOCAL_TASKS, default_data_dir
+
+    if name.lower() in LOCAL_TASKS or Path(name).expanduser().exists() or name.startswith("mined:"):
+        return name
+    folder = (Path(config.data_dir) if config.data_dir else default_data_dir()) / name
+    return str(folder) if (folder / "qrels").is_dir() else name

@@ -8,9 +8,9 @@ import logging
 import os
 import random
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from xprt_st.compare.config import CompareConfig
+from xprt_st.compare.config import CompareConfig, CorpusSource
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +34,9 @@ def build_corpus(config: CompareConfig, folder: Path) -> dict[str, Any]:
     tmp = folder / f".{CORPUS_FILE}.tmp-{os.getpid()}"
     with gzip.open(tmp, "wt", encoding="utf-8") as handle:
         for source in config.corpus:
+            if source.task is not None:
+                sources.append(_write_task_documents(config, source, rng, handle))
+                continue
             path = config.resolve(source.path)
             text_field = source.text_field or ("html" if source.html else "text")
             records = [r for r in iter_corpus([path], text_field=text_field, id_field=source.id_field) if r.text]
@@ -68,3 +71,74 @@ def build_corpus(config: CompareConfig, folder: Path) -> dict[str, Any]:
     stats = {"seed": config.corpus_seed, "sources": sources, "documents": sum(s["kept"] for s in sources)}
     stats_path.write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
     return stats
+
+
+def task_corpus_file(config: CompareConfig, task: str) -> Path:
+    """The ``corpus.jsonl[.gz]`` of the BEIR folder ``task``: a folder under ``data_dir``, a local task name, or a path.
+
+    Raises:
+        FileNotFoundError: naming the folders looked in, when none holds a corpus file.
+    """
+    from xprt_st.evaluation.catalog import LOCAL_TASKS, default_data_dir
+
+    base = Path(config.data_dir) if config.data_dir else default_data_dir()
+    spec = LOCAL_TASKS.get(task.lower())
+    folder_name = spec.folder if spec is not None and spec.kind == "beir" else task
+    candidates = [Path(task).expanduser(), base / folder_name]
+    for folder in candidates:
+        for name in ("corpus.jsonl", "corpus.jsonl.gz"):
+            if (folder / name).is_file():
+                return folder / name
+    raise FileNotFoundError(
+        f"corpus task {task!r}: no corpus.jsonl[.gz] in {' or '.join(str(c) for c in dict.fromkeys(candidates))}; "
+        "give a BEIR folder name under data_dir or a BEIR folder path"
+    )
+
+
+def document_text(title: str, text: str, titles: str) -> str:
+    """The text pre-training reads for a BEIR document: the title as a first sentence (``prepend``) or none (``drop``).
+
+    A title without closing punctuation gets a full stop, so the passage splitter sees a sentence end there.
+    """
+    title, text = title.strip(), text.strip()
+    if titles == "drop" or not title:
+        return text
+    if not text:
+        return title
+    return f"{title}{'' if title[-1] in '.?!:;' else '.'} {text}"
+
+
+def _write_task_documents(
+    config: CompareConfig, source: CorpusSource, rng: random.Random, handle: IO[str]
+) -> dict[str, Any]:
+    """Write a BEIR task's documents (only its corpus file is opened: never its queries or qrels)."""
+    assert source.task is not None
+    path = task_corpus_file(config, source.task)
+    opener = gzip.open if path.suffix == ".gz" else open
+    records = []
+    with opener(path, "rt", encoding="utf-8") as corpus:
+        for line in corpus:
+            if line.strip():
+                record = json.loads(line)
+                records.append((str(record["_id"]), str(record.get("title") or ""), str(record.get("text") or "")))
+    records = [r for r in records if r[1].strip() or r[2].strip()]
+    chosen = (
+        sorted(rng.sample(range(len(records)), source.max_documents))
+        if (source.max_documents is not None and source.max_documents < len(records))
+        else list(range(len(records)))
+    )
+    for index in chosen:
+        doc_id, title, text = records[index]
+        row = {"id": doc_id, "title": title, "text": document_text(title, text, source.titles)}
+        handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    logger.info(
+        "corpus: task %s: %d of %d documents kept (titles: %s)", source.task, len(chosen), len(records), source.titles
+    )
+    return {
+        "task": source.task,
+        "path": str(path),
+        "titles": source.titles,
+        "readable": len(records),
+        "sampled": len(chosen),
+        "kept": len(chosen),
+    }

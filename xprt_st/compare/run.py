@@ -259,6 +259,8 @@ def run_compare(
             mined,
             model=config.mining_model or config.model,
             progress=progress,
+            # a task's documents keep their own ids (held-out scoring and title work can find them)
+            **({"id_field": "id"} if any(source.task for source in config.corpus) else {}),
             **config.mining,
         )
         if fresh:
@@ -279,7 +281,8 @@ def run_compare(
             if variant not in data:
                 folder = mined if variant == "mined" else run / "data" / variant
                 if variant != "mined":
-                    prepare_variant(mined, folder, options, config.corpus_seed, progress)
+                    model = config.mining_model or config.model
+                    prepare_variant(mined, folder, options, config.corpus_seed, progress, model=model)
                 data[variant] = folder
             data[name] = data[variant]
 

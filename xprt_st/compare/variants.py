@@ -10,6 +10,9 @@ from typing import Any
 def data_variant(requires: dict[str, str]) -> tuple[str, dict[str, str]]:
     """The folder name and merge options of the data a recipe requires (``mined``, ``positive-random`` ...)."""
     options = {"positive": requires.get("positive", "mined"), "pairs": requires.get("pairs", "mined")}
+    negatives = int(requires.get("hard_negatives", 0) or 0)
+    if negatives > 0:  # the mined groups plus hard-negative columns (mined positives only)
+        return f"hard-negatives-{negatives}", {**options, "hard_negatives": str(negatives)}
     if options["pairs"] == "random-span":
         return "pairs-random-span", {"positive": "mined", "pairs": "random-span"}
     if options["positive"] == "random":
@@ -17,24 +20,40 @@ def data_variant(requires: dict[str, str]) -> tuple[str, dict[str, str]]:
     return "mined", options
 
 
-def prepare_variant(mined: Path, folder: Path, options: dict[str, str], seed: int, progress: bool) -> dict[str, Any]:
-    """Re-merge the stored passages of ``mined`` into ``folder`` with other merge options (no encoding)."""
+def prepare_variant(
+    mined: Path, folder: Path, options: dict[str, str], seed: int, progress: bool, model: str | None = None
+) -> dict[str, Any]:
+    """Re-merge the stored passages of ``mined`` into ``folder`` with other merge options (no encoding).
+
+    With ``hard_negatives`` in ``options``, the re-merged groups then get their hard-negative columns
+    (:func:`~xprt_st.mining.hard_negatives.add_hard_negatives`, which embeds the passages with ``model``).
+    """
     from xprt_st.mining import MiningConfig, merge
+    from xprt_st.mining.hard_negatives import add_hard_negatives
     from xprt_st.mining.layout import link_stored_run, read_stats
+
+    options = dict(options)
+    negatives = int(options.pop("hard_negatives", 0) or 0)
 
     mined_stats = read_stats(mined)
     if mined_stats is None:
         raise FileNotFoundError(f"{mined} is not a merged mining folder (no stats): mine it first")
     mined_settings = mined_stats["settings"]
     threshold = {k: mined_settings.get(k) for k in ("threshold", "threshold_quantile")}
+    if mined_settings.get("holdout"):  # the same documents held out as in ``mined``: the same training documents
+        threshold["holdout"] = mined_settings["holdout"]
     stats = read_stats(folder)
     if stats is not None:
         settings = stats.get("settings", {})
-        wanted = {**options, "seed": seed, **threshold}
+        wanted = {**options, "seed": seed, **threshold} | ({"hard_negatives": negatives} if negatives else {})
         if all(settings.get(k) == v for k, v in wanted.items()):
             return stats
     stored = link_stored_run(mined, folder)
     fields = {f.name for f in dataclasses.fields(MiningConfig)}
     base = {k: v for k, v in stored.items() if k in fields}
     base |= threshold
-    return merge(folder, MiningConfig(**{**base, **options, "seed": seed}), progress=progress)
+    stats = merge(folder, MiningConfig(**{**base, **options, "seed": seed}), progress=progress)
+    if negatives:
+        add_hard_negatives(folder, negatives, model=model, seed=seed)
+        stats = read_stats(folder) or stats
+    return stats

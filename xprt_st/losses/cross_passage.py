@@ -28,6 +28,7 @@ def cross_passage_loss(
     labels: Tensor | None = None,
     temperature: float = 0.05,
     gather_across_devices_: bool = False,
+    negatives: Tensor | None = None,
 ) -> Tensor:
     """Symmetric InfoNCE with cosine similarity, masking every other group of the same document.
 
@@ -43,6 +44,11 @@ def cross_passage_loss(
         labels: ``(batch,)`` int64 document ids, or None to mask nothing.
         temperature: divides the cosines.
         gather_across_devices_: use the anchors, positives and ids of every device as candidates.
+        negatives: ``(batch, K, dim)`` hard negatives of each anchor (passages of other documents), or None
+            (the paper's loss). Anchor ``a_i`` also scores its own ``K`` negatives, appended after the
+            positives in the anchor -> positive direction only; the reverse direction is unchanged. A row's
+            negatives are never another anchor's candidates (another anchor's negative may come from its
+            document).
     """
     batch_size = anchors.size(0)
     if gather_across_devices_:
@@ -63,6 +69,10 @@ def cross_passage_loss(
         forward = forward.masked_fill(same_document, float("-inf"))
         backward = backward.masked_fill(same_document, float("-inf"))
 
+    if negatives is not None and negatives.size(1) > 0:
+        hard = torch.einsum("bd,bkd->bk", anchors_n, F.normalize(negatives, dim=-1)) / temperature  # (batch, K)
+        forward = torch.cat([forward, hard], dim=1)
+
     loss_forward = F.cross_entropy(forward, own)
     loss_backward = F.cross_entropy(backward, own)
     return (loss_forward + loss_backward) / 2
@@ -75,6 +85,7 @@ class CrossPassageLoss(nn.Module):
         temperature: float = 0.05,
         gather_across_devices: bool = False,
         encoder_mask_ratio: float = 0.0,
+        hard_negatives: int = 0,
     ):
         r"""
         xPRT's main term ``L_xp``: each anchor must pick out its top related passage (``positive``) among
@@ -103,6 +114,10 @@ class CrossPassageLoss(nn.Module):
                 terms; 0.15 here reads exactly that pass (the same per-token masks, drawn in the same order, see
                 :func:`~xprt_st.losses._common.encode_columns`), so "xPRT vs L_xp alone" then differs only in
                 the fill-in, MLM and uniformity terms, not also in masking (recipe ``change-only-positive-masked``).
+            hard_negatives: ``K`` columns ``negative_1 .. negative_K`` after ``positive`` (mined from other
+                documents, :mod:`xprt_st.mining.hard_negatives`) join each anchor's candidates in the anchor ->
+                positive direction; 0 (default): the paper's loss, in-batch negatives only (recipe
+                ``change-only-positive-hard`` uses 2).
 
         References:
             - xPRT: Cross-Passage Retrieval Pretraining (this package's reference paper).
@@ -154,30 +169,43 @@ class CrossPassageLoss(nn.Module):
         self.temperature = temperature
         self.gather_across_devices = gather_across_devices
         self.encoder_mask_ratio = float(encoder_mask_ratio)
+        if hard_negatives < 0:
+            raise ValueError(f"hard_negatives must be >= 0, got {hard_negatives}")
+        self.hard_negatives = int(hard_negatives)
         self.special_ids = special_token_ids(model) if encoder_mask_ratio > 0 else None
         self.mask_token_id = int(model.tokenizer.mask_token_id) if encoder_mask_ratio > 0 else None
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None) -> Tensor:
         features = list(sentence_features)
-        if len(features) < 2:
-            raise ValueError(f"CrossPassageLoss needs (anchor, positive) columns, got {len(features)} column(s)")
+        needed = 2 + self.hard_negatives
+        if len(features) < needed:
+            raise ValueError(
+                f"CrossPassageLoss needs (anchor, positive{', negative_1 ..' if self.hard_negatives else ''}) "
+                f"columns: {needed}, got {len(features)} column(s)"
+            )
         if self.encoder_mask_ratio > 0:
             # xPRT's encoder pass: per-token masks drawn per column (anchor first), then one merged forward
             encoded = encode_columns(
                 self.model,
-                features[:2],
+                features[:needed],
                 mask_ratio=self.encoder_mask_ratio,
                 special_ids=self.special_ids,
                 mask_token_id=self.mask_token_id,
             )
             return self.compute_loss_from_embeddings(encoded.embeddings, labels)
         # One merged forward over anchor and positive: both are passages of the same kind and width.
-        anchors, positives = embed_columns(self.model, features[:2], separate_first=False)
-        return self.compute_loss_from_embeddings([anchors, positives], labels)
+        embeddings = embed_columns(self.model, features[:needed], separate_first=False)
+        return self.compute_loss_from_embeddings(list(embeddings), labels)
 
     def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
+        negatives = torch.stack(embeddings[2 : 2 + self.hard_negatives], dim=1) if self.hard_negatives else None
         return cross_passage_loss(
-            embeddings[0], embeddings[1], _document_ids(labels), self.temperature, self.gather_across_devices
+            embeddings[0],
+            embeddings[1],
+            _document_ids(labels),
+            self.temperature,
+            self.gather_across_devices,
+            negatives=negatives,
         )
 
     def get_config_dict(self) -> dict[str, Any]:
@@ -185,6 +213,7 @@ class CrossPassageLoss(nn.Module):
             "temperature": self.temperature,
             "gather_across_devices": self.gather_across_devices,
             "encoder_mask_ratio": self.encoder_mask_ratio,
+            "hard_negatives": self.hard_negatives,
         }
 
     @property

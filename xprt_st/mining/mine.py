@@ -103,6 +103,8 @@ def mine(corpus: Any, output_dir: str | Path, **settings: Any) -> dict[str, Any]
 
     ``settings`` are :class:`MiningConfig` fields plus ``model`` as a loaded SentenceTransformer or a
     name, ``progress`` and ``overwrite`` (see :class:`~xprt_st.mining.engines.local.GroupBuilder`).
+    ``hard_negatives=K`` (and ``hard_negative_max_ratio``) then adds K hard-negative columns to the groups
+    (:func:`~xprt_st.mining.hard_negatives.add_hard_negatives`).
     The defaults are the CLI's: anchors above the median centrality of the corpus unless
     ``threshold`` or ``threshold_quantile`` is given (``threshold=0.825`` is the paper's).
     ``engine="ray"`` (with ``num_workers`` and ``ray_address``) runs on a Ray cluster instead, with
@@ -114,10 +116,25 @@ def mine(corpus: Any, output_dir: str | Path, **settings: Any) -> dict[str, Any]
     options["num_workers"] = settings.pop("num_workers", None)
     options["ray_address"] = settings.pop("ray_address", None)
     model = settings.pop("model", None)
+    hard_negatives = int(settings.pop("hard_negatives", 0) or 0)
+    max_ratio = float(settings.pop("hard_negative_max_ratio", 0.95))
     if model is not None and not isinstance(model, str | Path):
         config = MiningConfig(**settings)
     else:
         config, model = MiningConfig(model=None if model is None else str(model), **settings), None
     result = run_mining(list(corpus), output_dir, config, model=model, **options)
     assert isinstance(result, dict)
+    if hard_negatives > 0 and result.get("settings", {}).get("hard_negatives") != hard_negatives:
+        from xprt_st.mining.hard_negatives import add_hard_negatives
+        from xprt_st.mining.layout import read_stats
+
+        add_hard_negatives(
+            output_dir,
+            hard_negatives,
+            model=model if model is not None else config.model,
+            max_ratio=max_ratio,
+            batch_size=config.batch_size,
+            seed=config.seed,
+        )
+        result = read_stats(output_dir) or result
     return result

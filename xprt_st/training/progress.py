@@ -24,6 +24,47 @@ HIDDEN_LOG_KEYS = {
 
 logger = logging.getLogger(__name__)
 
+NO_SIGNAL_LOSS = 0.05
+"""An objective loss below this at the first logged step means the run has almost nothing to learn."""
+
+OBJECTIVE_LOSS_KEYS = ("xp", "base", "loss")
+"""Where the objective's own loss is in a log entry: L_xp of XPRTLoss, the wrapped loss under retention, or the
+total (no retention)."""
+
+
+def objective_loss(logs: dict[str, float]) -> tuple[str, float] | None:
+    """The objective's own loss in a Trainer log entry (``xp``, else ``base``, else ``loss``), or None.
+
+    Example:
+        >>> objective_loss({"loss": 0.07, "base": 0.007, "retention": 0.063})
+        ('base', 0.007)
+    """
+    for key in OBJECTIVE_LOSS_KEYS:
+        value = logs.get(key)
+        if isinstance(value, (int, float)):
+            return key, float(value)
+    return None
+
+
+def report_start_loss(logs: dict[str, float], step: int) -> bool:
+    """Log the objective's loss at the first logged step, and warn when it is already near 0; True if reported."""
+    found = objective_loss(logs)
+    if found is None:
+        return False
+    key, value = found
+    logger.info("start of training: objective loss %s=%.4f at step %d", key, value, step)
+    if value < NO_SIGNAL_LOSS:
+        logger.warning(
+            "the objective loss is already %.4f (< %.2f) at step %d: this run has almost no training signal (a "
+            "strong start whose mined positives are already its nearest passages, against easy in-batch "
+            "negatives); try hard negatives (recipe change-only-positive-hard, mined with --hard-negatives) "
+            "or a larger batch",
+            value,
+            NO_SIGNAL_LOSS,
+            step,
+        )
+    return True
+
 
 def format_terms(logs: dict[str, float]) -> str:
     """``key=value`` for each loss term, scheduled weight and the learning rate of a Trainer log entry."""
@@ -48,6 +89,7 @@ class RichProgressCallback(TrainerCallback):
         self.console = console
         self.progress: Progress | None = None
         self.task: int | None = None
+        self.start_reported = False
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs) -> None:
         if not state.is_world_process_zero:
@@ -77,6 +119,8 @@ class RichProgressCallback(TrainerCallback):
         logs: dict[str, float] | None = None,
         **kwargs,
     ) -> None:
+        if state.is_world_process_zero and logs and not self.start_reported:
+            self.start_reported = report_start_loss(logs, state.global_step)
         if self.progress is None or self.task is None or not logs:
             return
         terms = format_terms(logs)
@@ -92,6 +136,10 @@ class RichProgressCallback(TrainerCallback):
 class LogLinesCallback(TrainerCallback):
     """Without a progress display: one INFO log line per Trainer log entry (main process only)."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.start_reported = False
+
     def on_log(
         self,
         args: TrainingArguments,
@@ -103,3 +151,5 @@ class LogLinesCallback(TrainerCallback):
         terms = format_terms(logs or {})
         if state.is_world_process_zero and terms:
             logger.info("step %d/%d: %s", state.global_step, state.max_steps, terms)
+        if state.is_world_process_zero and logs and not self.start_reported:
+            self.start_reported = report_start_loss(logs, state.global_step)

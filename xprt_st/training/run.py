@@ -285,7 +285,7 @@ def _train_recipe(
     else:
         _check_fresh_output(output)
 
-    objective = get_objective(recipe.objective.name)
+    objective = get_objective(recipe.objective.name).with_args(recipe.objective.args)  # + hard-negative columns
     retention = recipe.retention.enabled
     world = int(os.environ.get("WORLD_SIZE", "1"))
     mined = load_mined(

@@ -1,0 +1,96 @@
+"""Hard negatives from other documents: the pure top-k and filter by hand, and the pass over a mined folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import datasets
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from xprt_st.mining import mine
+from xprt_st.mining.hard_negatives import add_hard_negatives, nearest_other_documents, positive_aware_filter
+
+TOPICS = ["river", "violin", "glacier", "tax", "comet", "bakery", "chess", "volcano", "orchid", "railway"]
+
+
+def _unit(*angles_degrees: float) -> np.ndarray:
+    radians = np.radians(angles_degrees)
+    return np.stack([np.cos(radians), np.sin(radians)], axis=1)
+
+
+def test_nearest_other_documents_by_hand_and_the_same_in_any_chunking() -> None:
+    # query at 0 degrees (document 0); pool at 0 (document 0: excluded), 10, 30, 60, 90 degrees (documents 1-4)
+    queries = _unit(0.0)
+    pool = _unit(0.0, 10.0, 30.0, 60.0, 90.0)
+    labels = np.array([0, 1, 2, 3, 4])
+    for chunk in (1, 2, 5, 100):
+        scores, indices = nearest_other_documents(queries, np.array([0]), pool, labels, depth=3, pool_chunk=chunk)
+        assert indices.tolist() == [[1, 2, 3]]
+        assert scores[0] == pytest.approx(np.cos(np.radians([10.0, 30.0, 60.0])), abs=1e-6)
+    # fewer candidates than the depth: the rest are -inf / -1
+    scores, indices = nearest_other_documents(queries, np.array([0]), pool[:2], labels[:2], depth=3)
+    assert indices.tolist() == [[1, -1, -1]] and np.isneginf(scores[0, 1:]).all()
+
+
+def test_positive_aware_filter_drops_candidates_above_the_ratio_of_the_positive() -> None:
+    # positive cosine 0.9: the threshold at 0.95 x 0.9 = 0.855 drops 0.99 and 0.86, keeps 0.85 and 0.5
+    scores = np.array([[0.99, 0.86, 0.85, 0.5]])
+    indices = np.array([[10, 11, 12, 13]])
+    chosen, found = positive_aware_filter(scores, indices, np.array([0.9]), count=2, max_ratio=0.95)
+    assert chosen.tolist() == [[12, 13]] and found.tolist() == [2]
+    # one survivor for two slots: padded with it; ratio 1 keeps everything up to the positive itself
+    chosen, found = positive_aware_filter(scores, indices, np.array([0.9]), count=2, max_ratio=0.56)
+    assert chosen.tolist() == [[13, 13]] and found.tolist() == [1]
+    chosen, _ = positive_aware_filter(scores, indices, np.array([0.9]), count=2, max_ratio=1.0)
+    assert chosen.tolist() == [[11, 12]]  # only 0.99 lies above the positive's 0.9 itself
+    # nothing survives: -1 throughout, found 0 (the caller draws a stand-in)
+    chosen, found = positive_aware_filter(scores, indices, np.array([0.5]), count=2, max_ratio=0.5)
+    assert chosen.tolist() == [[-1, -1]] and found.tolist() == [0]
+
+
+def _corpus(path: Path, documents: int) -> Path:
+    rows = []
+    for i in range(documents):
+        topic = TOPICS[i % len(TOPICS)]
+        paragraphs = [
+            f"The {topic} story part {j} of document {i} mentions {topic} facts and {topic} history. "
+            f"Experts on the {topic} add detail number {i * 10 + j} about {TOPICS[(i + j) % len(TOPICS)]}."
+            for j in range(3 + i % 4)
+        ]
+        rows.append(json.dumps({"text": "\n\n".join(paragraphs), "id": f"doc-{i}"}))
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def test_mine_adds_negatives_of_other_training_documents(tmp_path: Path, tiny_model) -> None:
+    corpus = _corpus(tmp_path / "c.jsonl", 16)
+    out = tmp_path / "mined"
+    settings = {"max_tokens": 32, "min_tokens": 8, "batch_size": 16, "id_field": "id", "holdout": 0.25}
+    stats = mine(corpus, out, model=tiny_model, progress=False, hard_negatives=2, **settings)
+    assert stats["settings"]["hard_negatives"] == 2 and stats["hard_negatives"]["groups"] == stats["groups"]
+    groups = datasets.load_from_disk(str(out))
+    assert {"negative_1", "negative_2"} <= set(groups.column_names) and len(groups) == stats["groups"]
+    passages = pq.read_table(out / "passages.parquet").to_pylist()
+    documents_of = {}
+    for row in passages:
+        documents_of.setdefault(row["text"], set()).add((row["label"], row["held_out"]))
+    held_out_texts = {row["text"] for row in passages if row["held_out"]}
+    assert held_out_texts, "the corpus must hold out some documents for this test to mean anything"
+    for group in groups:
+        for column in ("negative_1", "negative_2"):
+            text = group[column]
+            assert text not in held_out_texts
+            assert all(label != group["label"] for label, _ in documents_of[text])  # another document's passage
+    # the paper's data is untouched: the mined group columns are those of a folder mined without the option
+    plain = tmp_path / "plain"
+    mine(corpus, plain, model=tiny_model, progress=False, **settings)
+    plain_groups = datasets.load_from_disk(str(plain))
+    assert plain_groups["anchor"] == groups["anchor"] and plain_groups["positive"] == groups["positive"]
+    # a second pass replaces the columns instead of adding more
+    add_hard_negatives(out, 1, model=tiny_model)
+    again = datasets.load_from_disk(str(out))
+    assert [c for c in again.column_names if c.startswith("negative_")] == ["negative_1"]
+    assert json.loads((out / "stats.json").read_text())["settings"]["hard_negatives"] == 1
