@@ -36,6 +36,7 @@ def finetune(
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
     from sentence_transformers.sentence_transformer.training_args import BatchSamplers
     from transformers import set_seed
+    from transformers.trainer_callback import PrinterCallback
 
     if not pairs:
         raise ValueError("no training pairs to fine-tune on")
@@ -47,7 +48,8 @@ def finetune(
         num_train_epochs=settings.epochs,
         per_device_train_batch_size=settings.batch_size,
         learning_rate=settings.learning_rate,
-        warmup_ratio=settings.warmup_ratio,
+        # transformers >= 5 reads a float warmup_steps in [0, 1) as a share of the steps; warmup_ratio is deprecated
+        warmup_steps=settings.warmup_ratio,
         seed=settings.seed,
         data_seed=settings.seed,
         batch_sampler=BatchSamplers.NO_DUPLICATES,
@@ -63,6 +65,8 @@ def finetune(
         train_dataset=dataset,
         loss=MultipleNegativesRankingLoss(student, scale=settings.scale),
     )
+    # disable_tqdm makes transformers print every log dict to stdout; the comparison reports its own tables
+    trainer.remove_callback(PrinterCallback)
     trainer.train()
     return student
 

@@ -1,0 +1,376 @@
+"""The README and docs agree with the files their figures come from, and with the code they describe.
+
+Every figure the README quotes is recomputed here from its source (``benchmarks/results/*.json``, the tables of
+``docs/results.md``), so a figure that drifts from its source, or a source re-run without the README following,
+fails a test that names both.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text(encoding="utf-8")
+RESULTS = (REPO / "docs" / "results.md").read_text(encoding="utf-8")
+LOSSES = (REPO / "docs" / "losses.md").read_text(encoding="utf-8")
+MINING = (REPO / "docs" / "mining.md").read_text(encoding="utf-8")
+BENCH = REPO / "benchmarks" / "results"
+USER_DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+def _json(name: str) -> dict:
+    return json.loads((BENCH / name).read_text(encoding="utf-8"))
+
+
+def _section(text: str, heading: str) -> str:
+    """The text from the heading line that starts with ``heading`` up to the next heading of its level or above."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(heading)), None)
+    assert start is not None, f"no heading starting with {heading!r}"
+    level = len(heading) - len(heading.lstrip("#"))
+    end = next(
+        (
+            i
+            for i in range(start + 1, len(lines))
+            if lines[i].startswith("#") and len(lines[i]) - len(lines[i].lstrip("#")) <= level
+        ),
+        len(lines),
+    )
+    return "\n".join(lines[start:end])
+
+
+def _tables(text: str) -> list[list[dict[str, str]]]:
+    """Every markdown table of ``text`` as rows keyed by its header cells."""
+    tables, block = [], []
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("|"):
+            block.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+            continue
+        if len(block) >= 2:
+            header, rows = block[0], block[2:]
+            tables.append([dict(zip(header, row, strict=False)) for row in rows])
+        block = []
+    return tables
+
+
+def _table(text: str, first_column: str, containing: str | None = None) -> list[dict[str, str]]:
+    """The first table whose first header cell is ``first_column`` (and which has a row naming ``containing``)."""
+    for table in _tables(text):
+        if table and next(iter(table[0])) == first_column:
+            if containing is None or any(containing in next(iter(row.values())) for row in table):
+                return table
+    raise AssertionError(f"no table with first column {first_column!r}")
+
+
+def _mean_table(text: str) -> list[dict[str, str]]:
+    """The first table of ``text`` with a mean-over-seeds column: a section's "Average gain" table."""
+    for table in _tables(text):
+        if table and "mean" in table[0] and "spread (max-min)" in table[0]:
+            return table
+    raise AssertionError("no table with a mean and a spread column")
+
+
+def _number(cell: str) -> float:
+    match = re.search(r"[-+]?\d+(?:\.\d+)?", cell.replace("\u2212", "-"))
+    assert match, f"no number in {cell!r}"
+    return float(match.group())
+
+
+def _means(table: list[dict[str, str]], key: str = "model") -> dict[str, float]:
+    return {row[key]: _number(row["mean"]) for row in table}
+
+
+def _readme_row(setting_start: str, exact: bool = False) -> dict[str, str]:
+    table = _table(_section(README, "## Results at a glance"), "setting")
+    rows = [
+        row for row in table if (row["setting"] == setting_start if exact else row["setting"].startswith(setting_start))
+    ]
+    assert len(rows) == 1, f"README's results table has no single row starting with {setting_start!r}"
+    return rows[0]
+
+
+def _signed(values: str) -> list[float]:
+    return [float(v) for v in re.findall(r"[-+]\d+\.\d+", values)]
+
+
+# --- The README's shape -------------------------------------------------------------------------------
+
+
+def test_readme_is_short_and_has_the_sections_users_look_for() -> None:
+    assert len(README.splitlines()) <= 200
+    headings = re.findall(r"^## (.+)$", README, flags=re.M)
+    for wanted in ("Install", "On your own documents", "Which recipe", "Results at a glance", "Citation", "License"):
+        assert wanted in headings, f"README has no '## {wanted}' section"
+    citation = _section(README, "## Citation").replace("{", "").replace("}", "")
+    assert citation.count("@") >= 3 and "```bibtex" in citation and "Xiao, Shitao" in citation
+    assert "RetroMAE: Pre-Training Retrieval-oriented Language Models Via Masked Auto-Encoder" in citation
+    assert "Cross-Passage Retrieval Pretraining" in citation
+
+
+def test_the_two_setup_commands_stay_two_and_ci_runs_the_readme_test_command() -> None:
+    block = re.search(r"## Install\n\n```bash\n(.*?)```", README, flags=re.S)
+    assert block, "README's Install section must open with its bash block"
+    commands = [line.split("#")[0].strip() for line in block.group(1).splitlines() if line.strip()]
+    assert len(commands) == 2
+    assert commands[0].endswith("xprt-st quickstart") and "pip install" in commands[0]
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    assert commands[1] in ci.splitlines(), f".ci/run must run the README's test command {commands[1]!r}"
+
+
+def test_minimum_versions_are_pyprojects_lower_bounds() -> None:
+    pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    bounds = dict(re.findall(r'"([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?>=([0-9.]+)"', pyproject))
+    quoted = re.findall(r"([A-Za-z][A-Za-z0-9_-]*) >= ([0-9][0-9.]*[0-9])", _section(README, "## Install"))
+    assert len(quoted) >= 5
+    for name, version in quoted:
+        if name == "Python":
+            assert f'requires-python = ">={version}"' in pyproject
+        else:
+            assert bounds.get(name) == version, f"README says {name} >= {version}, pyproject.toml {bounds.get(name)}"
+
+
+def test_user_docs_name_no_issue_numbers_and_no_commit_hashes() -> None:
+    for path in USER_DOCS:
+        text = path.read_text(encoding="utf-8")
+        issues = re.findall(r"\bissues? #?\d+", text, flags=re.I)
+        assert not issues, f"{path.name} names {issues[:3]}"
+        if path.name == "results.md":  # its runs keep the commit they ran on (provenance)
+            continue
+        hashes = [h for h in re.findall(r"\b[0-9a-f]{7,40}\b", text) if re.search(r"\d", h) and re.search("[a-f]", h)]
+        assert not hashes, f"{path.name} names commits {hashes[:3]}"
+
+
+def test_readme_uses_the_cli_vocabulary() -> None:
+    commands = "\n".join(re.findall(r"```bash\n(.*?)```", README, flags=re.S)) + "\n".join(
+        re.findall(r"`(xprt-st [^`]+)`", README)
+    )
+    for old in ("--data ", "--output-dir", "--base ", "--no-progress", "--threshold-quantile 0.4"):
+        assert old not in commands, f"README still uses {old.strip()!r}"
+    assert "--mined mined/" in commands and " -o " in commands
+
+
+def test_readme_links_point_at_files_that_exist() -> None:
+    for target in re.findall(r"\]\(([^)#]+)\)", README):
+        if not target.startswith("http"):
+            assert (REPO / target).exists(), f"README links to {target}, which does not exist"
+
+
+def test_readme_python_example_imports_and_binds() -> None:
+    block = re.search(r"## From Python\n.*?```python\n(.*?)```", README, flags=re.S)
+    assert block
+    tree = ast.parse(block.group(1))
+    names = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            module = importlib.import_module(node.module)
+            for alias in node.names:
+                names[alias.asname or alias.name] = getattr(module, alias.name)
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+    called = {call.func.id for call in calls if call.func.id in names}
+    assert called == set(names), f"imported but not called: {set(names) - called}"
+    for call in calls:
+        if call.func.id in names:
+            signature = inspect.signature(names[call.func.id])
+            signature.bind(*call.args, **{kw.arg: kw.value for kw in call.keywords if kw.arg})
+
+
+# --- The README's figures against their sources ---------------------------------------------------------
+
+
+def _recipe_costs() -> dict[str, float]:
+    table = _table(_section(README, "## Which recipe"), "recipe")
+    return {row["recipe"].strip("`"): _number(row["step cost"]) for row in table}
+
+
+def test_recipe_table_lists_every_shipped_recipe() -> None:
+    shipped = {path.stem for path in (REPO / "xprt_st" / "recipes").glob("*.yaml")}
+    assert set(_recipe_costs()) == shipped
+
+
+def test_recipe_step_costs_are_the_measured_ones() -> None:
+    bench = _json("bench-losses-cpu.json")["results"]
+    measured = {
+        "change-only-positive": bench["positive_only"]["cpu_ratio"],
+        "xprt": bench["xprt"]["cpu_ratio"],
+        "retromae": bench["retromae"]["cpu_ratio"],
+    }
+    costs = _recipe_costs()
+    for recipe, ratio in measured.items():
+        assert costs[recipe] == round(ratio, 1), f"{recipe}: README {costs[recipe]}x, benchmark {ratio:.2f}x"
+    # the same losses: L_xp on other pairs or masked passes, xprt's objective on other positives
+    assert costs["change-only-positive-masked"] == costs["random-span-contrastive"] == costs["change-only-positive"]
+    assert costs["random-positive"] == costs["xprt"]
+    # no step benchmark: training time relative to change-only-positive in the from-BERT run (seeds 42, 43)
+    run_times = _table(_section(RESULTS, "## Run times"), "stage")
+    times = {row["stage"]: float(row["wall seconds"]) for row in run_times if row["stage"].startswith("seed")}
+
+    def mean(recipe: str) -> float:
+        return (times[f"seed 42 train {recipe}"] + times[f"seed 43 train {recipe}"]) / 2
+
+    for recipe in ("tsdae", "self-only"):
+        assert costs[recipe] == round(mean(recipe) / mean("change-only-positive"), 1), recipe
+
+
+def test_the_decoder_cost_is_one_figure_everywhere() -> None:
+    figure = f"{_json('bench-losses-cpu.json')['results']['xprt']['cpu_ratio']:.1f}x"
+    assert figure == "6.7x"
+    notebook = (REPO / "notebooks" / "adoption.ipynb").read_text(encoding="utf-8")
+    for name, text in (("notebook", notebook), ("results.md", RESULTS), ("losses.md", LOSSES)):
+        assert figure in text, f"{name} does not quote the step cost {figure}"
+    for stale in ("about 3x", "threefold", "about 10x", "about 8x"):
+        for name, text in (("notebook", notebook), ("results.md", RESULTS), ("README", README)):
+            assert stale not in text, f"{name} still says {stale!r}"
+
+
+def test_headline_figures() -> None:
+    headline = README.split("## Install")[0]
+    positive = _means(_table(_section(RESULTS, "## 4. "), "versus"), key="versus")["change-only-random-positive"]
+    assert f"{positive:.2f} points" in headline
+    continued = [
+        *_means(_mean_table(_section(RESULTS, "## 1. "))).values(),
+        *_means(_mean_table(_section(RESULTS, "## 2. "))).values(),
+    ]
+    assert "about half a point" in headline and max(abs(v) for v in continued) <= 0.5
+
+
+def test_results_at_a_glance() -> None:
+    continued = {
+        **{f"1:{k}": v for k, v in _means(_mean_table(_section(RESULTS, "## 1. "))).items()},
+        **{f"2:{k}": v for k, v in _means(_mean_table(_section(RESULTS, "## 2. "))).items()},
+    }
+    assert _signed(_readme_row("continued")["result"]) == [min(continued.values()), max(continued.values())]
+
+    rerun = _means(_mean_table(_section(RESULTS, "### 3b, re-run")))
+    contrastive = [rerun[r] for r in ("xprt", "change-only-positive", "random-positive", "random-span-contrastive")]
+    reconstruction = [rerun[r] for r in ("retromae", "tsdae", "self-only")]
+    assert _signed(_readme_row("from an MLM-only")["result"]) == [
+        min(contrastive),
+        max(contrastive),
+        min(reconstruction),
+        max(reconstruction),
+    ]
+
+    positive = _table(_section(RESULTS, "## 4. "), "versus")[0]
+    assert (
+        positive["versus"] == "change-only-random-positive" and positive["verdict for change-only-positive"] == "gain"
+    )
+    row = _readme_row("from BERT, 120 steps of L_xp")
+    assert _signed(row["result"]) == [_number(positive["mean"])] and "gain in both seeds" in row["result"]
+
+    fill_in = _table(_section(RESULTS, "### 5, re-run"), "versus")[0]
+    assert fill_in["versus"] == "change-only-positive-masked"
+    row = _readme_row("from BERT, 120 steps", exact=True)
+    assert _signed(row["result"]) == [_number(fill_in["mean"])] and fill_in["verdict for xprt"] in row["result"]
+
+    unsupervised = _means(_mean_table(_section(RESULTS, "## 7. ")))
+    assert _signed(_readme_row("from an unsupervised")["result"]) == [
+        min(unsupervised.values()),
+        max(unsupervised.values()),
+    ]
+
+    switch = {row["branch minus branch"]: row for row in _table(_section(RESULTS, "## 9. "), "branch minus branch")}
+    mined = switch["(b) mined positive - (a) random spans"]
+    row = _readme_row("from BERT, switching")
+    assert _signed(row["result"]) == [_number(mined["mean"])] and mined["verdict"] == "loss"
+
+
+def _label_free_settings() -> dict[str, dict]:
+    settings = {"continued (MiniLM)": _json("label-free-evidence-minilm-3seeds.json")["kendall_overall"]}
+    for name, experiment in _json("label-free-settings-cpu.json")["experiments"].items():
+        settings[name] = experiment["kendall"]
+    return settings
+
+
+def test_label_free_evidence_figures() -> None:
+    settings = _label_free_settings()
+    models = sum(s["models"] for s in settings.values())
+    words = {2: "two", 3: "three", 4: "four", 5: "five"}
+    claim = f"{models} models in {words[len(settings)]} settings"
+    assert claim in README, claim
+    assert claim in RESULTS
+    # the settings whose candidates differ in where their positives come from (all but the section 5 re-run)
+    differ = [s["tau"] for name, s in settings.items() if name != "compare-from-bert-120-v2"]
+    assert _signed(_readme_row("label-free")["result"]) == [round(min(differ), 2), round(max(differ), 2)]
+    section10 = _section(RESULTS, "## 10. ")
+    assert "Two settings were measured" not in section10
+    assert f"{words[len(settings)].capitalize()} settings were measured" in section10
+
+
+# --- Figures that appear in two docs files ---------------------------------------------------------------
+
+
+def test_fill_in_terms_are_stated_one_way() -> None:
+    fill_in = _table(_section(RESULTS, "### 5, re-run"), "versus")[0]
+    figure = f"+{_number(fill_in['mean']):.2f}"
+    compared = _section(RESULTS, "## Compared with the paper")
+    assert "does not show" not in compared and figure in compared
+    assert figure in RESULTS.split("## The commands")[0]
+    assert "do not measurably help" not in RESULTS
+
+
+def test_ray_two_worker_figures_are_the_recorded_ones() -> None:
+    quiet = _json("bench-mining-ray-cpu.json")["workers"]["2"]["ratio"]
+    later = _json("bench-mining-minilm-after-ray-merge-tasks-cpu.json")["workers"]["2"]["ratio"]
+    ray = _section(MINING, "#### On Ray")
+    two = next(row for row in _table(ray, "workers") if row["workers"] == "2")
+    assert _number(two["ratio"]) == quiet
+    assert f"**{later}**" in ray
+    assert "0.995" not in README and "0.547" not in README  # the README links there instead of quoting either
+
+
+def test_evaluation_examples_label_minilm_as_minilm() -> None:
+    evaluation = (REPO / "docs" / "evaluation.md").read_text(encoding="utf-8")
+    for line in re.findall(r"xprt-st evaluate default[^\n]*\n?[^\n]*", evaluation):
+        labels = re.findall(r"--label (\S+)", line)
+        assert not labels or labels[0] != "e5", line
+
+
+# --- docs/layout.md stays true ----------------------------------------------------------------------------
+
+
+def _layout_paths() -> list[str]:
+    block = re.search(r"```\n(xprt_st/.*?)```", (REPO / "docs" / "layout.md").read_text(encoding="utf-8"), flags=re.S)
+    assert block
+    paths, stack = [], []
+    for line in block.group(1).splitlines():
+        indent = (len(line) - len(line.lstrip(" "))) // 2
+        head = line.strip().split("  ")[0]
+        entries = [entry.strip() for entry in head.split(",")]
+        if not entries[0] or not all(e.endswith((".py", "/", ".md")) or e == "recipes/" for e in entries if e):
+            continue  # a continuation line of a description
+        if not all(re.fullmatch(r"[A-Za-z0-9_.]+/?", e) for e in entries if e):
+            continue
+        del stack[indent:]
+        for entry in entries:
+            if entry:
+                paths.append("".join(stack) + entry)
+        if entries[-1].endswith("/"):
+            stack.append(entries[-1])
+    return paths
+
+
+def test_layout_names_only_paths_that_exist_and_every_package() -> None:
+    paths = _layout_paths()
+    assert "xprt_st/mining/layout/folder.py" in paths
+    for path in paths:
+        assert (REPO / path).exists(), f"docs/layout.md lists {path}, which does not exist"
+    packages = {
+        str(init.parent.relative_to(REPO)) + "/"
+        for init in (REPO / "xprt_st").rglob("__init__.py")
+        if "__pycache__" not in init.parts
+    }
+    missing = packages - set(paths)
+    assert not missing, f"docs/layout.md does not list {sorted(missing)}"
+
+
+@pytest.mark.parametrize("path", ["xprt_st/mining/layout.py"])
+def test_layout_does_not_list_removed_modules(path: str) -> None:
+    assert not (REPO / path).exists()
+    assert path not in _layout_paths()
