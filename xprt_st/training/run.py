@@ -224,7 +224,6 @@ def train_recipe(
         retention_data: a mined folder whose (anchor, positive) the retention term reads instead of the recipe's own
             pair, row by row (:mod:`xprt_st.training.retention_text`); ``xprt-st compare`` passes its mined folder so
             every recipe's retention term reads the same text. Ignored without retention or when it is ``data``.
-
         overwrite: delete what an earlier ``train`` wrote into ``output`` (only that: the manifest's files and
             ``checkpoint-N`` folders) and start again.
 
@@ -238,7 +237,10 @@ def train_recipe(
     output = Path(output)
     check_output_outside_data(output, Path(data))
     if overwrite and (resume is not None or fork_from is not None):
-        raise TrainingStateError("--overwrite deletes the run in --output and starts again; it cannot --resume it")
+        raise TrainingStateError(
+            "--overwrite deletes the run in --output and starts again; it cannot be combined with --resume or "
+            "--fork-from"
+        )
     folder = command_folder(output, "train", overwrite=overwrite)
     arguments = (recipe, data, output, resume, model, progress, callbacks, fork_from, retention_data)
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun the first process holds the folder for all
