@@ -151,3 +151,26 @@ def test_cross_id_duplicates_between_the_parts_are_counted_as_contamination(tmp_
     )
     assert all(" = " in example for example in found["examples"])
     assert json.loads((out / "stats.json").read_text())["holdout"]["contamination"] == found
+
+
+def test_a_failed_remerge_keeps_the_previous_groups_and_names_the_holdout(mined):
+    """Case 19: a re-merge that forms no group leaves the last groups; holding out everything is named as the cause."""
+    import datasets
+
+    from xprt_st.mining import NoGroupsError
+
+    before = json.loads((mined / "stats.json").read_text())
+    groups = len(datasets.load_from_disk(str(mined)))
+    assert groups == before["groups"] > 0
+    assert all(is_held_out(f"doc-{i}-copy-0", 0.999, 0) for i in range(30))  # every document, by hand
+    with pytest.raises(NoGroupsError) as error:
+        merge(mined, _config(holdout=0.999))
+    message = " ".join(str(error.value).split())
+    assert "--holdout 0.999 held out all 30 documents" in message and "threshold" not in message
+    assert f"previous {groups} training groups" in message
+    assert len(datasets.load_from_disk(str(mined))) == groups
+    assert json.loads((mined / "stats.json").read_text()) == before
+
+    with pytest.raises(NoGroupsError, match="centrality threshold"):
+        merge(mined, _config(threshold_quantile=None, threshold=10.0))  # no passage reaches it
+    assert len(datasets.load_from_disk(str(mined))) == groups
