@@ -330,3 +330,42 @@ def test_mined_tasks_name_the_true_reason_a_path_is_not_a_folder(tmp_path):
     finally:
         os.close(read)
         os.close(write)
+
+
+# --- 25: smaller ones --------------------------------------------------------------------------------------
+
+
+def test_finetune_prints_no_raw_trainer_dicts(tmp_path, tiny_model, capsys):
+    from xprt_st.finetune.folds import LabelledPair
+    from xprt_st.finetune.result import FinetuneSettings
+    from xprt_st.finetune.run import finetune
+
+    pairs = [LabelledPair(f"question {i} about topic {i}", f"answer {i} on topic {i}") for i in range(8)]
+    finetune(tiny_model, pairs, FinetuneSettings(epochs=1, batch_size=4), tmp_path / "ft")
+    out = capsys.readouterr().out
+    assert "{'loss'" not in out and "'train_runtime'" not in out
+
+
+def test_the_mined_task_honours_max_queries(tmp_path):
+    from tests.heldout_helpers import write_heldout
+    from xprt_st.evaluation.catalog import resolve_tasks
+
+    texts = {label: [f"doc {label} passage {i} word{label * 5 + i}" for i in range(4)] for label in range(3)}
+    groups = [(0, 0, [1, 2]), (0, 3, [2, 1]), (1, 1, [0, 2]), (1, 2, [3, 0]), (2, 0, [1, 3])]
+    folder = write_heldout(tmp_path / "m", texts, groups)
+    full, small = (resolve_tasks([f"mined:{folder}"], max_queries=n)[0] for n in (None, 2))
+    assert [len(task.beir.queries) for task in (full, small)] == [5, 2]
+    assert len(small.beir.corpus) == len(full.beir.corpus) == 12  # every held-out passage stays a candidate
+    assert full.metadata.revision != small.metadata.revision
+
+
+def test_the_heldout_choice_does_not_depend_on_how_the_path_is_spelled(tmp_path, monkeypatch):
+    from xprt_st.mining.reader import expand_sources
+
+    (tmp_path / "sub").mkdir()
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"text": "a"}\n', encoding="utf-8")
+    (tmp_path / "link.jsonl").symlink_to(corpus)
+    monkeypatch.chdir(tmp_path / "sub")
+    spellings = ["../c.jsonl", str(corpus), f"{tmp_path}/sub/../c.jsonl", "../link.jsonl"]
+    assert {str(expand_sources([spelling])[0]) for spelling in spellings} == {str(corpus.resolve())}

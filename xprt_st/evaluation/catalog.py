@@ -250,7 +250,7 @@ def resolve_task(
     """Turn one task spec (a local name, a path, or an MTEB name) into an mteb task; see the module doc."""
     spec = spec.strip()
     if spec.startswith(TASK_PREFIX):
-        return label_free_task(spec[len(TASK_PREFIX) :])
+        return label_free_task(spec[len(TASK_PREFIX) :], max_queries=max_queries, seed=seed)
     if spec.lower() in LOCAL_TASKS:
         return load_local_task(spec, data_dir, max_queries=max_queries, max_corpus=max_corpus, seed=seed)
     path = Path(spec).expanduser()

@@ -520,12 +520,15 @@ def small_sample_caveat(queries: int) -> str | None:
     )
 
 
-def label_free_task(folder: str | Path) -> LocalRetrievalTask:
+def label_free_task(folder: str | Path, max_queries: int | None = None, seed: int = 0) -> LocalRetrievalTask:
     """The label-free task as an mteb retrieval task (for ``xprt-st evaluate --tasks mined:DIR``).
 
     Query ids are the anchor's passage id, so mteb's ``ignore_identical_ids`` leaves each anchor out
     of its own candidates; the judgements carry the grades; mteb scores them with pytrec_eval.
+    ``max_queries`` keeps a seeded sample of the anchors (``--max-queries``); every held-out passage stays a
+    candidate.
     """
+    from xprt_st.evaluation.readers import subsample_beir
     from xprt_st.evaluation.tasks import make_retrieval_task
 
     heldout = load_heldout_task(folder)
@@ -534,11 +537,15 @@ def label_free_task(folder: str | Path) -> LocalRetrievalTask:
         queries={heldout.ids[row]: heldout.texts[row] for row in heldout.queries},
         qrels=heldout.qrels(),
     )
+    revision = heldout.fingerprint
+    if max_queries is not None and max_queries < len(data.queries):
+        data = subsample_beir(data, max_queries=max_queries, seed=seed)
+        revision = f"{revision}-q{max_queries}-s{seed}"
     label = f"{TASK_PREFIX}{Path(folder).resolve().name}"
     return make_retrieval_task(
         data,
         label,
         ignore_identical_ids=True,
-        revision=heldout.fingerprint,
+        revision=revision,
         description=f"Label-free retrieval on the held-out documents of {folder}",
     )

@@ -36,6 +36,9 @@ def finetune(
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
     from sentence_transformers.sentence_transformer.training_args import BatchSamplers
     from transformers import set_seed
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    from xprt_st.training.progress import LogLinesCallback
 
     if not pairs:
         raise ValueError("no training pairs to fine-tune on")
@@ -62,7 +65,10 @@ def finetune(
         args=args,
         train_dataset=dataset,
         loss=MultipleNegativesRankingLoss(student, scale=settings.scale),
+        callbacks=[LogLinesCallback()],  # log lines, not the raw dicts PrinterCallback prints on stdout
     )
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
     trainer.train()
     return student
 
