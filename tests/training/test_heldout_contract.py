@@ -14,6 +14,7 @@ from xprt_st.training.checkpoints import TRAINING_CONFIG_FILE, TRAINING_STATE_DI
 from xprt_st.training.heldout_contract import (
     RECORD_KEY,
     HeldOutContractError,
+    contamination_warning,
     count_overlap,
     folder_documents,
     overlap_problem,
@@ -151,6 +152,10 @@ def test_cross_id_duplicates_between_the_parts_are_counted_as_contamination(tmp_
     )
     assert all(" = " in example for example in found["examples"])
     assert json.loads((out / "stats.json").read_text())["holdout"]["contamination"] == found
+    # the checks that read the folder (evaluate mined:DIR, interpolate --select, the training run) name them
+    warning = contamination_warning(out)
+    assert warning is not None and f"{found['documents']} of its {stats['holdout']['documents']} held-out" in warning
+    assert contamination_warning(tmp_path / "nowhere") is None
 
 
 def test_a_failed_remerge_keeps_the_previous_groups_and_names_the_holdout(mined):
@@ -172,5 +177,5 @@ def test_a_failed_remerge_keeps_the_previous_groups_and_names_the_holdout(mined)
     assert json.loads((mined / "stats.json").read_text()) == before
 
     with pytest.raises(NoGroupsError, match="centrality threshold"):
-        merge(mined, _config(threshold_quantile=None, threshold=10.0))  # no passage reaches it
+        merge(mined, _config(threshold_quantile=None, threshold=1.0))  # no passage reaches it
     assert len(datasets.load_from_disk(str(mined))) == groups
