@@ -14,6 +14,7 @@ from xprt_st.training.checkpoints import TRAINING_CONFIG_FILE, TRAINING_STATE_DI
 from xprt_st.training.heldout_contract import (
     RECORD_KEY,
     HeldOutContractError,
+    contamination_warning,
     count_overlap,
     folder_documents,
     overlap_problem,
@@ -151,3 +152,30 @@ def test_cross_id_duplicates_between_the_parts_are_counted_as_contamination(tmp_
     )
     assert all(" = " in example for example in found["examples"])
     assert json.loads((out / "stats.json").read_text())["holdout"]["contamination"] == found
+    # the checks that read the folder (evaluate mined:DIR, interpolate --select, the training run) name them
+    warning = contamination_warning(out)
+    assert warning is not None and f"{found['documents']} of its {stats['holdout']['documents']} held-out" in warning
+    assert contamination_warning(tmp_path / "nowhere") is None
+
+
+def test_a_failed_remerge_keeps_the_previous_groups_and_names_the_holdout(mined):
+    """Case 19: a re-merge that forms no group leaves the last groups; holding out everything is named as the cause."""
+    import datasets
+
+    from xprt_st.mining import NoGroupsError
+
+    before = json.loads((mined / "stats.json").read_text())
+    groups = len(datasets.load_from_disk(str(mined)))
+    assert groups == before["groups"] > 0
+    assert all(is_held_out(f"doc-{i}-copy-0", 0.999, 0) for i in range(30))  # every document, by hand
+    with pytest.raises(NoGroupsError) as error:
+        merge(mined, _config(holdout=0.999))
+    message = " ".join(str(error.value).split())
+    assert "--holdout 0.999 held out all 30 documents" in message and "threshold" not in message
+    assert f"previous {groups} training groups" in message
+    assert len(datasets.load_from_disk(str(mined))) == groups
+    assert json.loads((mined / "stats.json").read_text()) == before
+
+    with pytest.raises(NoGroupsError, match="centrality threshold"):
+        merge(mined, _config(threshold_quantile=None, threshold=1.0))  # no passage reaches it
+    assert len(datasets.load_from_disk(str(mined))) == groups

@@ -7,12 +7,30 @@ and model checks, where warnings go) is in :mod:`xprt_st.cli.common`.
 
 from __future__ import annotations
 
-import inspect
-import math
+import os
+import signal
+import sys
 from typing import Any
 
-import typer
-from typer.core import TyperCommand, TyperGroup
+
+def _interrupted_while_starting(signum: int, frame: Any) -> None:
+    """Ctrl-C while the libraries load (seconds): one line and exit 130, not a traceback from inside an import."""
+    del signum, frame
+    sys.stderr.write("xprt-st: interrupted while starting; nothing was done\n")
+    sys.stderr.flush()
+    os._exit(130)
+
+
+try:  # only the main thread may set a handler; elsewhere (a thread importing the CLI) keep Python's
+    _previous_handler: Any = signal.signal(signal.SIGINT, _interrupted_while_starting)
+except ValueError:
+    _previous_handler = None
+
+import inspect  # noqa: E402
+import math  # noqa: E402
+
+import typer  # noqa: E402
+from typer.core import TyperCommand, TyperGroup  # noqa: E402
 
 _HYPHEN_STAND_IN = "\ue000"
 """A one-column private-use character that stands for '-' while help text is wrapped."""
@@ -80,6 +98,9 @@ app = typer.Typer(
 
 # The imports register each subcommand on ``app``.
 from xprt_st.cli import compare, evaluate, interpolate, mine, quickstart, train  # noqa: E402, F401
+
+if _previous_handler is not None:  # started: later interrupts are the commands' to handle (exit 130, work kept)
+    signal.signal(signal.SIGINT, _previous_handler)
 
 for _info in app.registered_commands:
     if _info.cls in (None, TyperCommand):

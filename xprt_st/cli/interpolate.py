@@ -51,7 +51,7 @@ def interpolate(
     from xprt_st.interpolate import AlphaError, ArchitectureMismatchError, check_alpha, parse_alphas
     from xprt_st.models import ModelLoadError
     from xprt_st.output_folder import hold_folder
-    from xprt_st.training.heldout_contract import refuse_overlap
+    from xprt_st.training.heldout_contract import contamination_warning, refuse_overlap
 
     def fail(message: object) -> typer.Exit:
         err_console.print(f"[bold red]error:[/bold red] {message}", highlight=False)
@@ -71,6 +71,9 @@ def interpolate(
                 raise AlphaError(f"--select {select!r}: expected mined:DIR, the folder written by xprt-st mine")
             heldout = load_heldout_task(select[len(TASK_PREFIX) :])
             refuse_overlap([start, trained], heldout.path, f"interpolate --select {select}")
+            duplicates = contamination_warning(heldout.path)
+            if duplicates is not None:
+                err_console.print(f"[bold yellow]warning:[/bold yellow] {duplicates}", highlight=False)
         check_model(start, "START")
         check_model(trained, "TRAINED")
         folder = hold_folder(output, "interpolate", overwrite=overwrite)

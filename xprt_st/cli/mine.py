@@ -262,6 +262,9 @@ def inspect(
     threshold: Annotated[float | None, typer.Option(help="Threshold to draw; default the mined one.")] = None,
 ) -> None:
     """Write an HTML report to check the anchor filter on your corpus (paper adoption step 2)."""
+    if sample < 0:
+        console.print(f"[bold red]error:[/] --sample {sample}: give 0 or more documents to show")
+        raise typer.Exit(2)
     try:
         path = write_report(folder, output, sample=sample, seed=seed, threshold=threshold)
     except MiningError as error:

@@ -254,7 +254,7 @@ def resolve_task(
     """Turn one task spec (a local name, a path, or an MTEB name) into an mteb task; see the module doc."""
     spec = spec.strip()
     if spec.startswith(TASK_PREFIX):
-        return label_free_task(spec[len(TASK_PREFIX) :])
+        return label_free_task(spec[len(TASK_PREFIX) :], max_queries=max_queries, seed=seed)
     if spec.startswith(TITLES_PREFIX):
         return titles_task(spec[len(TITLES_PREFIX) :])
     if spec.lower() in LOCAL_TASKS:

@@ -52,9 +52,12 @@ Example:
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
+import os
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,6 +109,34 @@ class TooFewAnchorsError(HeldOutError):
 # --------------------------------------------------------------------------------------------------
 # Reading the held-out part
 # --------------------------------------------------------------------------------------------------
+
+
+def not_a_folder(path: Path) -> str:
+    """Why ``path`` is not a folder, in words: missing, a file, a symlink loop, a dangling link, a pipe.
+
+    Example:
+        >>> not_a_folder(Path("/no/such/place"))
+        'does not exist'
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError as error:
+        return f"cannot be read ({error.strerror})"
+    if stat.S_ISLNK(mode):
+        try:
+            os.stat(path)
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                return "is a symbolic link loop (it resolves to itself)"
+            return f"is a symbolic link to {os.readlink(path)}, which does not exist"
+        mode = os.stat(path).st_mode
+    if stat.S_ISFIFO(mode):
+        return "is a pipe, not a folder (a shell's <(...) gives one)"
+    if stat.S_ISREG(mode):
+        return "is a file, not a folder"
+    return "is not a folder"
 
 
 def read_heldout(folder: str | Path) -> tuple[Dataset, Dataset] | None:
@@ -196,7 +227,7 @@ def load_heldout_task(folder: str | Path) -> HeldOut:
     """
     folder = Path(folder)
     if not folder.is_dir():
-        raise HeldOutError(f"mined folder {folder} does not exist; give the --output folder of xprt-st mine")
+        raise HeldOutError(f"mined folder {folder} {not_a_folder(folder)}; give the --output folder of xprt-st mine")
     loaded = read_heldout(folder)
     if loaded is None:
         raise HeldOutError(
@@ -418,6 +449,7 @@ def format_comparison(record: Mapping[str, Any], names: tuple[str, str] = ("star
         f"{reference} {record['start']:.4f}, {model} {record['model']:.4f}, "
         f"difference {record['difference']:+.4f} [{record['ci_low']:+.4f}, {record['ci_high']:+.4f}]; "
         f"10-NN overlap with the {reference} {record['knn_overlap_at_10']:.3f}"
+        + (f" (caveat: {record['caveat']})" if record.get("caveat") else "")
     )
 
 
@@ -444,7 +476,7 @@ def comparison(model: LabelFreeScore, start: LabelFreeScore) -> dict[str, Any]:
     """The JSON record of a model against its start: both scores, the difference, its interval, the drift."""
     gain = difference(model, start)
     moved = drift(model, start)
-    return {
+    record = {
         "task": "label-free nDCG@10 on the held-out documents",
         "queries": len(model.per_query),
         "passages": len(model.embeddings),
@@ -458,14 +490,45 @@ def comparison(model: LabelFreeScore, start: LabelFreeScore) -> dict[str, Any]:
         "knn_overlap_at_10": moved.overlap,
         "knn_overlap_ci": [moved.low, moved.high],
     }
+    caveat = small_sample_caveat(len(model.per_query))
+    if caveat is not None:
+        record["caveat"] = caveat
+    return record
 
 
-def label_free_task(folder: str | Path) -> LocalRetrievalTask:
+SMALL_SAMPLE = 30
+"""Held-out anchors below which a label-free result carries a small-sample caveat."""
+
+
+def small_sample_caveat(queries: int) -> str | None:
+    """The caveat of a label-free result on fewer than :data:`SMALL_SAMPLE` anchors, else None.
+
+    A bootstrap over a handful of queries gives an interval that is itself unreliable, so its verdict should
+    not be read as a finding.
+
+    Example:
+        >>> small_sample_caveat(2)
+        'only 2 held-out anchors (under 30): the interval and its verdict are unreliable; mine with a larger --holdout'
+        >>> small_sample_caveat(30) is None
+        True
+    """
+    if queries >= SMALL_SAMPLE:
+        return None
+    return (
+        f"only {queries} held-out anchors (under {SMALL_SAMPLE}): the interval and its verdict are unreliable; "
+        "mine with a larger --holdout"
+    )
+
+
+def label_free_task(folder: str | Path, max_queries: int | None = None, seed: int = 0) -> LocalRetrievalTask:
     """The label-free task as an mteb retrieval task (for ``xprt-st evaluate --tasks mined:DIR``).
 
     Query ids are the anchor's passage id, so mteb's ``ignore_identical_ids`` leaves each anchor out
     of its own candidates; the judgements carry the grades; mteb scores them with pytrec_eval.
+    ``max_queries`` keeps a seeded sample of the anchors (``--max-queries``); every held-out passage stays a
+    candidate.
     """
+    from xprt_st.evaluation.readers import subsample_beir
     from xprt_st.evaluation.tasks import make_retrieval_task
 
     heldout = load_heldout_task(folder)
@@ -474,11 +537,15 @@ def label_free_task(folder: str | Path) -> LocalRetrievalTask:
         queries={heldout.ids[row]: heldout.texts[row] for row in heldout.queries},
         qrels=heldout.qrels(),
     )
+    revision = heldout.fingerprint
+    if max_queries is not None and max_queries < len(data.queries):
+        data = subsample_beir(data, max_queries=max_queries, seed=seed)
+        revision = f"{revision}-q{max_queries}-s{seed}"
     label = f"{TASK_PREFIX}{Path(folder).resolve().name}"
     return make_retrieval_task(
         data,
         label,
         ignore_identical_ids=True,
-        revision=heldout.fingerprint,
+        revision=revision,
         description=f"Label-free retrieval on the held-out documents of {folder}",
     )

@@ -36,7 +36,9 @@ def finetune(
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
     from sentence_transformers.sentence_transformer.training_args import BatchSamplers
     from transformers import set_seed
-    from transformers.trainer_callback import PrinterCallback
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    from xprt_st.training.progress import LogLinesCallback
 
     if not pairs:
         raise ValueError("no training pairs to fine-tune on")
@@ -64,9 +66,11 @@ def finetune(
         args=args,
         train_dataset=dataset,
         loss=MultipleNegativesRankingLoss(student, scale=settings.scale),
+        callbacks=[LogLinesCallback()],  # log lines, not the raw dicts PrinterCallback prints on stdout
     )
     # disable_tqdm makes transformers print every log dict to stdout; the comparison reports its own tables
     trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
     trainer.train()
     return student
 

@@ -114,6 +114,10 @@ def expand_sources(sources: Sequence[str | Path]) -> list[str | Path]:
     expanded: list[str | Path] = []
     for source in sources:
         path = Path(source)
+        if path.exists():
+            # one spelling per file (./c.jsonl, c.jsonl, dir/../c.jsonl, a symlink to it): without --id-field a
+            # document's id is "<file>:<line>", and the held-out draw hashes that id
+            path = path.resolve()
         if path.is_dir():
             if (path / "state.json").is_file() or (path / "dataset_dict.json").is_file():
                 expanded.append(path)

@@ -59,6 +59,22 @@ OPTIMIZER_FILE = "optimizer.pt"
 SCHEDULER_FILE = "scheduler.pt"
 
 
+def same_model(given: str | Path, recorded: str | Path) -> bool:
+    """Whether two model options name the same model: equal, or the same folder once resolved (``tiny`` and
+    ``/abs/tiny``; the default's aliases)."""
+    if str(given) == str(recorded):
+        return True
+    from xprt_st.models import ModelLoadError, is_default_model, resolve_model_name
+
+    if is_default_model(given) and is_default_model(recorded):
+        return True
+    try:
+        first, second = resolve_model_name(given), resolve_model_name(recorded)
+    except ModelLoadError:
+        return False
+    return Path(first).expanduser().resolve() == Path(second).expanduser().resolve()
+
+
 def check_fork(checkpoint: str | Path, recipe: Recipe, model: str | None = None) -> tuple[Path, str]:
     """Validate a fork of ``checkpoint`` into ``recipe``; return the checkpoint and the trunk's starting model.
 
@@ -87,7 +103,7 @@ def check_fork(checkpoint: str | Path, recipe: Recipe, model: str | None = None)
         problems.append("training.max_steps must be set (the trunk's total), so the schedule's length is the trunk's")
     else:
         problems += _nothing_left(checkpoint, recipe.training.max_steps)
-    if model is not None and model != recorded["starting_model"]:
+    if model is not None and not same_model(model, recorded["starting_model"]):
         problems.append(f"--model {model!r} differs from the trunk's starting model {recorded['starting_model']!r}")
     if problems:
         raise TrainingStateError(

@@ -143,13 +143,17 @@ def folder_documents(folder: str | Path, trained_labels: Iterable[int] | None = 
 
         parquet = ds.dataset(str(passages), format="parquet")  # a file, or a folder of one part per chunk
         columns = [name for name in (LABEL, "doc_id", "held_out") if name in parquet.schema.names]
-        table = parquet.to_table(columns=columns).to_pydict()
-        if "doc_id" in table:
-            flags = table.get("held_out") or [False] * len(table["doc_id"])
-            for label, doc_id, is_held in zip(table[LABEL], table["doc_id"], flags, strict=True):
-                id_of[int(label)] = str(doc_id)
-                if is_held:
-                    held.append(str(doc_id))
+        if "doc_id" in columns:
+            # one row a passage; a document's passages are contiguous, so its first row stands for it
+            for batch in parquet.to_batches(columns=columns, batch_size=65536):
+                labels = batch.column(LABEL).to_numpy(zero_copy_only=False)
+                firsts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]]) if len(labels) else []
+                rows = batch.take(np.asarray(firsts, dtype=np.int64)).to_pydict()
+                flags = rows.get("held_out") or [False] * len(rows["doc_id"])
+                for label, doc_id, is_held in zip(rows[LABEL], rows["doc_id"], flags, strict=True):
+                    if int(label) not in id_of and is_held:
+                        held.append(str(doc_id))
+                    id_of[int(label)] = str(doc_id)
     if not held and not id_of and (folder / HELDOUT_PASSAGES).is_dir():
         from datasets import load_from_disk
 

@@ -243,7 +243,7 @@ def finish(
         record["difference"],
         record["ci_low"],
         record["ci_high"],
-        record["verdict"],
+        record["verdict"] + (f"; caveat: {record['caveat']}" if record.get("caveat") else ""),
         output / RESULT_FILE,
     )
     return record
@@ -269,6 +269,8 @@ def card_section(record: dict[str, Any]) -> str:
         "A drift and sanity signal, not a verdict on labelled retrieval: the relevant passages were chosen "
         "by the mining model.",
     ]
+    if record.get("caveat"):
+        lines += ["", f"Caveat: {record['caveat']}."]
     if record.get("best_checkpoint"):
         lines += ["", f"Kept the checkpoint with the best label-free score: `{record['best_checkpoint']}`."]
     return "\n".join(lines) + "\n"

@@ -30,7 +30,7 @@ from xprt_st.output_folder import OutputFolderError, command_folder
 from xprt_st.recipe import Recipe
 from xprt_st.training.checkpoints import checkpoint_folders, checkpoint_problem, unusable_checkpoints_message
 from xprt_st.training.data import STATS_FILE, load_mined
-from xprt_st.training.fork import check_fork, trainer_class
+from xprt_st.training.fork import check_fork, same_model, trainer_class
 from xprt_st.training.heldout_contract import RECORD_KEY, check_start, run_record
 from xprt_st.training.label_free import evaluation_arguments, finish, training_evaluator
 from xprt_st.training.memory import check_step_memory
@@ -272,7 +272,7 @@ def _train_recipe(
         _check_fresh_output(output)
     elif checkpoint is not None:
         recorded = read_training_config(checkpoint)
-        if model is not None and model != recorded["starting_model"]:
+        if model is not None and not same_model(model, recorded["starting_model"]):
             raise TrainingStateError(
                 f"{checkpoint} was trained from {recorded['starting_model']!r}, not {model!r}; "
                 "drop --model to resume (the retention teacher must be the original starting model)"
