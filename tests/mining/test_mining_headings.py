@@ -176,11 +176,14 @@ def test_mine_cli_title_field_and_html_headings(tmp_path, tiny_model_path):
     corpus = _jsonl(tmp_path / "pages.jsonl", pages)
     out = tmp_path / "out"
     args = ["mine", str(corpus), "-o", str(out), "--html", "--id-field", "id", "--model", str(tiny_model_path)]
-    result = CliRunner().invoke(app, [*args, "--holdout", "0.5", "--max-tokens", "24", "--min-tokens", "4", "-q"])
+    result = CliRunner().invoke(
+        app, [*args, "--holdout", "0.5", "--max-tokens", "24", "--min-tokens", "4", "-q", "--report"]
+    )
     assert result.exit_code == 0, result.output
     stats = json.loads((out / "stats.json").read_text())
     held = sum(is_held_out(f"p{i}", 0.5, 0) for i in range(12))
     assert stats["holdout"]["titles"] == held > 0 and stats["holdout"]["headings"] == 3 * held
+    assert f"&quot;titles&quot;: {held}" in (out / "report.html").read_text()
     titles = datasets.load_from_disk(str(out / "heldout" / "titles")).to_pandas()
     assert set(titles.loc[titles["kind"] == "heading", "level"]) == {2, 3}
     bad = CliRunner().invoke(app, ["mine", str(corpus), "-o", str(tmp_path / "x"), "--html", "--title-field", "name"])

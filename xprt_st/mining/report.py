@@ -356,7 +356,7 @@ def is_report(path: Path) -> bool:
 
 
 def _stats_table(stats: dict[str, Any]) -> str:
-    keys = (*SUMMARY_KEYS, "centrality_quantiles", "skipped")
+    keys = (*SUMMARY_KEYS, "centrality_quantiles", "skipped", *(["holdout"] if "holdout" in stats else []))
     rows = "".join(f"<tr><th>{k}</th><td>{html.escape(json.dumps(stats.get(k)))}</td></tr>" for k in keys)
     return f"<h2>stats.json</h2><table>{rows}</table>"
 

@@ -1,0 +1,244 @@
+"""Label-free selection, round 2 (issue 26): do titles and headings rank models as labelled queries do?
+
+In-domain, on NFCorpus: the held-out documents of a mined folder (``xprt-st mine --title-field title --holdout``)
+give the candidate signals, NFCorpus's test queries the labelled score, and the two rankings of a set of models
+are related by Kendall tau (tau-b, 95% percentile bootstrap over models, 2,000 resamples, seed 0) and by LARMOR's
+selection gap (labelled score of the model a signal picks minus the best labelled score), as in section 10 of
+``docs/results.md`` (the functions of ``label_free_evidence.py``).
+
+Candidate signals, all from the held-out documents only, higher = better:
+
+- ``titles``: nDCG@10 of ``titles:DIR`` (each held-out title a query, its document's passages relevant);
+- ``mined``: nDCG@10 of ``mined:DIR`` (the mining model's own neighbours, section 10's check);
+- ``alignment``: minus the mean squared distance of neighbouring passages of one document (Wang and Isola);
+- ``uniformity``: minus the log mean Gaussian potential over all held-out passage pairs.
+
+Settings (each its own ranking):
+
+- ``own``: the start (all-MiniLM-L6-v2) and short runs trained here on the mined folder's training documents,
+  each with its middle checkpoint and its interpolations with the start; labelled score: nDCG@10 on a seeded
+  subsample of NFCorpus's test queries with every judged document kept (``--max-queries``/``--max-corpus``);
+- ``indomain`` (``--indomain RUN``): the models of an in-domain ``xprt-st compare`` run on NFCorpus with the
+  labelled scores it recorded (all 323 test queries, full corpus); the mined folder must hold out the same
+  documents (same ``--holdout``, seed and id field), so none of those models trained on them.
+
+Run (stages are skipped when their output exists; ``OUTPUT/scores.jsonl`` keeps every scored model)::
+
+    nice -n 10 python benchmarks/label_free_titles.py --output runs/titles-nf --mined runs/titles-nf/mined \\
+        --recipes change-only-positive,tsdae --max-steps 20 --alphas 0.5 --indomain RUN --results FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from label_free_evidence import candidates, kendall, load_candidate, selection_gap, train_runs
+from label_free_settings import compare_models
+
+logger = logging.getLogger("label_free_titles")
+
+SIGNALS = ("titles", "mined", "alignment", "uniformity")
+EVAL_MAX_SEQ_LENGTH = 128
+"""The held-out passages are at most 64 tokens; the labelled documents of the own setting are read at 128."""
+
+
+def signals(model: Any, heldout: Any, titles: Any) -> dict[str, Any]:
+    """Every candidate signal of one model, from one encoding of the held-out passages (and of the titles)."""
+    from xprt_st.evaluation import label_free
+    from xprt_st.evaluation import titles as titles_task
+    from xprt_st.evaluation.embedding_stats import alignment, neighbour_pairs, uniformity
+
+    if heldout.texts != titles.texts:
+        raise ValueError("the label-free and the titles task do not list the same held-out passages")
+    tick = time.perf_counter()
+    passages = label_free.encode_passages(model, heldout)
+    scored = titles_task.score_model(model, titles, passages=passages)
+    mined = label_free.score_embeddings(heldout, passages)
+    return {
+        "titles": scored.score,
+        "titles_per_query": scored.per_query,
+        "mined": float(np.mean(list(mined.values()))),
+        "alignment": -alignment(passages, neighbour_pairs(heldout.ids)),
+        "uniformity": -uniformity(passages),
+        "signal_seconds": time.perf_counter() - tick,
+    }
+
+
+def _done(path: Path) -> dict[str, dict[str, Any]]:
+    if not path.is_file():
+        return {}
+    return {record["name"]: record for record in map(json.loads, path.read_text().splitlines())}
+
+
+def _append(path: Path, record: dict[str, Any]) -> None:
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record) + "\n")
+
+
+def endpoint_candidates(endpoints: list[Path], alphas: list[float]) -> list[dict[str, Any]]:
+    """The start, and for each trained folder its interpolations with the start and itself (``run`` is its path)."""
+    rows = [{"name": "start", "recipe": "start", "run": None, "kind": "start", "alpha": 0.0}]
+    for folder in endpoints:
+        name = f"{folder.parent.name}/{folder.name}"
+        for alpha in alphas:
+            rows.append({"name": f"{name}@a{alpha:g}", "run": str(folder), "kind": "interpolation", "alpha": alpha})
+        rows.append({"name": name, "run": str(folder), "kind": "final", "alpha": 1.0})
+    return rows
+
+
+def _load_own(row: dict[str, Any], output: Path, start: Any, max_steps: int) -> Any:
+    """A candidate of :func:`endpoint_candidates` (its ``run`` is a path), else of ``label_free_evidence``."""
+    from sentence_transformers import SentenceTransformer
+
+    from xprt_st.interpolate import interpolate
+
+    if row["kind"] == "start" or not Path(str(row["run"])).is_absolute():
+        return load_candidate(row, output, start, max_steps)
+    trained = SentenceTransformer(str(row["run"]), device="cpu")
+    return trained if row["kind"] == "final" else interpolate(start, trained, row["alpha"])
+
+
+def score_own(rows: list[dict[str, Any]], output: Path, tasks: tuple[Any, Any], labelled: Any, max_steps: int) -> list:
+    """The own setting: signals and the labelled NFCorpus subsample score of every candidate."""
+    from xprt_st.evaluation.run import evaluate_models
+    from xprt_st.models import load_model
+
+    path = output / "scores-own.jsonl"
+    done = _done(path)
+    start = load_model(None, device="cpu")
+    for row in rows:
+        if row["name"] in done:
+            continue
+        model = _load_own(row, output, start, max_steps)
+        model.max_seq_length = EVAL_MAX_SEQ_LENGTH
+        record = {**row, **signals(model, *tasks)}
+        tick = time.perf_counter()
+        report = evaluate_models([model], [labelled], labels=["m"], cache_dir=None)
+        record |= {"labelled_mean": report.score("m", report.tasks[0]), "labelled_seconds": time.perf_counter() - tick}
+        _append(path, record)
+        done[row["name"]] = record
+        logger.info(
+            "own %s: titles %.4f mined %.4f labelled %.4f",
+            row["name"],
+            record["titles"],
+            record["mined"],
+            record["labelled_mean"],
+        )
+    return [done[row["name"]] for row in rows]
+
+
+def score_indomain(run: Path, output: Path, tasks: tuple[Any, Any]) -> list[dict[str, Any]]:
+    """The in-domain setting: signals of every model of a compare run, beside the labelled scores it recorded."""
+    from sentence_transformers import SentenceTransformer
+
+    from xprt_st.models import load_model
+
+    path = output / "scores-indomain.jsonl"
+    done = _done(path)
+    records = []
+    for row in compare_models(run):
+        name = f"{row['model']}@seed{row['seed']}"
+        if row["model"] == "start":
+            name = "start"
+            if any(r["name"] == "start" for r in records):
+                continue
+        if name not in done:
+            model = load_model(None, device="cpu") if row["folder"] is None else SentenceTransformer(row["folder"])
+            model.max_seq_length = EVAL_MAX_SEQ_LENGTH
+            done[name] = {"name": name, **row, **signals(model, *tasks)}
+            _append(path, done[name])
+            logger.info("indomain %s: titles %.4f labelled %.4f", name, done[name]["titles"], row["labelled_mean"])
+        records.append(done[name])
+    return records
+
+
+def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Kendall tau with its interval and the selection gap of every signal against the labelled score."""
+    summary: dict[str, Any] = {"models": len(records)}
+    for signal in SIGNALS:
+        rows = [{**r, "label_free": r[signal]} for r in records]
+        summary[signal] = {**kendall(rows), **selection_gap(rows)}
+    summary["best"] = max(records, key=lambda r: r["labelled_mean"])["name"]
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output", type=Path, required=True)
+    parser.add_argument("--mined", type=Path, required=True, help="A mined folder with heldout/titles.")
+    parser.add_argument("--data-dir", type=Path, default=Path(os.environ.get("XPRT_DATA_DIR", "../shared/data")))
+    parser.add_argument("--recipes", default="change-only-positive,tsdae")
+    parser.add_argument("--seeds", default="42")
+    parser.add_argument("--max-steps", type=int, default=20)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--learning-rate", type=float, default=1e-4)
+    parser.add_argument("--alphas", default="0.5")
+    parser.add_argument(
+        "--endpoints",
+        nargs="*",
+        type=Path,
+        default=None,
+        help="Trained model folders (from the start) to interpolate with the start instead of training here.",
+    )
+    parser.add_argument("--max-queries", type=int, default=50)
+    parser.add_argument("--max-corpus", type=int, default=1000)
+    parser.add_argument("--indomain", type=Path, default=None, help="An in-domain compare run on NFCorpus.")
+    parser.add_argument("--skip-own", action="store_true", help="Only the --indomain setting.")
+    parser.add_argument("--results", type=Path, default=None, help="Also copy the summary here.")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    import torch
+
+    torch.set_num_threads(1)  # on a shared, overloaded machine one thread per process wastes the least
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    from xprt_st.evaluation.catalog import beir_task
+    from xprt_st.evaluation.label_free import load_heldout_task
+    from xprt_st.evaluation.titles import load_titles_task
+
+    for path, what in ((args.mined, "--mined"), (args.indomain, "--indomain")):
+        if path is not None and not path.is_dir():
+            parser.error(f"{what} {path} is not a folder")
+    tasks = (load_heldout_task(args.mined), load_titles_task(args.mined))
+    summary: dict[str, Any] = {
+        "command": " ".join(sys.argv),
+        "heldout": {"passages": len(tasks[0].texts), "anchors": len(tasks[0].queries), "titles": len(tasks[1].queries)},
+        "settings": {},
+    }
+    if not args.skip_own:
+        labelled = beir_task(
+            args.data_dir / "nfcorpus", label="nfcorpus", max_queries=args.max_queries, max_corpus=args.max_corpus
+        )
+        runs = train_runs(
+            args.mined, args.output, args.recipes.split(","), [int(s) for s in args.seeds.split(",")], args
+        )
+        rows = candidates(runs, [float(a) for a in args.alphas.split(",")], args.max_steps)
+        records = score_own(rows, args.output, tasks, labelled, args.max_steps)
+        summary["settings"]["own"] = {**summarize(records), "models_scored": [_brief(r) for r in records]}
+    if args.indomain is not None:
+        records = score_indomain(args.indomain, args.output, tasks)
+        summary["settings"]["indomain"] = {**summarize(records), "models_scored": [_brief(r) for r in records]}
+    text = json.dumps(summary, indent=2) + "\n"
+    (args.output / "titles-evidence.json").write_text(text, encoding="utf-8")
+    if args.results is not None:
+        args.results.parent.mkdir(parents=True, exist_ok=True)
+        args.results.write_text(text, encoding="utf-8")
+    print(json.dumps({k: {s: v[s] for s in SIGNALS} for k, v in summary["settings"].items()}, indent=2))
+    return 0
+
+
+def _brief(record: dict[str, Any]) -> dict[str, Any]:
+    keys = ("name", "labelled_mean", *SIGNALS, "signal_seconds", "labelled_seconds")
+    return {key: record[key] for key in keys if key in record}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
