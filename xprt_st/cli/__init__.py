@@ -45,7 +45,20 @@ class _Context(_BaseContext):
 
 
 class _Command(TyperCommand):
+    """A subcommand that accepts the old spellings of its options (:mod:`xprt_st.cli.aliases`)."""
+
     context_class = _Context
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        from xprt_st.cli.aliases import rewrite_arguments
+
+        args, lines = rewrite_arguments(self.name or "", args)
+        for line in lines:
+            typer.echo(line, err=True)
+        rest = super().parse_args(ctx, args)
+        if ctx.params.get("quiet") and ctx.params.get("verbose"):
+            raise typer.BadParameter("give -q/--quiet or -v/--verbose, not both", ctx=ctx)
+        return rest
 
 
 class _Group(TyperGroup):

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 console = Console()
 err_console = Console(stderr=True)
 
-VERBOSE_HELP = "Log progress, and show the libraries' warnings (always in OUTPUT_DIR/xprt-st.log)."
+VERBOSE_HELP = "Log progress, and show the libraries' warnings (always in OUTPUT/xprt-st.log)."
+QUIET_HELP = "Print only errors and the results."
 
 
 def _fail(error: Exception) -> typer.Exit:
@@ -62,14 +63,17 @@ def evaluate(
             help="Also report nDCG@10 per third of queries by query/target word overlap (Jaccard), per model.",
         ),
     ] = False,
-    output_dir: Annotated[Path, typer.Option(help="Where scores.csv/json/png are written.")] = Path("xprt-eval"),
+    output_dir: Annotated[Path, typer.Option("--output", "-o", help="Where scores.csv/json/png are written.")] = Path(
+        "xprt-eval"
+    ),
     cache_dir: Annotated[
         Path | None, typer.Option(help="mteb result cache (default: $XPRT_CACHE_DIR, else ~/.cache/xprt-st/mteb).")
     ] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the result cache.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Re-run even when cached results exist.")] = False,
-    batch_size: Annotated[int, typer.Option(help="Encoding batch size.")] = 32,
+    batch_size: Annotated[int, typer.Option("--encode-batch-size", help="Texts per encoding batch.")] = 32,
     device: Annotated[str | None, typer.Option(help="Torch device, e.g. cpu or cuda.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help=QUIET_HELP)] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help=VERBOSE_HELP)] = False,
 ) -> None:
     """Evaluate one or more models side by side through mteb, offline on local data by default."""
@@ -78,7 +82,7 @@ def evaluate(
 
     specs = list(models or ["default"])
     try:
-        check_output_folder(output_dir, "--output-dir")
+        check_output_folder(output_dir, "--output")
         for spec in specs:
             check_model(spec, "MODELS")
     except (OutputPathError, ModelLoadError) as error:
@@ -121,7 +125,8 @@ def evaluate(
         if drift:
             paths["label_free"] = output_dir / "label_free.json"
             paths["label_free"].write_text(json.dumps(drift, indent=2) + "\n", encoding="utf-8")
-    console.print("wrote " + ", ".join(str(path) for path in paths.values()), highlight=False)
+    if not quiet:
+        console.print("wrote " + ", ".join(str(path) for path in paths.values()), highlight=False)
 
 
 def _label_free_drift(
@@ -185,9 +190,10 @@ def finetune_compare(
         str | None,
         typer.Option(help="The pre-trained model (name or folder), e.g. an xPRT output; or give --recipe/--mined."),
     ] = None,
-    base: Annotated[str, typer.Option(help="The model pre-training started from; 'default' = all-MiniLM-L6-v2.")] = (
-        "default"
-    ),
+    base: Annotated[
+        str,
+        typer.Option("--model", help="The model pre-training started from; 'default' = all-MiniLM-L6-v2."),
+    ] = "default",
     task: Annotated[
         str, typer.Option(help="Retrieval task for the test queries: arguana, python-faq, or a BEIR folder.")
     ] = "arguana",
@@ -229,14 +235,17 @@ def finetune_compare(
     ] = None,
     max_queries: Annotated[int | None, typer.Option(help="Seeded sample of the task's queries (before folds).")] = None,
     max_corpus: Annotated[int | None, typer.Option(help="Seeded corpus sample (keeps all judged documents).")] = None,
-    epochs: Annotated[int, typer.Option(help="Fine-tuning epochs (both models).")] = 1,
-    batch_size: Annotated[int, typer.Option(help="Fine-tuning batch size (in-batch negatives).")] = 32,
+    epochs: Annotated[float, typer.Option(help="Fine-tuning epochs of both models (a float).")] = 1.0,
+    batch_size: Annotated[int, typer.Option(help="Training pairs per fine-tuning step (in-batch negatives).")] = 32,
     learning_rate: Annotated[float, typer.Option(help="Fine-tuning peak learning rate.")] = 2e-5,
     seed: Annotated[int, typer.Option(help="Seed of folds, subsampling and training.")] = 0,
     tolerance: Annotated[float, typer.Option(help="Flag a sub-domain whose gain is below -TOLERANCE.")] = 0.0,
-    output_dir: Annotated[Path, typer.Option(help="Where finetune_compare.csv/json go.")] = Path("xprt-finetune"),
+    output_dir: Annotated[Path, typer.Option("--output", "-o", help="Where finetune_compare.csv/json go.")] = Path(
+        "xprt-finetune"
+    ),
     save_models: Annotated[bool, typer.Option("--save-models", help="Also save the two fine-tuned models.")] = False,
     device: Annotated[str | None, typer.Option(help="Torch device, e.g. cpu or cuda.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help=QUIET_HELP)] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help=VERBOSE_HELP)] = False,
 ) -> None:
     """Fine-tune base and pre-trained models identically (MNRL) and compare the gain before and after."""
@@ -244,8 +253,8 @@ def finetune_compare(
     from xprt_st.models import ModelLoadError
 
     try:
-        check_output_folder(output_dir, "--output-dir")
-        check_model(base, "--base")
+        check_output_folder(output_dir, "--output")
+        check_model(base, "--model")
         if pretrained is not None:
             check_model(pretrained, "--pretrained")
     except (OutputPathError, ModelLoadError) as error:
@@ -311,4 +320,5 @@ def finetune_compare(
     if flagged:
         err_console.print(f"[red]pre-training loses on: {', '.join(flagged)}[/red]")
     paths = [result.to_csv(output_dir / "finetune_compare.csv"), result.to_json(output_dir / "finetune_compare.json")]
-    console.print("wrote " + ", ".join(str(path) for path in paths), highlight=False)
+    if not quiet:
+        console.print("wrote " + ", ".join(str(path) for path in paths), highlight=False)
