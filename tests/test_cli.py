@@ -120,16 +120,16 @@ def test_finetune_compare_runs_the_readme_example_and_its_defaults(
     result = _invoke("finetune-compare", "--pretrained", "default", *sample)  # --model, --task, --output: defaults
     assert result.exit_code == 0, result.output
     payload = json.loads((in_tmp_with_shared_data / "xprt-finetune" / "finetune_compare.json").read_text())
-    assert payload["task"] == "arguana" and payload["models"]["base"] == payload["models"]["pretrained"]
+    assert payload["task"] == "python-faq" and payload["models"]["base"] == payload["models"]["pretrained"]
 
 
 def test_evaluate_and_train_run_with_their_defaults(tiny_default: Path, in_tmp_with_shared_data: Path) -> None:
     from tests.training.training_helpers import write_mined
 
-    result = _invoke("evaluate", "--max-queries", "8", "--max-corpus", "24")  # model 'default', arguana and stsb
+    result = _invoke("evaluate", "--max-queries", "8", "--max-corpus", "24")  # model 'default', python-faq
     assert result.exit_code == 0, result.output
     payload = json.loads((in_tmp_with_shared_data / "xprt-eval" / "scores.json").read_text())
-    assert payload["models"] == ["all-MiniLM-L6-v2"] and set(payload["tasks"]) == {"arguana", "stsb"}
+    assert payload["models"] == ["all-MiniLM-L6-v2"] and set(payload["tasks"]) == {"python-faq"}
     mined = write_mined(in_tmp_with_shared_data / "mined", n_groups=8)
     result = _invoke(
         "train", "--recipe", "change-only-positive", "--mined", str(mined), "--output", "run",
