@@ -116,11 +116,11 @@ def stage_train(out: Path, sizes: dict[str, Any]) -> dict[str, Any]:
 
     corpus = _corpus(out, sizes["train_documents"])
     mined, run = out / "mined", out / "run"
-    mine = [*CLI, "mine", str(corpus), "--output", str(mined), "--threshold-quantile", "0.4"]
+    mine = [*CLI, "mine", str(corpus), "--output", str(mined), "--threshold-quantile", "0.5"]
     _run([*mine, "--device", sizes["device"], "--quiet"], out / "mine.log", sizes["stage_timeout"])
-    train = [*CLI, "train", "--recipe", "xprt", "--data", str(mined), "--output", str(run)]
+    train = [*CLI, "train", "--recipe", "xprt", "--mined", str(mined), "--output", str(run)]
     start = time.perf_counter()
-    _run([*train, *sizes["train"], "--precision", "bf16", "--no-progress"], out / "train.log", sizes["stage_timeout"])
+    _run([*train, *sizes["train"], "--precision", "bf16", "--quiet"], out / "train.log", sizes["stage_timeout"])
     seconds = time.perf_counter() - start
 
     from sentence_transformers import SentenceTransformer

@@ -62,7 +62,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("folders", nargs="+", type=Path, help="finetune-compare --output-dir folders")
+    parser.add_argument("folders", nargs="+", type=Path, help="finetune-compare --output folders")
     args = parser.parse_args()
     print(markdown([summary_row(folder) for folder in args.folders]))
 

@@ -109,31 +109,31 @@ def test_finetune_compare_runs_the_readme_example_and_its_defaults(
 ) -> None:
     sample = ["--max-queries", "12", "--max-corpus", "40", "--batch-size", "4"]  # a small sample of ArguAna
     result = _invoke(
-        "finetune-compare", "--base", "default", "--pretrained", str(tiny_model_path), "--task", "arguana",
-        "--domain-pattern", "^test-([a-z]+)-", *sample, "--output-dir", "readme",
+        "finetune-compare", "--model", "default", "--pretrained", str(tiny_model_path), "--task", "arguana",
+        "--domain-pattern", "^test-([a-z]+)-", *sample, "--output", "readme",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     payload = json.loads((in_tmp_with_shared_data / "readme" / "finetune_compare.json").read_text())
     assert payload["models"]["base"] == "all-MiniLM-L6-v2"
     assert len(payload["rows"]) > 1  # the pattern named ArguAna's sub-domains
 
-    result = _invoke("finetune-compare", "--pretrained", "default", *sample)  # --base, --task, --output-dir: defaults
+    result = _invoke("finetune-compare", "--pretrained", "default", *sample)  # --model, --task, --output: defaults
     assert result.exit_code == 0, result.output
     payload = json.loads((in_tmp_with_shared_data / "xprt-finetune" / "finetune_compare.json").read_text())
-    assert payload["task"] == "arguana" and payload["models"]["base"] == payload["models"]["pretrained"]
+    assert payload["task"] == "python-faq" and payload["models"]["base"] == payload["models"]["pretrained"]
 
 
 def test_evaluate_and_train_run_with_their_defaults(tiny_default: Path, in_tmp_with_shared_data: Path) -> None:
     from tests.training.training_helpers import write_mined
 
-    result = _invoke("evaluate", "--max-queries", "8", "--max-corpus", "24")  # model 'default', arguana and stsb
+    result = _invoke("evaluate", "--max-queries", "8", "--max-corpus", "24")  # model 'default', python-faq
     assert result.exit_code == 0, result.output
     payload = json.loads((in_tmp_with_shared_data / "xprt-eval" / "scores.json").read_text())
-    assert payload["models"] == ["all-MiniLM-L6-v2"] and set(payload["tasks"]) == {"arguana", "stsb"}
+    assert payload["models"] == ["all-MiniLM-L6-v2"] and set(payload["tasks"]) == {"python-faq"}
     mined = write_mined(in_tmp_with_shared_data / "mined", n_groups=8)
     result = _invoke(
-        "train", "--recipe", "change-only-positive", "--data", str(mined), "--output", "run",
-        "--max-steps", "1", "--batch-size", "4", "--max-seq-length", "32", "--no-progress",
+        "train", "--recipe", "change-only-positive", "--mined", str(mined), "--output", "run",
+        "--max-steps", "1", "--batch-size", "4", "--max-seq-length", "32", "--quiet",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     recorded = json.loads((in_tmp_with_shared_data / "run" / "training_state" / "config.json").read_text())
@@ -169,15 +169,15 @@ def _no_work(monkeypatch: pytest.MonkeyPatch) -> None:
 
 OUTPUT_OPTIONS = {
     "train": "--output",
-    "evaluate": "--output-dir",
-    "finetune-compare": "--output-dir",
+    "evaluate": "--output",
+    "finetune-compare": "--output",
     "compare": "--output",
     "quickstart": "--output",
 }
 MODEL_OPTIONS = {
     "train": "--model",
     "evaluate": "MODELS",
-    "finetune-compare": "--base",
+    "finetune-compare": "--model",
     "compare": "--model",
     "quickstart": "--model",
 }
@@ -187,7 +187,7 @@ def _command(name: str, output: Path, tmp_path: Path, model: str | None = None) 
     """The command line of ``name`` writing to ``output``, starting from ``model`` when given."""
     model_args = [MODEL_OPTIONS[name], model] if model is not None and name != "evaluate" else []
     head = {
-        "train": ["train", "--recipe", "xprt", "--data", str(tmp_path / "mined")],
+        "train": ["train", "--recipe", "xprt", "--mined", str(tmp_path / "mined")],
         "evaluate": ["evaluate", model or "default"],
         "finetune-compare": ["finetune-compare", "--pretrained", "default"],
         "compare": ["compare", "--config", str(ROOT / "benchmarks" / "compare-cpu.yaml")],
@@ -259,7 +259,7 @@ def test_third_party_warnings_go_to_the_log_file_and_errors_stay_visible(
     _noisy_mteb(monkeypatch, tag)
     out = tmp_path / "out"
     beir = _write_beir(tmp_path / "beir")
-    args = ["evaluate", str(tiny_model_path), "--tasks", str(beir), "--output-dir", str(out), "--no-cache"]
+    args = ["evaluate", str(tiny_model_path), "--tasks", str(beir), "--output", str(out), "--no-cache"]
     result = _invoke(*args, *(["--verbose"] if verbose else []))
     assert result.exit_code == 0, result.output
     terminal = _flat(result.output)

@@ -92,7 +92,7 @@ def _config(tmp_path: Path, model: Path) -> Path:
 def test_compare_cli_end_to_end_and_resume(tmp_path: Path, tiny_model_path: Path) -> None:
     config = _config(tmp_path, tiny_model_path)
     run = tmp_path / "run"
-    result = runner.invoke(app, ["compare", "--config", str(config), "--output", str(run), "--no-progress"])
+    result = runner.invoke(app, ["compare", "--config", str(config), "--output", str(run), "--quiet"])
     assert result.exit_code == 0, result.output
 
     for name in ("compare.md", "compare.csv", "compare.png", "corpus/corpus_stats.json", "mined/stats.json"):
@@ -127,7 +127,7 @@ def test_compare_cli_end_to_end_and_resume(tmp_path: Path, tiny_model_path: Path
     # a second run finds everything complete: nothing is trained or evaluated again
     timings = (run / "timings.json").read_text()
     stamps = {p: p.stat().st_mtime_ns for p in (run / "seed-1").rglob("model.safetensors")}
-    result = runner.invoke(app, ["compare", "--config", str(config), "--output", str(run), "--no-progress"])
+    result = runner.invoke(app, ["compare", "--config", str(config), "--output", str(run), "--quiet"])
     assert result.exit_code == 0, result.output
     assert (run / "timings.json").read_text() == timings
     assert {p: p.stat().st_mtime_ns for p in (run / "seed-1").rglob("model.safetensors")} == stamps
@@ -140,7 +140,7 @@ def test_compare_cli_end_to_end_and_resume(tmp_path: Path, tiny_model_path: Path
     (scores,) = (run / "scores").iterdir()
     (scores / "seed-1" / "random-span-contrastive.json").unlink()
     kept = (scores / "start.json").stat().st_mtime_ns
-    result = runner.invoke(app, ["compare", "--config", str(config), "--output", str(run), "--no-progress"])
+    result = runner.invoke(app, ["compare", "--config", str(config), "--output", str(run), "--quiet"])
     assert result.exit_code == 0, result.output
     assert (folder / "COMPLETE").is_file()
     assert (scores / "seed-1" / "random-span-contrastive.json").is_file()
@@ -329,7 +329,7 @@ def test_from_bert_setting_mines_with_the_embedder_and_trains_the_pretrained_ber
     path = tmp_path / "from-bert.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     run = tmp_path / "run-bert"
-    result = runner.invoke(app, ["compare", "--config", str(path), "--output", str(run), "--no-progress"])
+    result = runner.invoke(app, ["compare", "--config", str(path), "--output", str(run), "--quiet"])
     assert result.exit_code == 0, result.output
     assert json.loads((run / "mined" / "stats.json").read_text())["settings"]["model"] == str(tiny_model_path)
     for recipe in ("xprt", "retromae"):

@@ -33,7 +33,7 @@ def test_evaluate_two_models_side_by_side(
         "second",
         "--tasks",
         f"{beir_folder},{sts}",
-        "--output-dir",
+        "--output",
         str(out),
         "--no-cache",
         "--overlap-thirds",
@@ -74,14 +74,14 @@ def test_evaluate_two_models_side_by_side(
     ],
 )
 def test_evaluate_unknown_task_lists_valid_names(tasks: str, message: str, tmp_path: Path) -> None:
-    result = _invoke("evaluate", "default", "--tasks", tasks, "--output-dir", str(tmp_path))
+    result = _invoke("evaluate", "default", "--tasks", tasks, "--output", str(tmp_path))
     assert result.exit_code == 2
     assert message in " ".join(result.output.split())
 
 
 def test_evaluate_folder_missing_a_file_names_it(beir_folder: Path, tmp_path: Path) -> None:
     (beir_folder / "queries.jsonl").unlink()
-    result = _invoke("evaluate", "default", "--tasks", str(beir_folder), "--output-dir", str(tmp_path / "o"))
+    result = _invoke("evaluate", "default", "--tasks", str(beir_folder), "--output", str(tmp_path / "o"))
     assert result.exit_code == 2
     assert "has no queries.jsonl" in " ".join(result.output.split())
 
@@ -90,7 +90,7 @@ def test_evaluate_model_that_fails_to_load(beir_folder: Path, tmp_path: Path) ->
     broken = tmp_path / "broken-model"
     broken.mkdir()
     (broken / "config.json").write_text("{not json")
-    result = _invoke("evaluate", str(broken), "--tasks", str(beir_folder), "--output-dir", str(tmp_path / "o"))
+    result = _invoke("evaluate", str(broken), "--tasks", str(beir_folder), "--output", str(tmp_path / "o"))
     assert result.exit_code == 2
     assert "could not load model" in " ".join(result.output.split()) and "broken-model" in result.output
 
@@ -104,7 +104,7 @@ def test_finetune_compare_identical_models_gain_nothing(tiny_model_path: Path, t
     out = tmp_path / "ft"
     result = _invoke(
         "finetune-compare",
-        "--base",
+        "--model",
         str(tiny_model_path),
         "--pretrained",
         str(tiny_model_path),
@@ -116,7 +116,7 @@ def test_finetune_compare_identical_models_gain_nothing(tiny_model_path: Path, t
         "4",
         "--learning-rate",
         "1e-3",
-        "--output-dir",
+        "--output",
         str(out),
     )
     assert result.exit_code == 0, result.output
@@ -138,10 +138,10 @@ def test_finetune_compare_identical_models_gain_nothing(tiny_model_path: Path, t
 
 
 def test_finetune_compare_needs_exactly_one_source_of_the_pretrained_model(beir_folder: Path, tmp_path: Path) -> None:
-    result = _invoke("finetune-compare", "--task", str(beir_folder), "--output-dir", str(tmp_path / "o"))
+    result = _invoke("finetune-compare", "--task", str(beir_folder), "--output", str(tmp_path / "o"))
     assert result.exit_code == 2 and "give either --pretrained MODEL, or --recipe" in " ".join(result.output.split())
     out = str(tmp_path / "o")  # tmp_path holds the task folder: an output folder of other files is refused
-    result = _invoke("finetune-compare", "--task", str(beir_folder), "--recipe", "xprt", "--output-dir", out)
+    result = _invoke("finetune-compare", "--task", str(beir_folder), "--recipe", "xprt", "--output", out)
     assert result.exit_code == 2 and "--recipe needs --mined" in " ".join(result.output.split())
 
 
@@ -160,7 +160,7 @@ def test_finetune_compare_from_a_recipe_and_a_mined_folder(tiny_model_path: Path
     out = tmp_path / "ft"
     result = _invoke(
         "finetune-compare",
-        "--base",
+        "--model",
         str(tiny_model_path),
         "--recipe",
         "change-only-positive",
@@ -174,7 +174,7 @@ def test_finetune_compare_from_a_recipe_and_a_mined_folder(tiny_model_path: Path
         str(folder),
         "--batch-size",
         "4",
-        "--output-dir",
+        "--output",
         str(out),
     )
     assert result.exit_code == 0, result.output
@@ -187,13 +187,13 @@ def test_finetune_compare_from_a_recipe_and_a_mined_folder(tiny_model_path: Path
 def test_evaluate_names_a_missing_folder_and_what_offline_needs(tmp_path: Path, monkeypatch) -> None:
     from huggingface_hub import constants
 
-    result = _invoke("evaluate", "/no/such/folder", "--output-dir", str(tmp_path / "o"))
+    result = _invoke("evaluate", "/no/such/folder", "--output", str(tmp_path / "o"))
     flat = " ".join(result.output.split())
     assert result.exit_code == 2 and "model folder /no/such/folder does not exist" in flat
     assert "huggingface.co" not in flat and "connect" not in flat
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    result = _invoke("evaluate", "some-org/unpackaged-model", "--output-dir", str(tmp_path / "o"))
+    result = _invoke("evaluate", "some-org/unpackaged-model", "--output", str(tmp_path / "o"))
     flat = " ".join(result.output.split())
     assert result.exit_code == 2 and "'some-org/unpackaged-model': no such folder" in flat
     assert (
@@ -218,8 +218,8 @@ def test_finetune_compare_reads_both_models_at_the_base_length(
     folder = beir_writer(tmp_path / "ftbeir", corpus, queries, [(f"q-{t}-{i}", f"d-{t}-{i}", 1) for t, i in keys])
     out = tmp_path / "ft"
     result = _invoke(
-        "finetune-compare", "--base", str(tiny_model_path), "--pretrained", str(short), "--task", str(folder),
-        "--batch-size", "4", "--learning-rate", "1e-3", "--output-dir", str(out),
+        "finetune-compare", "--model", str(tiny_model_path), "--pretrained", str(short), "--task", str(folder),
+        "--batch-size", "4", "--learning-rate", "1e-3", "--output", str(out),
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     overall = next(row for row in json.loads((out / "finetune_compare.json").read_text())["rows"])

@@ -37,7 +37,7 @@ def _run(*args):
 def test_two_models_on_the_mined_task_get_the_table_json_and_drift_line(tmp_path, folders):
     mined, start, trained = folders
     out = tmp_path / "eval"
-    result, text = _run(start, trained, "--tasks", f"mined:{mined}", "--output-dir", out)
+    result, text = _run(start, trained, "--tasks", f"mined:{mined}", "--output", out)
     assert result.exit_code == 0, result.output
     scores = json.loads((out / "scores.json").read_text())
     assert scores["tasks"] == {"mined:mined": "ndcg_at_10"}
@@ -57,7 +57,7 @@ def test_one_trained_model_is_compared_with_its_recorded_start(tmp_path, folders
     (trained / "training_state").mkdir()
     (trained / "training_state" / "config.json").write_text(json.dumps({"starting_model": str(start)}))
     out = tmp_path / "eval"
-    result, text = _run(trained, "--tasks", f"mined:{mined}", "--output-dir", out)
+    result, text = _run(trained, "--tasks", f"mined:{mined}", "--output", out)
     assert result.exit_code == 0, result.output
     drift = json.loads((out / "label_free.json").read_text())
     assert drift[0]["reference_label"] == f"start {start}"
@@ -69,6 +69,6 @@ def test_a_folder_without_heldout_part_is_a_clear_error(tmp_path, folders):
     (tmp_path / "plain").mkdir()
     with pytest.raises(HeldOutError, match="no held-out part"):
         resolve_tasks([f"mined:{tmp_path / 'plain'}"])
-    result, text = _run(start, "--tasks", f"mined:{tmp_path / 'plain'}", "--output-dir", tmp_path / "e")
+    result, text = _run(start, "--tasks", f"mined:{tmp_path / 'plain'}", "--output", tmp_path / "e")
     assert result.exit_code == 2
     assert "has no held-out part" in text

@@ -31,7 +31,7 @@ def _corpus(path):
 def test_mine_merge_and_inspect(tmp_path, tiny_model_path):
     corpus = _corpus(tmp_path / "c.jsonl")
     out = tmp_path / "out"
-    common = ["--model", str(tiny_model_path), "--max-tokens", "32", "--min-tokens", "8", "-q"]
+    common = ["--mining-model", str(tiny_model_path), "--max-tokens", "32", "--min-tokens", "8", "-q"]
     result = runner.invoke(
         app, ["mine", str(corpus), "--output", str(out), "--text-field", "body", "--threshold-quantile", "0.5", *common]
     )
@@ -68,7 +68,7 @@ def test_mine_merge_and_inspect(tmp_path, tiny_model_path):
 def test_mine_reports_wrong_columns_and_bad_flags(tmp_path, tiny_model_path):
     corpus = _corpus(tmp_path / "c.jsonl")
     result = runner.invoke(
-        app, ["mine", str(corpus), "--output", str(tmp_path / "o"), "--model", str(tiny_model_path), "-q"]
+        app, ["mine", str(corpus), "--output", str(tmp_path / "o"), "--mining-model", str(tiny_model_path), "-q"]
     )
     assert result.exit_code == 2
     assert "no text field 'text'" in result.output and "--text-field" in result.output
@@ -104,7 +104,7 @@ def test_debian_html_pages_mine_without_boilerplate_anchors(tmp_path, minilm):
 
 
 def _tiny(tiny_model_path) -> list[str]:
-    return ["--model", str(tiny_model_path), "--max-tokens", "32", "--min-tokens", "8", "-q"]
+    return ["--mining-model", str(tiny_model_path), "--max-tokens", "32", "--min-tokens", "8", "-q"]
 
 
 def test_mining_other_input_into_a_mined_folder_is_refused_then_overwritten(tmp_path, tiny_model_path):
@@ -130,7 +130,7 @@ def test_outputs_and_inputs_are_checked_before_any_work(tmp_path):
     a_file = tmp_path / "taken.txt"
     a_file.write_text("keep me")
     # A model path that does not exist: reaching the model at all would fail with another message.
-    no_model = ["--model", str(tmp_path / "no-such-model"), "-q"]
+    no_model = ["--mining-model", str(tmp_path / "no-such-model"), "-q"]
     result = runner.invoke(app, ["mine", str(corpus), "--output", str(a_file), "--text-field", "body", *no_model])
     assert result.exit_code == 2 and "is an existing file, not a folder" in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
@@ -195,7 +195,7 @@ def test_mine_sends_library_warnings_to_the_run_log_and_shows_them_with_verbose(
 
     monkeypatch.setattr(xprt_st.models, "load_model", noisy_load_model)
     corpus = _corpus(tmp_path / "c.jsonl")
-    common = ["--model", str(tiny_model_path), "--max-tokens", "32", "--min-tokens", "8", "--text-field", "body"]
+    common = ["--mining-model", str(tiny_model_path), "--max-tokens", "32", "--min-tokens", "8", "--text-field", "body"]
     for verbose in (False, True):
         out = tmp_path / f"out-{verbose}"
         device = f"cpu:{int(verbose)}"  # passed through to load_model, so each run warns with its own message
@@ -229,7 +229,7 @@ def test_mine_refuses_raw_html_in_the_text_field_without_html_before_any_work(tm
     corpus.write_text("".join(json.dumps({"id": f"p{i}", "html": page}) + "\n" for i in range(4)))
     out = tmp_path / "out"
     result = runner.invoke(
-        app, ["mine", str(corpus), "-o", str(out), "--text-field", "html", "--model", str(tiny_model_path)]
+        app, ["mine", str(corpus), "-o", str(out), "--text-field", "html", "--mining-model", str(tiny_model_path)]
     )
     assert result.exit_code == 2, result.output
     assert "HTML markup" in result.output and "--html" in result.output
@@ -239,7 +239,9 @@ def test_mine_refuses_raw_html_in_the_text_field_without_html_before_any_work(tm
 def test_an_empty_corpus_is_one_line_and_markup_in_ids_and_passages_is_escaped_in_the_report(tmp_path, tiny_model_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
-    result = runner.invoke(app, ["mine", str(empty), "-o", str(tmp_path / "e"), "--model", str(tiny_model_path), "-q"])
+    result = runner.invoke(
+        app, ["mine", str(empty), "-o", str(tmp_path / "e"), "--mining-model", str(tiny_model_path), "-q"]
+    )
     assert result.exit_code != 0 and "Traceback" not in result.output
     assert "the input held no document" in result.output, result.output
     assert result.output.count("no groups in") == 1  # once, not on both stdout and stderr
@@ -252,7 +254,7 @@ def test_an_empty_corpus_is_one_line_and_markup_in_ids_and_passages_is_escaped_i
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("\n".join(rows) + "\n")
     out = tmp_path / "out"
-    common = ["--model", str(tiny_model_path), "--max-tokens", "32", "--min-tokens", "8", "-q"]
+    common = ["--mining-model", str(tiny_model_path), "--max-tokens", "32", "--min-tokens", "8", "-q"]
     result = runner.invoke(app, ["mine", str(corpus), "-o", str(out), "--threshold-quantile", "0.5", *common])
     assert result.exit_code == 0, result.output
     result = runner.invoke(app, ["inspect", str(out), "--output", str(tmp_path / "r.html"), "--sample", "4"])
@@ -273,7 +275,7 @@ def test_ids_that_look_like_paths_write_nothing_outside_the_output_folder(tmp_pa
     corpus.write_text("\n".join(rows) + "\n")
     before = {p for p in tmp_path.rglob("*")}
     out = work / "out"
-    common = ["--model", str(tiny_model_path), "--max-tokens", "32", "--min-tokens", "8", "-q"]
+    common = ["--mining-model", str(tiny_model_path), "--max-tokens", "32", "--min-tokens", "8", "-q"]
     result = runner.invoke(app, ["mine", str(corpus), "-o", str(out), "--threshold-quantile", "0.5", *common])
     assert result.exit_code == 0, result.output
     outside = {p for p in tmp_path.rglob("*") if out not in p.parents and p != out} - before

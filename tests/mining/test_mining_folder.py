@@ -120,7 +120,7 @@ def test_the_cli_says_when_it_resumes(tmp_path, tiny_model_path, monkeypatch):
 
     corpus = _corpus(tmp_path / "c.jsonl", documents=6)
     out = tmp_path / "out"
-    args = ["mine", str(corpus), "-o", str(out), "--model", str(tiny_model_path), "--max-tokens", "32"]
+    args = ["mine", str(corpus), "-o", str(out), "--mining-model", str(tiny_model_path), "--max-tokens", "32"]
     args += ["--min-tokens", "8", "--chunk-size", "2", "-q"]
     calls = {"n": 0}
     original = GroupBuilder.write_chunk

@@ -198,8 +198,8 @@ def test_a_wrong_address_fails_fast_and_says_how_to_fix_it(tmp_path, tiny_model,
 def test_the_cli_mines_on_ray_with_workers_loading_the_model(tmp_path, tiny_model_path, local_ray, reference):
     corpus, local = reference
     out = tmp_path / "cli"
-    options = ["--max-tokens", "32", "--min-tokens", "8", "--batch-size", "8", "--chunk-size", "3"]
-    options += ["--threshold-quantile", "0.5", "--id-field", "id", "--model", str(tiny_model_path), "-q"]
+    options = ["--max-tokens", "32", "--min-tokens", "8", "--encode-batch-size", "8", "--chunk-size", "3"]
+    options += ["--threshold-quantile", "0.5", "--id-field", "id", "--mining-model", str(tiny_model_path), "-q"]
     options += ["--holdout", "0.25"]
     result = runner.invoke(app, ["mine", *map(str, corpus), "-o", str(out), "--engine", "ray", *options])
     assert result.exit_code == 0, result.output

@@ -391,7 +391,7 @@ def test_mine_names_an_unreadable_record_counts_it_with_skip_unreadable_and_warn
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("\n".join(rows) + "\n", encoding="ascii")
     runner = CliRunner(env={"COLUMNS": "250"})
-    common = ["--model", str(tiny_model_path), "--max-tokens", "32", "--min-tokens", "8", "-q"]
+    common = ["--mining-model", str(tiny_model_path), "--max-tokens", "32", "--min-tokens", "8", "-q"]
     common += ["--threshold-quantile", "0.5"]
     result = runner.invoke(app, ["mine", str(corpus), "--output", str(tmp_path / "out"), *common])
     assert result.exit_code == 2, result.output

@@ -1,4 +1,4 @@
-"""Issue 20: half-written, cut or pickled checkpoints, a full disk, --output inside --data, a dangling auto_map."""
+"""Issue 20: half-written, cut or pickled checkpoints, a full disk, --output inside --mined, a dangling auto_map."""
 
 from __future__ import annotations
 
@@ -200,7 +200,7 @@ def test_a_failed_checkpoint_write_names_the_folder_and_the_disk(tiny_model, min
 
 def test_output_equal_to_or_inside_data_is_refused(mined_dir, tmp_path):
     for output in (mined_dir, mined_dir / "run", mined_dir / "." / "run" / ".."):
-        with pytest.raises(OutputFolderError, match=r"the --data folder .*Choose an --output outside it"):
+        with pytest.raises(OutputFolderError, match=r"the --mined folder .*Choose an --output outside it"):
             check_output_outside_data(output, mined_dir)
     check_output_outside_data(tmp_path / "run", mined_dir)
     check_output_outside_data(tmp_path, mined_dir)  # data inside the run folder writes nothing into the data
@@ -211,22 +211,22 @@ def test_train_cli_refuses_output_in_data_and_keeps_the_data(tiny_model_path, tm
     before = sorted(p.name for p in data.iterdir())
     result = runner.invoke(
         app,
-        ["train", "--recipe", "self-only", "--data", str(data), "--output", str(data), "--model", str(tiny_model_path),
-         "--max-steps", "1", "--batch-size", "4", "--no-progress"],
+        ["train", "--recipe", "self-only", "--mined", str(data), "--output", str(data), "--model", str(tiny_model_path),
+         "--max-steps", "1", "--batch-size", "4", "--quiet"],
     )  # fmt: skip
     assert result.exit_code == 2, result.output
-    assert "is the --data folder" in " ".join(result.output.split())
+    assert "is the --mined folder" in " ".join(result.output.split())
     assert sorted(p.name for p in data.iterdir()) == before
 
 
 def _train_cli(*extra: str):
-    return runner.invoke(app, ["train", "--max-seq-length", "32", "--no-progress", *extra])
+    return runner.invoke(app, ["train", "--max-seq-length", "32", "--quiet", *extra])
 
 
 def test_train_cli_resumes_past_a_truncated_checkpoint_and_refuses_pickles_in_one_line(tiny_model_path, tmp_path):
     data = write_mined(tmp_path / "mined", n_groups=8)
     output = tmp_path / "run"
-    common = ["--recipe", "self-only", "--data", str(data), "--output", str(output), "--batch-size", "4"]
+    common = ["--recipe", "self-only", "--mined", str(data), "--output", str(output), "--batch-size", "4"]
     common += ["--save-steps", "1", "--learning-rate", "1e-4"]
     assert _train_cli(*common, "--model", str(tiny_model_path), "--max-steps", "2").exit_code == 0
     _truncate(output / "checkpoint-2" / "model.safetensors")
@@ -288,7 +288,7 @@ def test_train_cli_reports_a_failed_write_in_one_line_with_the_libraries_words_i
     monkeypatch.setattr(torch, "save", full_disk)
     output = tmp_path / "run"
     result = _train_cli(
-        "--recipe", "self-only", "--data", str(data), "--output", str(output), "--model", str(tiny_model_path),
+        "--recipe", "self-only", "--mined", str(data), "--output", str(output), "--model", str(tiny_model_path),
         "--max-steps", "2", "--save-steps", "1", "--batch-size", "4",
     )  # fmt: skip
     assert result.exit_code == 1, result.output

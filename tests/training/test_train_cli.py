@@ -24,7 +24,7 @@ DATA_SETTINGS = {
 
 
 def _train(*extra: str) -> object:
-    return runner.invoke(app, ["train", "--max-seq-length", "32", "--no-progress", *extra], catch_exceptions=False)
+    return runner.invoke(app, ["train", "--max-seq-length", "32", "--quiet", *extra], catch_exceptions=False)
 
 
 @pytest.mark.parametrize("recipe", available_recipes())
@@ -33,7 +33,7 @@ def test_every_recipe_trains_a_few_steps(recipe, tiny_model_path, tmp_path):
     data = write_mined(tmp_path / "mined", n_groups=8, stats={"settings": settings})
     output = tmp_path / "run"
     result = _train(
-        "--recipe", recipe, "--data", str(data), "--output", str(output), "--model", str(tiny_model_path),
+        "--recipe", recipe, "--mined", str(data), "--output", str(output), "--model", str(tiny_model_path),
         "--max-steps", "2", "--batch-size", "4", "--save-steps", "2", "--learning-rate", "1e-4",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -54,7 +54,7 @@ def test_xprt_checkpoint_holds_the_decoder_and_resume_keeps_the_original_teacher
 ):
     data = write_mined(tmp_path / "mined", n_groups=8)
     output = tmp_path / "run"
-    common = ["--recipe", "xprt", "--data", str(data), "--output", str(output), "--batch-size", "4"]
+    common = ["--recipe", "xprt", "--mined", str(data), "--output", str(output), "--batch-size", "4"]
     common += ["--save-steps", "1", "--learning-rate", "1e-3"]
     first = _train(*common, "--model", str(tiny_model_path), "--max-steps", "2")
     assert first.exit_code == 0, first.output
@@ -91,15 +91,15 @@ def test_xprt_checkpoint_holds_the_decoder_and_resume_keeps_the_original_teacher
 def test_bad_inputs_fail_with_a_clear_message(tiny_model_path, tmp_path):
     not_mined = tmp_path / "not-mined"
     not_mined.mkdir()
-    result = _train("--recipe", "xprt", "--data", str(not_mined), "--output", str(tmp_path / "o"))
+    result = _train("--recipe", "xprt", "--mined", str(not_mined), "--output", str(tmp_path / "o"))
     assert result.exit_code == 2 and "not a mined dataset" in result.output
 
     data = write_mined(tmp_path / "mined", n_groups=8)
-    result = _train("--recipe", "xprt", "--data", str(data), "--output", str(tmp_path / "o3"), "--batch-size", "1")
+    result = _train("--recipe", "xprt", "--mined", str(data), "--output", str(tmp_path / "o3"), "--batch-size", "1")
     assert result.exit_code == 2 and "at least 2" in result.output
 
     result = _train(
-        "--recipe", "random-positive", "--data", str(data), "--output", str(tmp_path / "o4"), "--batch-size", "4"
+        "--recipe", "random-positive", "--mined", str(data), "--output", str(tmp_path / "o4"), "--batch-size", "4"
     )
     assert result.exit_code == 2 and "positive='random'" in result.output
 
@@ -117,7 +117,7 @@ def test_the_hint_for_a_folder_that_is_not_mined_is_a_command_that_exists(tmp_pa
 
     not_mined = tmp_path / "not-mined"
     not_mined.mkdir()
-    result = _train("--recipe", "xprt", "--data", str(not_mined), "--output", str(tmp_path / "o"))
+    result = _train("--recipe", "xprt", "--mined", str(not_mined), "--output", str(tmp_path / "o"))
     flat = " ".join(result.output.split())
     assert result.exit_code == 2 and "`xprt-st mine CORPUS... --output DIR`" in flat
     hint = re.search(r"`(xprt-st mine [^`]*)`", flat).group(1)
@@ -130,7 +130,7 @@ def test_no_progress_draws_no_bar_and_logs_terms_and_warnings_to_the_run_log(tin
     data = write_mined(tmp_path / "mined", n_groups=8)
     output = tmp_path / "run"
     result = _train(
-        "--recipe", "xprt", "--data", str(data), "--output", str(output), "--model", str(tiny_model_path),
+        "--recipe", "xprt", "--mined", str(data), "--output", str(output), "--model", str(tiny_model_path),
         "--max-steps", "2", "--batch-size", "4", "--logging-steps", "1",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -145,7 +145,7 @@ def test_no_progress_draws_no_bar_and_logs_terms_and_warnings_to_the_run_log(tin
 
 def test_a_trained_folder_starts_another_recipe_with_fresh_modules(tiny_model_path, tmp_path, caplog):
     data = write_mined(tmp_path / "mined", n_groups=8)
-    common = ["--data", str(data), "--batch-size", "4", "--max-steps", "1", "--save-steps", "1"]
+    common = ["--mined", str(data), "--batch-size", "4", "--max-steps", "1", "--save-steps", "1"]
     step1 = tmp_path / "step1"
     first = _train("--recipe", "change-only-positive", "--output", str(step1), "--model", str(tiny_model_path), *common)
     assert first.exit_code == 0, first.output
@@ -190,18 +190,18 @@ def test_resume_refuses_other_data_or_batch_layout(tiny_model_path, tmp_path, mo
     output = tmp_path / "run"
     common = ["--recipe", "change-only-positive", "--output", str(output), "--save-steps", "1"]
     first = _train(
-        *common, "--data", str(data), "--batch-size", "4", "--max-steps", "1", "--model", str(tiny_model_path)
+        *common, "--mined", str(data), "--batch-size", "4", "--max-steps", "1", "--model", str(tiny_model_path)
     )
     assert first.exit_code == 0, first.output
 
     def resume(folder, batch_size="4"):
         result = _train(
-            *common, "--data", str(folder), "--batch-size", batch_size, "--max-steps", "2", "--resume", "last"
+            *common, "--mined", str(folder), "--batch-size", batch_size, "--max-steps", "2", "--resume", "last"
         )
         return result.exit_code, " ".join(result.output.split())  # rich wraps long messages
 
     code, said = resume(other)
-    assert code == 2 and f"it was trained on --data {data.resolve()}" in said, said
+    assert code == 2 and f"it was trained on --mined {data.resolve()}" in said, said
     code, said = resume(data, batch_size="2")
     assert code == 2 and "training.batch_size was 4 when it was written, now 2" in said, said
     (data / "stats.json").write_text(json.dumps({**json.loads((data / "stats.json").read_text()), "groups": 12}))

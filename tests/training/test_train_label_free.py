@@ -88,7 +88,7 @@ def _train(*extra: str):
 
     from xprt_st.cli import app
 
-    return CliRunner().invoke(app, ["train", "--max-seq-length", "32", "--no-progress", *extra], catch_exceptions=False)
+    return CliRunner().invoke(app, ["train", "--max-seq-length", "32", "--quiet", *extra], catch_exceptions=False)
 
 
 def test_train_on_a_folder_with_heldout_documents_scores_them_and_keeps_the_best(tmp_path, tiny_model_path):
@@ -98,7 +98,7 @@ def test_train_on_a_folder_with_heldout_documents_scores_them_and_keeps_the_best
     data = heldout_folder(write_mined(tmp_path / "mined", n_groups=8))
     output = tmp_path / "run"
     result = _train(
-        "--recipe", "change-only-positive", "--data", str(data), "--output", str(output),
+        "--recipe", "change-only-positive", "--mined", str(data), "--output", str(output),
         "--model", str(tiny_model_path), "--max-steps", "4", "--batch-size", "4", "--save-steps", "2",
         "--eval-steps", "1", "--keep-best", "--learning-rate", "1e-3",
     )  # fmt: skip
@@ -123,7 +123,7 @@ def test_keep_best_without_heldout_documents_fails_before_training(tmp_path, tin
 
     data = write_mined(tmp_path / "mined", n_groups=8)
     result = _train(
-        "--recipe", "change-only-positive", "--data", str(data), "--output", str(tmp_path / "run"),
+        "--recipe", "change-only-positive", "--mined", str(data), "--output", str(tmp_path / "run"),
         "--model", str(tiny_model_path), "--max-steps", "2", "--batch-size", "4", "--keep-best",
     )  # fmt: skip
     assert result.exit_code == 2
@@ -139,7 +139,7 @@ def test_train_goes_on_without_the_check_when_too_few_anchors_are_held_out(tmp_p
         {label: texts for label, (_, texts) in enumerate(DOCUMENTS)},
         HELDOUT_GROUPS[:1],
     )
-    common = ["--recipe", "change-only-positive", "--data", str(data), "--model", str(tiny_model_path)]
+    common = ["--recipe", "change-only-positive", "--mined", str(data), "--model", str(tiny_model_path)]
     common += ["--max-steps", "1", "--batch-size", "4"]
     with caplog.at_level("WARNING", logger="xprt_st.training.label_free"):
         result = _train(*common, "--output", str(tmp_path / "run"))

@@ -64,9 +64,21 @@ class _Context(_BaseContext):
 
 
 class _Command(TyperCommand):
-    """Every command: plain-text help, and no NaN or infinite value for any number option."""
+    """A subcommand that accepts the old spellings of its options (:mod:`xprt_st.cli.aliases`) and refuses a NaN
+    or infinite value for any number option."""
 
     context_class = _Context
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        from xprt_st.cli.aliases import rewrite_arguments
+
+        args, lines = rewrite_arguments(self.name or "", args)
+        for line in lines:
+            typer.echo(line, err=True)
+        rest = super().parse_args(ctx, args)
+        if ctx.params.get("quiet") and ctx.params.get("verbose"):
+            raise typer.BadParameter("give -q/--quiet or -v/--verbose, not both", ctx=ctx)
+        return rest
 
     def invoke(self, ctx: Any) -> Any:
         """Refuse a non-finite float option (``--learning-rate nan``) before the command runs."""

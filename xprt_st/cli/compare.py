@@ -38,12 +38,16 @@ def compare(
     batch_size: Annotated[int | None, typer.Option(help="Groups per step of every recipe.")] = None,
     learning_rate: Annotated[float | None, typer.Option(help="Peak learning rate of every recipe.")] = None,
     data_dir: Annotated[
-        Path | None, typer.Option(help="Folder of the corpus files and named tasks (default ../shared/data).")
+        Path | None,
+        typer.Option(
+            help="Folder of the corpus files and named tasks (default: the config's data_dir, else $XPRT_DATA_DIR, "
+            "else ../shared/data)."
+        ),
     ] = None,
     report_only: Annotated[
         bool, typer.Option("--report-only", help="Only rewrite the report from the scores present now.")
     ] = False,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Draw progress displays.")] = True,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress displays.")] = False,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Also show the libraries' warnings (always in OUTPUT/xprt-st.log).")
     ] = False,
@@ -61,6 +65,7 @@ def compare(
     from xprt_st.models import ModelLoadError
     from xprt_st.output_folder import hold_folder
 
+    progress = not quiet
     console = Console(stderr=True)
     training = {
         key: value

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 console = Console()
 err_console = Console(stderr=True)
 
-VERBOSE_HELP = "Log progress, and show the libraries' warnings (always in OUTPUT_DIR/xprt-st.log)."
+VERBOSE_HELP = "Log progress, and show the libraries' warnings (always in OUTPUT/xprt-st.log)."
+QUIET_HELP = "Print only errors and the results."
 
 
 def _fail(error: Exception) -> typer.Exit:
@@ -40,11 +41,12 @@ def evaluate(
         typer.Option(
             "--tasks",
             "-t",
-            help="Comma-separated tasks: arguana, stsb, sickr, sts12-sts15, python-faq, mined:DIR (the label-free "
-            "task on a mined folder's held-out documents), titles:DIR (its held-out titles and headings as queries), "
-            "a BEIR folder, an STS file, or an MTEB task name (online).",
+            help="Comma-separated tasks: python-faq (ships with the package), the local benchmark tasks arguana, "
+            "stsb, sickr, sts12-sts15 (in --data-dir), mined:DIR (the label-free task on a mined folder's held-out "
+            "documents), titles:DIR (its held-out titles and headings as queries), a BEIR folder, an STS file, or "
+            "an MTEB task name as MTEB spells it (ArguAna; from the hub).",
         ),
-    ] = ["arguana", "stsb"],  # noqa: B006 (typer reads defaults, never mutates them)
+    ] = ["python-faq"],  # noqa: B006 (typer reads defaults, never mutates them)
     data_dir: Annotated[
         Path | None,
         typer.Option(help="Folder of the named local tasks (default: $XPRT_DATA_DIR, else ../shared/data)."),
@@ -65,14 +67,17 @@ def evaluate(
             help="Also report nDCG@10 per third of queries by query/target word overlap (Jaccard), per model.",
         ),
     ] = False,
-    output_dir: Annotated[Path, typer.Option(help="Where scores.csv/json/png are written.")] = Path("xprt-eval"),
+    output_dir: Annotated[Path, typer.Option("--output", "-o", help="Where scores.csv/json/png are written.")] = Path(
+        "xprt-eval"
+    ),
     cache_dir: Annotated[
         Path | None, typer.Option(help="mteb result cache (default: $XPRT_CACHE_DIR, else ~/.cache/xprt-st/mteb).")
     ] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the result cache.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Re-run even when cached results exist.")] = False,
-    batch_size: Annotated[int, typer.Option(help="Encoding batch size.")] = 32,
+    batch_size: Annotated[int, typer.Option("--encode-batch-size", help="Texts per encoding batch.")] = 32,
     device: Annotated[str | None, typer.Option(help="Torch device, e.g. cpu or cuda.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help=QUIET_HELP)] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help=VERBOSE_HELP)] = False,
 ) -> None:
     """Evaluate one or more models side by side through mteb, offline on local data by default."""
@@ -85,11 +90,11 @@ def evaluate(
         from xprt_st.evaluation.catalog import check_sample_sizes
 
         check_sample_sizes(max_queries=max_queries, max_corpus=max_corpus)
-        check_output_folder(output_dir, "--output-dir")
+        check_output_folder(output_dir, "--output")
         for spec in specs:
             check_model(spec, "MODELS")
         _check_heldout_contract(specs, tasks)
-        folder = hold_folder(output_dir, "evaluate", "--output-dir")
+        folder = hold_folder(output_dir, "evaluate", "--output")
     except (OutputPathError, ModelLoadError, ValueError) as error:
         raise _fail(error) from error
     with command_logging("evaluate", output_dir, verbose=verbose, progress=verbose, show_info=verbose, folder=folder):
@@ -135,7 +140,8 @@ def evaluate(
         if drift:
             paths["label_free"] = output_dir / "label_free.json"
             paths["label_free"].write_text(json.dumps(drift, indent=2) + "\n", encoding="utf-8")
-    console.print("wrote " + ", ".join(str(path) for path in paths.values()), highlight=False)
+    if not quiet:
+        console.print("wrote " + ", ".join(str(path) for path in paths.values()), highlight=False)
 
 
 def _titles_intervals(
@@ -263,12 +269,16 @@ def finetune_compare(
         str | None,
         typer.Option(help="The pre-trained model (name or folder), e.g. an xPRT output; or give --recipe/--mined."),
     ] = None,
-    base: Annotated[str, typer.Option(help="The model pre-training started from; 'default' = all-MiniLM-L6-v2.")] = (
-        "default"
-    ),
+    base: Annotated[
+        str,
+        typer.Option("--model", help="The model pre-training started from; 'default' = all-MiniLM-L6-v2."),
+    ] = "default",
     task: Annotated[
-        str, typer.Option(help="Retrieval task for the test queries: arguana, python-faq, or a BEIR folder.")
-    ] = "arguana",
+        str,
+        typer.Option(
+            help="Retrieval task for the test queries: python-faq (ships), arguana (in --data-dir), or a BEIR folder."
+        ),
+    ] = "python-faq",
     data_dir: Annotated[
         Path | None,
         typer.Option(help="Folder of the named local tasks (default: $XPRT_DATA_DIR, else ../shared/data)."),
@@ -307,14 +317,17 @@ def finetune_compare(
     ] = None,
     max_queries: Annotated[int | None, typer.Option(help="Seeded sample of the task's queries (before folds).")] = None,
     max_corpus: Annotated[int | None, typer.Option(help="Seeded corpus sample (keeps all judged documents).")] = None,
-    epochs: Annotated[int, typer.Option(help="Fine-tuning epochs (both models).")] = 1,
-    batch_size: Annotated[int, typer.Option(help="Fine-tuning batch size (in-batch negatives).")] = 32,
+    epochs: Annotated[float, typer.Option(help="Fine-tuning epochs of both models (a float).")] = 1.0,
+    batch_size: Annotated[int, typer.Option(help="Training pairs per fine-tuning step (in-batch negatives).")] = 32,
     learning_rate: Annotated[float, typer.Option(help="Fine-tuning peak learning rate.")] = 2e-5,
     seed: Annotated[int, typer.Option(help="Seed of folds, subsampling and training.")] = 0,
     tolerance: Annotated[float, typer.Option(help="Flag a sub-domain whose gain is below -TOLERANCE.")] = 0.0,
-    output_dir: Annotated[Path, typer.Option(help="Where finetune_compare.csv/json go.")] = Path("xprt-finetune"),
+    output_dir: Annotated[Path, typer.Option("--output", "-o", help="Where finetune_compare.csv/json go.")] = Path(
+        "xprt-finetune"
+    ),
     save_models: Annotated[bool, typer.Option("--save-models", help="Also save the two fine-tuned models.")] = False,
     device: Annotated[str | None, typer.Option(help="Torch device, e.g. cpu or cuda.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help=QUIET_HELP)] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help=VERBOSE_HELP)] = False,
 ) -> None:
     """Fine-tune base and pre-trained models identically (MNRL) and compare the gain before and after."""
@@ -323,8 +336,8 @@ def finetune_compare(
     from xprt_st.output_folder import hold_folder
 
     try:
-        check_output_folder(output_dir, "--output-dir")
-        check_model(base, "--base")
+        check_output_folder(output_dir, "--output")
+        check_model(base, "--model")
         if pretrained is not None:
             check_model(pretrained, "--pretrained")
         from xprt_st.evaluation.catalog import check_sample_sizes
@@ -336,7 +349,7 @@ def finetune_compare(
         check_domain_pattern(domain_pattern)
         if not 0 < test_fraction < 1:
             raise ValueError(f"--test-fraction {test_fraction}: must be in (0, 1), the share of queries tested on")
-        folder = hold_folder(output_dir, "finetune-compare", "--output-dir")
+        folder = hold_folder(output_dir, "finetune-compare", "--output")
     except (OutputPathError, ModelLoadError, ValueError) as error:
         raise _fail(error) from error
     with command_logging(
@@ -401,4 +414,5 @@ def finetune_compare(
     if flagged:
         err_console.print(f"[red]pre-training loses on: {', '.join(flagged)}[/red]")
     paths = [result.to_csv(output_dir / "finetune_compare.csv"), result.to_json(output_dir / "finetune_compare.json")]
-    console.print("wrote " + ", ".join(str(path) for path in paths), highlight=False)
+    if not quiet:
+        console.print("wrote " + ", ".join(str(path) for path in paths), highlight=False)

@@ -19,7 +19,7 @@ err_console = Console(stderr=True)
 def interpolate(
     start: Annotated[str, typer.Argument(help="The model training started from (name or folder; 'default').")],
     trained: Annotated[str, typer.Argument(help="The trained model (e.g. the --output of xprt-st train).")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Folder of the interpolated model.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Folder of the interpolated model (required).")],
     alpha: Annotated[
         float | None, typer.Option("--alpha", help="Weight of the trained model: (1-A)*start + A*trained.")
     ] = None,
@@ -28,13 +28,20 @@ def interpolate(
     ] = None,
     select: Annotated[
         str | None,
-        typer.Option("--select", help="mined:DIR: pick the alpha by the label-free task on DIR's held-out part."),
+        typer.Option(
+            "--select",
+            help="mined:DIR: pick the alpha by the label-free task on DIR's held-out part. That task favours the "
+            "mining model's own neighbours and so tends to pick small alphas; choose with labels where you have them.",
+        ),
     ] = None,
-    batch_size: Annotated[int, typer.Option(help="Encoding batch size of the label-free task.")] = 32,
+    batch_size: Annotated[
+        int, typer.Option("--encode-batch-size", help="Passages per encoding batch of the label-free task.")
+    ] = 32,
     device: Annotated[str | None, typer.Option(help="Torch device, e.g. cpu or cuda.")] = None,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace the model an earlier interpolate wrote in --output.")
     ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only errors and the result.")] = False,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Log progress and the libraries' warnings (in OUTPUT/xprt-st.log).")
     ] = False,
@@ -86,7 +93,7 @@ def interpolate(
     except (AlphaError, HeldOutError, OutputPathError, ModelLoadError) as error:
         raise fail(error) from error
 
-    with command_logging("interpolate", output, verbose=verbose, progress=verbose, show_info=True, folder=folder):
+    with command_logging("interpolate", output, verbose=verbose, progress=verbose, show_info=not quiet, folder=folder):
         from xprt_st.interpolate import check_same_architecture, save_interpolated, select_alpha
         from xprt_st.interpolate import interpolate as mix
         from xprt_st.models import load_model

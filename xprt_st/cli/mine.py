@@ -31,7 +31,8 @@ def mine(
     corpus: Annotated[
         list[str] | None,
         typer.Argument(
-            help="JSONL/JSONL.gz/Parquet files, folders of them, .txt files or zips of .txt, or a dataset name."
+            help="JSONL/JSONL.gz/Parquet files, folders of them, .txt files or zips of .txt, or a dataset name "
+            "(required, except with --merge)."
         ),
     ] = None,
     output: Annotated[
@@ -39,7 +40,8 @@ def mine(
         typer.Option(
             "--output",
             "-o",
-            help="Output folder (reused to resume; a folder holding a run of other input or settings is refused).",
+            help="Output folder, required except with --merge (reused to resume; a folder holding a run of other "
+            "input or settings is refused).",
         ),
     ] = None,
     overwrite: Annotated[
@@ -56,7 +58,13 @@ def mine(
         str | None,
         typer.Option(help="Field with the text; default 'text' (with --html: 'html', else 'text' where it is absent)."),
     ] = None,
-    id_field: Annotated[str | None, typer.Option(help="Field with the document id (side files only).")] = None,
+    id_field: Annotated[
+        str | None,
+        typer.Option(
+            help="Field with the document id: it names the documents in the side files and decides which are held "
+            "out (--holdout hashes it); default the file path and line number."
+        ),
+    ] = None,
     title_field: Annotated[
         str | None,
         typer.Option(help="Field with the document title (BEIR: title); kept for held-out documents (titles:DIR)."),
@@ -66,12 +74,17 @@ def mine(
     ] = DEFAULTS.html,
     split: Annotated[str, typer.Option(help="Split of a Hugging Face dataset.")] = DEFAULTS.split,
     model: Annotated[
-        str | None, typer.Option(help="Mining model name or path; default the packaged all-MiniLM-L6-v2.")
+        str | None,
+        typer.Option(
+            "--mining-model", help="Model that encodes the passages (name or path); default all-MiniLM-L6-v2."
+        ),
     ] = None,
     prompt: Annotated[str | None, typer.Option(help='Prompt text before each passage, e.g. "passage: " (E5).')] = None,
     prompt_name: Annotated[str | None, typer.Option(help="Name of a prompt stored in the model.")] = None,
     device: Annotated[str | None, typer.Option(help="Torch device; default: all GPUs when present.")] = None,
-    batch_size: Annotated[int, typer.Option(help="Encoding batch size.")] = DEFAULTS.batch_size,
+    batch_size: Annotated[
+        int, typer.Option("--encode-batch-size", help="Passages per encoding batch.")
+    ] = DEFAULTS.batch_size,
     max_tokens: Annotated[int, typer.Option(help="Most tokens per passage.")] = DEFAULTS.max_tokens,
     min_tokens: Annotated[
         int, typer.Option(help="A passage closes at a block end after this many.")
@@ -137,7 +150,7 @@ def mine(
         bool, typer.Option(help="Count unreadable files instead of failing.")
     ] = DEFAULTS.skip_unreadable,
     report: Annotated[bool, typer.Option("--report", help="Also write DIR/report.html (like inspect).")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Also show the libraries' warnings (always in DIR/xprt-st.log).")
     ] = False,
@@ -260,14 +273,18 @@ def inspect(
     sample: Annotated[int, typer.Option(help="Documents shown passage by passage.")] = 30,
     seed: Annotated[int, typer.Option(help="Seed of the document sample.")] = 0,
     threshold: Annotated[float | None, typer.Option(help="Threshold to draw; default the mined one.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also show the libraries' warnings.")] = False,
 ) -> None:
     """Write an HTML report to check the anchor filter on your corpus (paper adoption step 2)."""
     if sample < 0:
         console.print(f"[bold red]error:[/] --sample {sample}: give 0 or more documents to show")
         raise typer.Exit(2)
-    try:
-        path = write_report(folder, output, sample=sample, seed=seed, threshold=threshold)
-    except MiningError as error:
-        console.print(f"[bold red]error:[/] {error}")
-        raise typer.Exit(2) from error
-    console.print(f"report: {path}")
+    with command_logging("inspect", None, verbose=verbose, progress=False, show_info=not quiet):
+        try:
+            path = write_report(folder, output, sample=sample, seed=seed, threshold=threshold)
+        except MiningError as error:
+            console.print(f"[bold red]error:[/] {error}")
+            raise typer.Exit(2) from error
+    if not quiet:
+        console.print(f"report: {path}")

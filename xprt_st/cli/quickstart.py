@@ -35,7 +35,7 @@ def quickstart(
         int | None,
         typer.Option(min=1, hidden=True, help="Mine only the first N of the 100 shipped pages (tests, quick looks)."),
     ] = None,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Draw progress displays.")] = True,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress displays.")] = False,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Also show the libraries' warnings (always in OUTPUT/xprt-st.log).")
     ] = False,
@@ -47,6 +47,7 @@ def quickstart(
     from xprt_st.output_folder import hold_folder
     from xprt_st.quickstart import LABEL_FREE_NOTE, NO_GAIN_NOTE, QuickstartConfig, run_quickstart
 
+    progress = not quiet
     try:
         check_output_folder(output, "--output")
         check_model(model, "--model")

@@ -19,9 +19,18 @@ def train(
     recipe: Annotated[
         str, typer.Option("--recipe", help="Recipe name in xprt_st/recipes (xprt, tsdae, ...) or a YAML file.")
     ],
-    data: Annotated[Path | None, typer.Option("--data", help="Folder written by `xprt-st mine`.")] = None,
+    data: Annotated[
+        Path | None,
+        typer.Option("--mined", help="Folder written by `xprt-st mine` (required, except with --print-recipe)."),
+    ] = None,
     output: Annotated[
-        Path | None, typer.Option("--output", help="Run folder: checkpoint-N/ while training, then the final model.")
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Run folder: checkpoint-N/ while training, then the final model (required, except with "
+            "--print-recipe).",
+        ),
     ] = None,
     setting: Annotated[
         str | None, typer.Option("--setting", help="continued (paper: E5, lr 1e-6, retention) or from-bert.")
@@ -39,9 +48,9 @@ def train(
             help="A checkpoint of another run to continue with this recipe (same optimizer state and schedule).",
         ),
     ] = None,
-    max_steps: Annotated[int | None, typer.Option("--max-steps", help="Optimizer steps (-1: use epochs).")] = None,
+    max_steps: Annotated[int | None, typer.Option("--max-steps", help="Optimizer steps (-1: use --epochs).")] = None,
     epochs: Annotated[
-        float | None, typer.Option("--epochs", help="Passes over the groups when max-steps is -1.")
+        float | None, typer.Option("--epochs", help="Passes over the groups (a float) when --max-steps is -1.")
     ] = None,
     batch_size: Annotated[int | None, typer.Option("--batch-size", help="Groups per device and step (>= 2).")] = None,
     learning_rate: Annotated[float | None, typer.Option("--learning-rate", help="Peak learning rate.")] = None,
@@ -53,7 +62,12 @@ def train(
     ] = None,
     keep_best: Annotated[
         bool | None,
-        typer.Option("--keep-best/--no-keep-best", help="End on the checkpoint with the best label-free score."),
+        typer.Option(
+            "--keep-best/--no-keep-best",
+            help="End on the checkpoint with the best label-free score. That score favours the mining model's own "
+            "neighbours (the held-out groups were chosen by it), so it tends to keep an early checkpoint; choose "
+            "with labels where you have them.",
+        ),
     ] = None,
     precision: Annotated[str | None, typer.Option("--precision", help="fp32, bf16 or fp16.")] = None,
     max_seq_length: Annotated[int | None, typer.Option("--max-seq-length", help="Token limit per passage.")] = None,
@@ -66,9 +80,9 @@ def train(
     print_recipe: Annotated[
         bool, typer.Option("--print-recipe", help="Print the resolved recipe as YAML and exit.")
     ] = False,
-    progress: Annotated[
-        bool, typer.Option("--progress/--no-progress", help="Draw the rich progress display (off: log lines).")
-    ] = True,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="No progress display: one log line per --logging-steps instead.")
+    ] = False,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Also show the libraries' warnings (always in OUTPUT/xprt-st.log).")
     ] = False,
@@ -77,10 +91,10 @@ def train(
 
     \b
     Single process:
-      xprt-st train --recipe xprt --data mined/ --output runs/xprt
+      xprt-st train --recipe change-only-positive --mined mined/ -o runs/cop
     Several GPUs (one process each):
-      torchrun --nproc_per_node 8 -m xprt_st.training train \\
-        --recipe xprt --data mined/ --output runs/xprt
+      torchrun --nproc_per_node 8 -m xprt_st train \\
+        --recipe change-only-positive --mined mined/ -o runs/cop
     """
     from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
     from xprt_st.models import ModelLoadError
@@ -91,6 +105,7 @@ def train(
     from xprt_st.training.run import OutputFolderError, check_output_outside_data, train_recipe
     from xprt_st.training.trainer import NonFiniteLossError, NonFiniteWeightsError, TrainingStateError
 
+    progress = not quiet
     console = Console(stderr=True)
     overrides = {
         "training.model": model,
@@ -115,7 +130,7 @@ def train(
         typer.echo(yaml.safe_dump(resolved.to_dict(), sort_keys=False), nl=False)
         return
     if data is None or output is None:
-        console.print("[red]error:[/red] --data and --output are required to train (or pass --print-recipe)")
+        console.print("[red]error:[/red] --mined and --output are required to train (or pass --print-recipe)")
         raise typer.Exit(2)
     try:
         check_output_folder(output, "--output")

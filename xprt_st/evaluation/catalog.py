@@ -3,22 +3,25 @@
 Task specs understood by :func:`resolve_tasks`:
 
 - a named local task (:data:`LOCAL_TASKS`: ``arguana``, ``stsb``, ``sickr``, ``sts12`` ... ``sts15``,
-  ``python-faq``), read from ``data_dir`` (default ``../shared/data`` or ``$XPRT_DATA_DIR``);
+  ``python-faq``), spelled exactly so (lower case), read from ``data_dir`` (default ``$XPRT_DATA_DIR``, else
+  ``../shared/data``); ``python-faq`` ships with the package;
 - a BEIR folder path: ``corpus.jsonl[.gz]``, ``queries.jsonl[.gz]`` and ``qrels/test.tsv``;
 - an STS file path: a tab-separated file ``sentence1<TAB>sentence2<TAB>score`` (header optional), the
   STS-B 7-field layout, or the SICK layout; or a SemEval STS folder of ``STS.input.*`` / ``STS.gs.*``;
 - ``mined:DIR``: the label-free task on the held-out documents of the mined folder ``DIR``
   (:mod:`xprt_st.evaluation.label_free`; subsampling does not apply to it);
+- an MTEB task name, spelled as MTEB does (``ArguAna``, ``STS12``): run by mteb from the hub when the hub is
+  reachable; when it is not, a name with a local copy runs that copy (with a warning), any other is refused
+  in one line.
 - ``titles:DIR``: the held-out documents' titles and headings as queries, their passages as the answers
   (:mod:`xprt_st.evaluation.titles`; no subsampling either);
-- an MTEB task name (e.g. ``ArguAna``) when the hub is reachable; offline, names that have a local
-  equivalent fall back to it.
 
 Files are read by :mod:`xprt_st.evaluation.readers` and wrapped by :mod:`xprt_st.evaluation.tasks`.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -108,10 +111,38 @@ LOCAL_TASKS: dict[str, LocalTaskSpec] = {
 (all sets of the year) read from the data directory, and ``python-faq`` shipped with the package."""
 
 
+HUB_PROBE_TIMEOUT = 3.0
+"""Seconds to wait for the Hugging Face hub before an MTEB task name counts as unreachable."""
+
+BENCHMARK_DATA_HINT = (
+    "docs/evaluation.md ('Benchmark data') lists each task's files and where to download them; "
+    "an MTEB task name (e.g. ArguAna) runs from the hub instead when it is reachable"
+)
+"""How to get the data of a named local task, appended to the error when its folder is missing."""
+
+
 def _hub_offline() -> bool:
+    """True when the Hugging Face hub cannot be used: ``HF_HUB_OFFLINE``, or no answer within a few seconds."""
     from huggingface_hub import constants
 
-    return bool(constants.HF_HUB_OFFLINE)
+    if constants.HF_HUB_OFFLINE:
+        return True
+    return not _hub_answers(constants.ENDPOINT)
+
+
+@functools.cache
+def _hub_answers(endpoint: str) -> bool:
+    """Whether ``endpoint`` answers an HTTP request at all (any status) within :data:`HUB_PROBE_TIMEOUT`."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=HUB_PROBE_TIMEOUT)
+    except urllib.error.HTTPError:
+        return True
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def _sts_file(folder: Path, name: str) -> Path:
@@ -133,7 +164,7 @@ def local_task_folder(key: str, data_dir: str | Path | None = None) -> Path:
     if not folder.is_dir():
         raise TaskLoadError(
             f"task {key!r} needs the folder {folder}, which does not exist; pass --data-dir "
-            f"(or set ${DATA_DIR_ENV}) to the folder that holds {spec.folder}/"
+            f"(or set ${DATA_DIR_ENV}) to the folder that holds {spec.folder}/. {BENCHMARK_DATA_HINT}"
         )
     return folder
 
@@ -257,7 +288,7 @@ def resolve_task(
         return label_free_task(spec[len(TASK_PREFIX) :], max_queries=max_queries, seed=seed)
     if spec.startswith(TITLES_PREFIX):
         return titles_task(spec[len(TITLES_PREFIX) :])
-    if spec.lower() in LOCAL_TASKS:
+    if spec in LOCAL_TASKS:  # lower-case short names are local; MTEB's own spellings go to mteb below
         return load_local_task(spec, data_dir, max_queries=max_queries, max_corpus=max_corpus, seed=seed)
     path = Path(spec).expanduser()
     if path.is_dir():
@@ -288,15 +319,19 @@ def resolve_task(
                 logger.warning("--max-queries/--max-corpus apply to local tasks only; %s runs in full", spec)
             return hub_task
         if local is not None:
-            logger.info("the hub is offline: running MTEB task %s from the local copy %r", spec, local)
+            logger.warning(
+                "the Hugging Face hub is not reachable: running MTEB task %s from the local copy %r", spec, local
+            )
             return load_local_task(local, data_dir, max_queries=max_queries, max_corpus=max_corpus, seed=seed)
         raise TaskLoadError(
-            f"MTEB task {spec!r} needs the Hugging Face hub, which is offline (HF_HUB_OFFLINE); "
+            f"MTEB task {spec!r} needs the Hugging Face hub, which is not reachable (offline, or HF_HUB_OFFLINE); "
             f"offline tasks: {', '.join(LOCAL_TASKS)}, a BEIR folder path, or an STS file path"
         )
+    near = next((key for key in LOCAL_TASKS if key == spec.lower()), None)
+    hint = f" (the local task is spelled {near!r})" if near is not None else ""
     raise TaskLoadError(
-        f"unknown task {spec!r}: not a local task name ({', '.join(LOCAL_TASKS)}), not mined:DIR or titles:DIR, not an "
-        "existing BEIR folder or STS file path, and not an MTEB task name"
+        f"unknown task {spec!r}{hint}: not a local task name ({', '.join(LOCAL_TASKS)}), not mined:DIR or "
+        "titles:DIR, not an existing BEIR folder or STS file path, and not an MTEB task name"
     )
 
 

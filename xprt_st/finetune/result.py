@@ -29,7 +29,7 @@ class FinetuneSettings:
         seed: seed of weight init of new layers, data order and dropout.
     """
 
-    epochs: float = 1
+    epochs: float = 1.0
     batch_size: int = 32
     learning_rate: float = 2e-5
     warmup_ratio: float = 0.1

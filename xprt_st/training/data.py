@@ -22,7 +22,7 @@ from xprt_st.mining.layout import CONFIG_FILE, STATS_FILE
 
 logger = logging.getLogger(__name__)
 
-MINE_HINT = "create one with `xprt-st mine CORPUS... --output DIR` and pass that DIR as --data"
+MINE_HINT = "create one with `xprt-st mine CORPUS... --output DIR` and pass that DIR as --mined"
 
 
 class MinedDataError(ValueError):

@@ -1,6 +1,6 @@
 """How training reports: a rich progress display of the steps and every loss term, or log lines.
 
-Either one replaces the Trainer's tqdm bar and its printed dictionaries, so ``--no-progress`` draws
+Either one replaces the Trainer's tqdm bar and its printed dictionaries, so ``--quiet`` draws
 no bar at all and still leaves a record of the loss terms in the log.
 """
 

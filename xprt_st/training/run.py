@@ -92,7 +92,7 @@ def _last_usable_checkpoint(output: Path) -> Path:
 
 
 def check_output_outside_data(output: Path, data: Path) -> None:
-    """Refuse an ``--output`` that is the ``--data`` folder or inside it: checkpoints would be written into the mined
+    """Refuse an ``--output`` that is the ``--mined`` folder or inside it: checkpoints would be written into the mined
     dataset (and a later ``mine --overwrite`` or re-mine of that folder would delete the run).
 
     Raises:
@@ -102,7 +102,7 @@ def check_output_outside_data(output: Path, data: Path) -> None:
     if out == mined or mined in out.parents:
         where = "is" if out == mined else "is inside"
         raise OutputFolderError(
-            f"--output {output} {where} the --data folder {data}: the run would write its checkpoints and model into "
+            f"--output {output} {where} the --mined folder {data}: the run would write its checkpoints and model into "
             "the mined dataset. Choose an --output outside it (e.g. runs/NAME)."
         )
 
@@ -133,7 +133,7 @@ def check_resume_inputs(
     problems: list[str] = []
     recorded_data = recorded.get("data")
     if recorded_data is not None and Path(recorded_data).resolve() != data.resolve():
-        problems.append(f"it was trained on --data {recorded_data}, not {data} (pass --data {recorded_data})")
+        problems.append(f"it was trained on --mined {recorded_data}, not {data} (pass --mined {recorded_data})")
     elif "mining_stats" in recorded:
         before, now = (
             {key: json.loads(json.dumps(stats.get(key))) for key in DATA_IDENTITY}

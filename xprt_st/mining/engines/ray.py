@@ -336,7 +336,7 @@ def stage_error(stage: str, error: Exception, restarts: int, todo: int, done: in
     died = isinstance(cause, ray.exceptions.RayActorError | ray.exceptions.WorkerCrashedError)
     reason = (
         f"a Ray worker process died ({type(cause).__name__}; restarted {restarts} times): out of "
-        "memory, a crash in native code or a lost node; see `ray logs` or the dashboard, and lower --batch-size "
+        "memory, a crash in native code or a lost node; see `ray logs` or the dashboard, and lower --encode-batch-size "
         "or --chunk-size if it ran out of memory"
         if died
         else f"{type(cause).__name__}: {cause}"
