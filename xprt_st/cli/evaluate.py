@@ -39,7 +39,8 @@ def evaluate(
             "--tasks",
             "-t",
             help="Comma-separated tasks: arguana, stsb, sickr, sts12-sts15, python-faq, mined:DIR (the label-free "
-            "task on a mined folder's held-out documents), a BEIR folder, an STS file, or an MTEB task name (online).",
+            "task on a mined folder's held-out documents), a BEIR folder, an STS file, or an MTEB task name (online). "
+            "A path with a comma: give it as its own --tasks value, or write the comma as \\,.",
         ),
     ] = ["arguana", "stsb"],  # noqa: B006 (typer reads defaults, never mutates them)
     data_dir: Annotated[
