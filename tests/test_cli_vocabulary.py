@@ -69,6 +69,11 @@ OPTIONS: dict[str, tuple[str, str]] = {
     "--threshold": ("float", "a fixed anchor centrality threshold"),
     "--threshold-quantile": ("float", "the anchor threshold as a quantile"),
     "--top-k": ("int", "related passages per anchor"),
+    "--hard-negatives": ("int", "passages of other documents mined as hard negatives per anchor"),
+    "--hard-negative-max-ratio": (
+        "float",
+        "the false-negative filter: most cosine to the anchor, as a share of the positive's",
+    ),
     "--rank-by": ("str", "how related passages are ranked"),
     "--positive": ("str", "how the positive is chosen"),
     "--pairs": ("str", "mined or random-span pairs"),

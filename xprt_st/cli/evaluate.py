@@ -44,7 +44,8 @@ def evaluate(
             help="Comma-separated tasks: python-faq (ships with the package), the local benchmark tasks arguana, "
             "stsb, sickr, sts12-sts15 (in --data-dir), mined:DIR (the label-free task on a mined folder's held-out "
             "documents), titles:DIR (its held-out titles and headings as queries), a BEIR folder, an STS file, or "
-            "an MTEB task name as MTEB spells it (ArguAna; from the hub).",
+            "an MTEB task name as MTEB spells it (ArguAna; from the hub). "
+            "A path with a comma: give it as its own --tasks value, or write the comma as \\,.",
         ),
     ] = ["python-faq"],  # noqa: B006 (typer reads defaults, never mutates them)
     data_dir: Annotated[
