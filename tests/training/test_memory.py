@@ -104,3 +104,14 @@ def test_on_cpu_a_batch_that_will_not_fit_is_a_warning(tiny_model, monkeypatch, 
     warnings = [record for record in caplog.records if record.levelno == logging.WARNING]
     assert len(warnings) == 1 and "training.batch_size 64" in warnings[0].getMessage()
     assert "RAM available" in warnings[0].getMessage()
+
+
+def test_padded_length_is_the_longest_sampled_row_within_the_limit(tiny_model) -> None:
+    from datasets import Dataset
+
+    tiny_model.max_seq_length = 12
+    texts = ["a b", "a b c d e", "a"] * 10
+    dataset = Dataset.from_dict({"anchor": texts})
+    assert memory.padded_length(tiny_model, dataset, "anchor") == 7  # [CLS] a b c d e [SEP]
+    longer = Dataset.from_dict({"anchor": [" ".join(["word"] * 40)]})
+    assert memory.padded_length(tiny_model, longer, "anchor") == 12  # cut at max_seq_length

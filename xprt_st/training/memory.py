@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass
 
 import torch
+from datasets import Dataset
 from torch import nn
 
 from xprt_st.training.trainer import TrainingStateError
@@ -182,6 +183,19 @@ def available_bytes(device: torch.device) -> float | None:
     except OSError:
         return None
     return None
+
+
+def padded_length(model: nn.Module, dataset: Dataset, column: str, sample: int = 256) -> int:
+    """The token length a batch of ``dataset[column]`` pads to: the longest of ``sample`` evenly spread rows, at
+    most the model's ``max_seq_length`` (mined passages are often far shorter than the limit, and the estimate's
+    attention term grows with the square of the length)."""
+    limit = int(getattr(model, "max_seq_length", None) or 512)
+    rows = len(dataset)
+    if rows == 0:
+        return limit
+    texts = dataset.select(range(0, rows, max(1, rows // sample)))[column]
+    lengths = [len(ids) for ids in model.tokenizer(list(texts), truncation=True, max_length=limit)["input_ids"]]
+    return min(limit, max(lengths))
 
 
 class StepMemoryError(TrainingStateError):
