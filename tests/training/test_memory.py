@@ -115,3 +115,25 @@ def test_padded_length_is_the_longest_sampled_row_within_the_limit(tiny_model) -
     assert memory.padded_length(tiny_model, dataset, "anchor") == 7  # [CLS] a b c d e [SEP]
     longer = Dataset.from_dict({"anchor": [" ".join(["word"] * 40)]})
     assert memory.padded_length(tiny_model, longer, "anchor") == 12  # cut at max_seq_length
+
+
+def test_train_names_a_batch_that_will_not_fit_before_the_first_step(tiny_model_path, tmp_path, monkeypatch) -> None:
+    from training_helpers import write_mined
+    from typer.testing import CliRunner
+
+    from xprt_st.cli import app
+
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 2.0**20)  # 1 MiB of RAM available
+    data = write_mined(tmp_path / "mined", n_groups=8)
+    output = tmp_path / "run"
+    result = CliRunner().invoke(
+        app,
+        ["train", "--recipe", "xprt", "--data", str(data), "--output", str(output), "--model", str(tiny_model_path),
+         "--max-steps", "1", "--batch-size", "4", "--max-seq-length", "32", "--no-progress", "--logging-steps", "1"],
+        catch_exceptions=False,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output  # on a CPU it is a warning: the run goes on
+    log = (output / "xprt-st.log").read_text(encoding="utf-8")
+    warning = log.index("training.batch_size 4: one step needs about")
+    assert "GiB of RAM available; not even 2 groups fit" in log
+    assert log.index("estimated peak of one step") < warning < log.index("step 1/1: loss=")
