@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import torch
 from sentence_transformers import SentenceTransformer
+from sentence_transformers.util import get_world_size
 from torch import Tensor, nn
 
 from xprt_st.losses._common import EncodedColumns, borrow, encode_columns, special_token_ids
@@ -22,6 +24,12 @@ ENCODER_MINI_BATCH = 16
 """Groups per GradCache mini-batch by default: 16 groups x 5 masked passages x 128 tokens hold about 2.4 GB of
 all-MiniLM-L6-v2 activations (the whole 64-group step's encoder passes held 13 GB); batches of at most 16 groups
 run uncut, at no extra cost."""
+
+
+def _distributed() -> bool:
+    """Under DDP the re-runs would hand DDP's reducer each parameter's gradient once per mini-batch in one
+    backward, which it refuses; GradCache then stays off (each device holds its whole per-device batch)."""
+    return torch.distributed.is_available() and torch.distributed.is_initialized() and get_world_size() > 1
 
 
 class XPRTLoss(nn.Module):
@@ -117,9 +125,9 @@ class XPRTLoss(nn.Module):
                 first without graph, every term is computed on the whole batch (the negatives stay the full batch),
                 and backward re-runs ``mini_batch_size`` groups at a time with their graph. The same loss and
                 gradients (each mini-batch replays its dropout), with the encoder's activations held for one
-                mini-batch. 16 by default (:data:`ENCODER_MINI_BATCH`): it costs one extra encoder forward per pass,
-                measured at about 1.1-1.2x the step's time, and the default 64-group recipe does not fit 8 GB without
-                it; None holds every pass's graph for the whole batch (see ``docs/losses.md``, "Memory").
+                mini-batch. 16 by default (:data:`ENCODER_MINI_BATCH`): it costs one extra encoder forward per
+                pass, and the default 64-group recipe does not fit 8 GB without it; None holds every pass's graph
+                for the whole batch (see ``docs/losses.md``, "Memory"). Off under DDP (see ``_distributed``).
             decoder_mini_batch_size: decoder rows of the fill-in terms run at a time, each block's gradient taken at
                 once; 64 by default, at no extra compute; None decodes all rows at once (see :class:`CrossFillInLoss`).
 
@@ -289,7 +297,7 @@ class XPRTLoss(nn.Module):
             else {}
         )
         size = self.mini_batch_size
-        if size is not None and size < features[0]["input_ids"].size(0):
+        if size is not None and size < features[0]["input_ids"].size(0) and not _distributed():
             return cached_encode_columns(self.model, features, size, batched=self.merge_columns, **masking)
         return encode_columns(self.model, features, batched=self.merge_columns, **masking)
 

@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass
 
 import torch
+from datasets import Dataset
 from torch import nn
 
 from xprt_st.training.trainer import TrainingStateError
@@ -105,7 +106,7 @@ def estimate_step_peak(
         >>> shape = EncoderShape(hidden=384, layers=6, heads=12, intermediate=1536, parameters=22_713_216)
         >>> parts = estimate_step_peak(shape, StepPlan(columns=2, largest_pass=2), batch=16, seq_len=128)
         >>> round(sum(parts.values()) / 2**30, 2)
-        1.88
+        1.92
     """
     activation_share = BF16_ACTIVATIONS if precision in ("bf16", "fp16") else 1.0
     per_row = seq_len * layer_bytes_per_token(shape, seq_len) * activation_share  # one passage, one layer
@@ -184,6 +185,19 @@ def available_bytes(device: torch.device) -> float | None:
     return None
 
 
+def padded_length(model: nn.Module, dataset: Dataset, column: str, sample: int = 256) -> int:
+    """The token length a batch of ``dataset[column]`` pads to: the longest of ``sample`` evenly spread rows, at
+    most the model's ``max_seq_length`` (mined passages are often far shorter than the limit, and the estimate's
+    attention term grows with the square of the length)."""
+    limit = int(getattr(model, "max_seq_length", None) or 512)
+    rows = len(dataset)
+    if rows == 0:
+        return limit
+    texts = dataset.select(range(0, rows, max(1, rows // sample)))[column]
+    lengths = [len(ids) for ids in model.tokenizer(list(texts), truncation=True, max_length=limit)["input_ids"]]
+    return min(limit, max(lengths))
+
+
 class StepMemoryError(TrainingStateError):
     """The step's estimated peak does not fit the GPU (raised before the first step).
 
@@ -220,11 +234,15 @@ def check_step_memory(
         return parts
     fits = largest_fitting_batch(shape, plan, seq_len, available, precision)
     where = "GPU memory free" if device.type == "cuda" else "RAM available"
+    gradcache = ", or objective.args.mini_batch_size: 8" if plan.decoder_rows and plan.mini_batch_size is None else ""
+    advice = (
+        f"a batch of {fits} fits (--batch-size {fits}, or a smaller training.max_seq_length{gradcache})"
+        if fits >= 2
+        else f"not even 2 groups fit (try a smaller training.max_seq_length{gradcache})"
+    )
     message = (
         f"training.batch_size {batch}: one step needs about {total / GIB:.1f} GiB, {available / GIB:.1f} GiB of "
-        f"{where}; a batch of {fits} fits (--batch-size {fits}, or a smaller training.max_seq_length"
-        + (", or objective.args.mini_batch_size: 8" if plan.decoder_rows and plan.mini_batch_size is None else "")
-        + ")"
+        f"{where}; {advice}"
     )
     if device.type == "cuda":
         raise StepMemoryError(message)

@@ -33,7 +33,7 @@ from xprt_st.training.data import STATS_FILE, load_mined
 from xprt_st.training.fork import check_fork, same_model, trainer_class
 from xprt_st.training.heldout_contract import RECORD_KEY, check_start, run_record
 from xprt_st.training.label_free import evaluation_arguments, finish, training_evaluator
-from xprt_st.training.memory import check_step_memory
+from xprt_st.training.memory import check_step_memory, padded_length
 from xprt_st.training.objectives import build_loss, get_objective
 from xprt_st.training.progress import LogLinesCallback, RichProgressCallback
 from xprt_st.training.retention_text import add_retention_text, retention_positions
@@ -377,7 +377,7 @@ def _train_recipe(
         loss,
         len(objective.dataset_columns(retention)),
         training.batch_size,
-        sentence_model.max_seq_length,
+        padded_length(sentence_model, dataset, objective.dataset_columns(retention)[0]),
         training.precision,
         args.device,
     )
