@@ -143,6 +143,12 @@ def score_indomain(run: Path, output: Path, tasks: tuple[Any, Any]) -> list[dict
 
     path = output / "scores-indomain.jsonl"
     done = _done(path)
+    # the start and any final model the own setting already scored have the same signals: not encoded twice
+    own = {
+        (None if r["kind"] == "start" else r["run"]): r
+        for r in _done(output / "scores-own.jsonl").values()
+        if r["kind"] in ("start", "final")
+    }
     records = []
     for row in compare_models(run):
         name = f"{row['model']}@seed{row['seed']}"
@@ -150,6 +156,13 @@ def score_indomain(run: Path, output: Path, tasks: tuple[Any, Any]) -> list[dict
             name = "start"
             if any(r["name"] == "start" for r in records):
                 continue
+        if name not in done and row["folder"] in own:
+            done[name] = {
+                "name": name,
+                **row,
+                **{key: own[row["folder"]][key] for key in (*SIGNALS, "titles_per_query")},
+            }
+            _append(path, done[name])
         if name not in done:
             model = load_model(None, device="cpu") if row["folder"] is None else SentenceTransformer(row["folder"])
             model.max_seq_length = EVAL_MAX_SEQ_LENGTH
@@ -217,10 +230,13 @@ def main(argv: list[str] | None = None) -> int:
         labelled = beir_task(
             args.data_dir / "nfcorpus", label="nfcorpus", max_queries=args.max_queries, max_corpus=args.max_corpus
         )
-        runs = train_runs(
-            args.mined, args.output, args.recipes.split(","), [int(s) for s in args.seeds.split(",")], args
-        )
-        rows = candidates(runs, [float(a) for a in args.alphas.split(",")], args.max_steps)
+        alphas = [float(a) for a in args.alphas.split(",")]
+        if args.endpoints:
+            rows = endpoint_candidates(args.endpoints, alphas)
+        else:
+            seeds = [int(s) for s in args.seeds.split(",")]
+            runs = train_runs(args.mined, args.output, args.recipes.split(","), seeds, args)
+            rows = candidates(runs, alphas, args.max_steps)
         records = score_own(rows, args.output, tasks, labelled, args.max_steps)
         summary["settings"]["own"] = {**summarize(records), "models_scored": [_brief(r) for r in records]}
     if args.indomain is not None:
