@@ -16,6 +16,8 @@ REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "notebooks" / "adoption.ipynb"
 XPRT_TERMS = ["xp", "cross", "self", "mlm", "unif", "retention"]
 PYTHON_FAQ_QUERIES = 171
+LIBRARY_NOISE = ("deprecated", "Warning", "warmup_ratio", "Note: embedding", "{'loss':", "{'train_runtime':")
+"""What library warnings, notes and raw trainer log dicts look like in a cell's output."""
 
 
 def _runner() -> ModuleType:
@@ -40,6 +42,15 @@ def _check_outputs(nb: nbformat.NotebookNode) -> None:
     tables = [output for output in outputs if "text/html" in output.get("data", {})]
     assert len(tables) >= 5, "expected pandas tables for mining, scores, the sample page, the comparison, the losses"
     _runner().check_output_sizes(nb)
+    for output in outputs:
+        if output.get("output_type") == "stream":
+            text = "".join(output.get("text", ""))
+            noise = [marker for marker in LIBRARY_NOISE if marker in text]
+            assert not noise, f"library output {noise} in the notebook: {text[:200]!r}"
+
+
+def _first_cell(nb: nbformat.NotebookNode, needle: str, kind: str = "code") -> int:
+    return next(i for i, cell in enumerate(nb.cells) if cell.cell_type == kind and needle in cell.source)
 
 
 def test_committed_notebook_is_executed_and_small() -> None:
@@ -55,6 +66,17 @@ def test_committed_notebook_is_executed_and_small() -> None:
     assert "holdout=HOLDOUT" in "\n".join(cell.source for cell in nb.cells if cell.cell_type == "code")
     flat = " ".join(text.split())
     assert "drift and sanity signal" in flat and "--select mined:DIR" in flat and "not as a verdict" in flat
+    # the filter is checked (step 2) before anything trains on the groups
+    assert (
+        _first_cell(nb, "## Step 2", "markdown")
+        < _first_cell(nb, "train_recipe(")
+        < _first_cell(nb, "## Step 3", "markdown")
+    )
+    assert _first_cell(nb, "load_passages(mined)") < _first_cell(nb, "train_recipe(")
+    # the retention text describes its own table (the weight falls, the weighted term may rise) and the cost
+    # of the decoder is the measured figure (docs/losses.md), not a guess
+    assert "follows its weight down to 0" not in flat and "can rise while its weight falls" in flat
+    assert "threefold" not in flat and "about 3x" not in flat and "6.7x" in flat
 
 
 @pytest.mark.slow
@@ -136,3 +158,36 @@ def check_summary(workdir: Path) -> None:
         "step3_finetune_compare",
         "step4_train",
     }
+
+
+def test_finetune_prints_no_deprecation_and_no_log_dicts(
+    tiny_model, tmp_path: Path, capsys, caplog, monkeypatch
+) -> None:
+    """The cause of the notebook's step-3 noise: fine-tuning warned about ``warmup_ratio`` and printed log dicts."""
+    import logging
+
+    from sentence_transformers import SentenceTransformerTrainer
+
+    from xprt_st.finetune import FinetuneSettings
+    from xprt_st.finetune.folds import LabelledPair
+    from xprt_st.finetune.run import finetune
+
+    seen = {}
+    train = SentenceTransformerTrainer.train
+
+    def recording_train(self, *args, **kwargs):
+        seen["warmup"] = self.args.get_warmup_steps(10)
+        seen["callbacks"] = [type(callback).__name__ for callback in self.callback_handler.callbacks]
+        return train(self, *args, **kwargs)
+
+    monkeypatch.setattr(SentenceTransformerTrainer, "train", recording_train)
+    pairs = [
+        LabelledPair(f"question {i} about topic {i}", f"the answer to question {i} on topic {i}") for i in range(8)
+    ]
+    settings = FinetuneSettings(epochs=1, batch_size=4, warmup_ratio=0.5, seed=0)
+    with caplog.at_level(logging.WARNING):
+        finetune(tiny_model, pairs, settings, tmp_path / "ft")
+    assert "warmup_ratio" not in caplog.text
+    assert capsys.readouterr().out == ""
+    assert "PrinterCallback" not in seen["callbacks"]
+    assert seen["warmup"] == 5  # half of 10 steps: the share is still applied
