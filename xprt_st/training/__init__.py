@@ -14,6 +14,7 @@ from xprt_st.training.trainer import (
     last_complete_checkpoint,
     read_training_config,
 )
+from xprt_st.training.trainer_setup import TrainerSetup, trainer_setup
 
 __all__ = [
     "OBJECTIVES",
@@ -25,6 +26,7 @@ __all__ = [
     "Objective",
     "Schedule",
     "TermScheduleCallback",
+    "TrainerSetup",
     "TrainingStateError",
     "XPRTTrainer",
     "build_loss",
@@ -33,4 +35,5 @@ __all__ = [
     "read_training_config",
     "register_objective",
     "train_recipe",
+    "trainer_setup",
 ]
