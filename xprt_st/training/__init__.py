@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from xprt_st.objectives import OBJECTIVES, Objective, build_loss, register_objective
 from xprt_st.training.data import MinedData, MinedDataError, load_mined
+from xprt_st.training.recipe_setup import TrainerSetup, trainer_setup
 from xprt_st.training.run import train_recipe
 from xprt_st.training.schedules import RETENTION_SCHEDULE, Schedule, TermScheduleCallback
 from xprt_st.training.trainer import (
@@ -14,7 +15,6 @@ from xprt_st.training.trainer import (
     last_complete_checkpoint,
     read_training_config,
 )
-from xprt_st.training.trainer_setup import TrainerSetup, trainer_setup
 
 __all__ = [
     "OBJECTIVES",

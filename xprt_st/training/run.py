@@ -25,13 +25,13 @@ from xprt_st.training.checkpoints import checkpoint_folders, checkpoint_problem,
 from xprt_st.training.data import STATS_FILE
 from xprt_st.training.fork import check_fork, trainer_class
 from xprt_st.training.label_free import finish
+from xprt_st.training.recipe_setup import load_recipe_data, trainer_setup
 from xprt_st.training.trainer import (
     TRAINING_STATE_DIR,
     TrainingStateError,
     last_complete_checkpoint,
     read_training_config,
 )
-from xprt_st.training.trainer_setup import load_recipe_data, trainer_setup
 
 logger = logging.getLogger(__name__)
 
