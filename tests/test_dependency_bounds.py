@@ -67,7 +67,7 @@ def test_this_run_uses_allowed_versions() -> None:
 
 
 def test_transformers_reads_a_float_warmup_as_a_ratio() -> None:
-    # training/run.py passes warmup_steps=warmup_ratio; transformers 4.x would read 0.1 as 0.1 steps
+    # training/recipe_setup.py passes warmup_steps=warmup_ratio; transformers 4.x would read 0.1 as 0.1 steps
     # (tests/training/test_warmup.py checks the rate at step 1).
     transformers = next(r for r in _requirements() if r.name == "transformers")
     assert Version(_lower_bound(transformers)) >= Version("5.0")

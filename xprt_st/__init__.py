@@ -5,6 +5,7 @@ The public API, importable from the top level (resolved lazily so ``import xprt_
     from xprt_st import mine, GroupBuilder, MiningConfig          # documents -> groups
     from xprt_st import XPRTLoss, CrossPassageLoss, RetroMAELoss  # losses for SentenceTransformerTrainer
     from xprt_st import XPRTTrainer, load_recipe, train_recipe    # training with loss-owned modules
+    from xprt_st import trainer_setup                             # what xprt-st train builds, for a script
     from xprt_st import evaluate_models, finetune_compare         # offline mteb evaluation
     from xprt_st import load_heldout_task, LabelFreeEvaluator     # the label-free check (held-out documents)
     from xprt_st.interpolate import interpolate, select_alpha     # start/trained weight interpolation
@@ -31,7 +32,7 @@ _EXPORTS = {
         "RetroMAELoss",
         "FillInDecoder",
     ),
-    "xprt_st.training": ("XPRTTrainer", "TermScheduleCallback", "Schedule", "train_recipe"),
+    "xprt_st.training": ("XPRTTrainer", "TermScheduleCallback", "Schedule", "train_recipe", "trainer_setup"),
     "xprt_st.recipe": ("load_recipe", "Recipe"),
     "xprt_st.evaluation": ("evaluate_models", "EvaluationReport", "overlap_thirds"),
     "xprt_st.finetune": ("finetune_compare",),

@@ -1,4 +1,4 @@
-"""The quickstart: mine, pre-train briefly and evaluate before and after, offline, on shipped data.
+"""The quickstart: mine, pre-train briefly and evaluate before and after, offline, on shipped data or yours.
 
 It walks adoption step 1 of the paper ("change only the positive") on a real corpus that ships with the
 package: 100 pages of the Python documentation as raw HTML (navigation, search boxes and footers
@@ -6,10 +6,17 @@ included). Evaluation uses ``python-faq``, a retrieval task built from the docum
 which are held out of the corpus. A seeded tenth of the pages is also held out of training (``mine
 --holdout``) for the label-free check, scored on the starting and the trained model. Everything runs on
 the offline default model in a few minutes on two CPU cores.
+
+On a user's corpus (``QuickstartConfig.corpus``, ``xprt-st quickstart --corpus FILE...``) the same loop runs
+there: mine it with the label-free holdout, train the recipe with the same defaults (:data:`DEFAULTS`),
+and compare the start with the result on the user's labelled BEIR folder when one is given
+(``task``) and on the label-free check always. Every input is checked before any model loads
+(:func:`check_inputs`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import logging
@@ -20,35 +27,31 @@ from typing import Any
 from xprt_st.evaluation.bootstrap import GAIN, interval_fields, paired_interval, retrieval_items
 from xprt_st.evaluation.run import EvaluationReport, evaluate_models
 from xprt_st.mining import mine
+from xprt_st.quickstart_defaults import DEFAULTS, HOLDOUT, LABEL_FREE_NOTE, NO_GAIN_NOTE, QuickstartDefaults
 from xprt_st.recipe import load_recipe
 from xprt_st.training import train_recipe
 
 logger = logging.getLogger(__name__)
 
+__all__ = [
+    "DEFAULTS",
+    "HOLDOUT",
+    "LABEL_FREE_NOTE",
+    "NO_GAIN_NOTE",
+    "QuickstartConfig",
+    "QuickstartDefaults",
+    "QuickstartInputError",
+    "check_inputs",
+    "label_free_summary",
+    "run_quickstart",
+]
+
 PACKAGED_DATA = Path(__file__).resolve().parent / "data"
 QUICKSTART_CORPUS = PACKAGED_DATA / "python-docs-pages.jsonl.gz"
 
-NO_GAIN_NOTE = (
-    "No measurable gain: the gain's 95% interval is not above 0 on every task. The offline default "
-    "(all-MiniLM-L6-v2) is already fine-tuned on about a billion labelled pairs: at this scale no objective "
-    "improves it, and none improves an unsupervised retriever either (docs/results.md, sections 1, 2, 7 and 8). "
-    "The objectives gain from a model that cannot retrieve yet: from BERT, sections 3b to 5 "
-    "(xprt-st compare --config benchmarks/compare-from-bert-cpu.yaml)."
-)
-"""Printed under the quickstart's table when the pre-training did not gain (the docs' findings, in brief)."""
 
-LABEL_FREE_NOTE = (
-    "A drift and sanity signal, not a verdict: the held-out documents' related passages were chosen by the "
-    "mining model, so this check is of the objective's own kind (README, 'Did it help?')."
-)
-"""Printed under the label-free line: how far to trust it."""
-
-
-HOLDOUT = 0.1
-"""The quickstart's held-out fraction: 14 of the 100 shipped pages with seed 42 (the draw hashes the page ids),
-so the label-free line rests on a few hundred anchors from a dozen documents. 0.2 (27 pages) narrows the
-interval but costs a quarter more CPU time, encoding the held-out passages twice; training uses 320 groups
-of the rest, which hold over a thousand."""
+class QuickstartInputError(ValueError):
+    """A user corpus or task given to the quickstart cannot be used; the message names the option and the file."""
 
 
 @dataclass
@@ -59,21 +62,81 @@ class QuickstartConfig:
     """Run folder: ``mined/``, ``model/``, ``evaluation/`` and ``summary.json`` go here."""
     model: str | None = None
     """Starting and mining model; None is the offline default (all-MiniLM-L6-v2)."""
-    recipe: str = "change-only-positive"
-    """Adoption step 1: only the positive changes (L_xp with retention)."""
-    threshold_quantile: float | None = 0.3
-    """Anchors are the passages above this quantile of centrality (the paper's 0.825 was tuned for E5)."""
-    max_steps: int = 20
-    batch_size: int = 16
-    learning_rate: float = 2e-5
-    """Higher than the paper's 1e-6 so that 20 steps move the model at all; see the README."""
-    max_seq_length: int = 128
+    recipe: str = DEFAULTS.recipe
+    threshold_quantile: float | None = DEFAULTS.threshold_quantile
+    max_steps: int = DEFAULTS.max_steps
+    batch_size: int = DEFAULTS.batch_size
+    learning_rate: float = DEFAULTS.learning_rate
+    max_seq_length: int = DEFAULTS.max_seq_length
     tasks: tuple[str, ...] = ("python-faq",)
+    """The labelled tasks of the shipped run; with ``corpus``, only ``task`` (or none) is scored."""
     seed: int = 42
     holdout: float = HOLDOUT
     """Fraction of whole pages held out of training for the label-free check (0: no check)."""
     max_documents: int | None = None
     """Mine only the first N shipped pages (for tests and quick looks); None mines all 100."""
+    corpus: tuple[str, ...] = ()
+    """The user's documents (what ``xprt-st mine`` reads); empty: the shipped pages."""
+    task: Path | None = None
+    """With ``corpus``: the user's labelled BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv)."""
+    text_field: str | None = None
+    """With ``corpus``: the field with the text (``xprt-st mine --text-field``)."""
+    id_field: str | None = None
+    """With ``corpus``: the field with the document id, which the held-out draw hashes."""
+    title_field: str | None = None
+    """With ``corpus``: the field with the title, where ``xprt-st mine`` supports one."""
+    html: bool = False
+    """With ``corpus``: the text is raw HTML (extracted with trafilatura)."""
+
+    def mining_fields(self) -> dict[str, Any]:
+        """The reading options of ``mine`` for the user's corpus (the shipped pages: HTML with an ``id``)."""
+        if not self.corpus:
+            return {"html": True, "id_field": "id"}  # the held-out draw hashes the page id, not the install path
+        fields: dict[str, Any] = {"html": self.html, "text_field": self.text_field, "id_field": self.id_field}
+        if self.title_field is not None:
+            fields["title_field"] = self.title_field
+        return fields
+
+
+def check_inputs(config: QuickstartConfig) -> None:
+    """Fail in one line, before any model loads, on a user corpus or task that cannot be used.
+
+    Checks that ``--title-field`` is supported by this version of mining, that each corpus source opens and
+    its first record has the text (and id) field (:func:`xprt_st.mining.reader.check_sources`), and that the
+    BEIR folder has its three files with ids that match (:func:`xprt_st.evaluation.readers.read_beir_folder`).
+
+    Raises:
+        QuickstartInputError: naming the option, the file and the problem.
+    """
+    from xprt_st.evaluation.readers import TaskLoadError, read_beir_folder
+    from xprt_st.mining.config import MiningConfig, MiningError
+    from xprt_st.mining.reader import CorpusError, check_sources
+
+    if not config.corpus:
+        given = [name for name in ("task", "text_field", "id_field", "title_field") if getattr(config, name)]
+        given += ["html"] if config.html else []
+        if given:
+            options = ", ".join("--" + name.replace("_", "-") for name in given)
+            raise QuickstartInputError(f"{options}: only with --corpus FILE... (your documents)")
+        return
+    if config.title_field is not None and "title_field" not in {f.name for f in dataclasses.fields(MiningConfig)}:
+        raise QuickstartInputError("--title-field: this version of xprt-st mine has no title field; leave it out")
+    try:
+        mining = MiningConfig(**config.mining_fields())
+        check_sources(
+            list(config.corpus),
+            text_field=mining.resolved_text_field,
+            id_field=mining.id_field,
+            fallback_text_field=mining.fallback_text_field,
+            html=mining.html,
+        )
+    except (CorpusError, MiningError) as error:
+        raise QuickstartInputError(f"--corpus: {error}") from error
+    if config.task is not None:
+        try:
+            read_beir_folder(config.task, "test")
+        except TaskLoadError as error:
+            raise QuickstartInputError(f"--task {config.task}: {error}") from error
 
 
 def run_quickstart(config: QuickstartConfig, progress: bool = True) -> dict[str, Any]:
@@ -87,16 +150,18 @@ def run_quickstart(config: QuickstartConfig, progress: bool = True) -> dict[str,
         interval lies above 0. ``label_free`` is :func:`label_free_summary` on the pages held out of
         training (None with ``holdout`` 0).
     """
+    check_inputs(config)
     output = Path(config.output)
     mined = output / "mined"
-    corpus = QUICKSTART_CORPUS
-    if config.max_documents is not None:
-        corpus = _first_documents(QUICKSTART_CORPUS, config.max_documents, output / "corpus-subset.jsonl")
+    corpus: list[str | Path] = [QUICKSTART_CORPUS]
+    if config.corpus:
+        corpus = list(config.corpus)
+    elif config.max_documents is not None:
+        corpus = [_first_documents(QUICKSTART_CORPUS, config.max_documents, output / "corpus-subset.jsonl")]
     stats = mine(
-        [corpus],
+        corpus,
         mined,
-        html=True,
-        id_field="id",  # the held-out draw hashes the page id, not the path the package is installed at
+        **config.mining_fields(),
         holdout=config.holdout,
         model=config.model,
         threshold_quantile=config.threshold_quantile,
@@ -119,15 +184,18 @@ def run_quickstart(config: QuickstartConfig, progress: bool = True) -> dict[str,
     model_dir = output / "model"
     if not (model_dir / "modules.json").is_file():
         train_recipe(recipe, data=mined, output=model_dir, progress=progress)
-    report = evaluate_models(
-        [config.model, model_dir],
-        list(config.tasks),
-        labels=["starting model", f"after {config.recipe}"],
-        seed=config.seed,
-        cache_dir=output / "evaluation" / "cache",
-        show_progress=False,
-    )
-    report.write(output / "evaluation")
+    tasks = [str(config.task)] if config.task is not None else [] if config.corpus else list(config.tasks)
+    report = None
+    if tasks:
+        report = evaluate_models(
+            [config.model, model_dir],
+            tasks,
+            labels=["starting model", f"after {config.recipe}"],
+            seed=config.seed,
+            cache_dir=output / "evaluation" / "cache",
+            show_progress=False,
+        )
+        report.write(output / "evaluation")
     summary = _summary(report, stats, config)
     summary["label_free"] = label_free_summary(mined, config.model, model_dir)
     (output / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
@@ -181,7 +249,10 @@ def _first_documents(source: Path, count: int, target: Path) -> Path:
     return target
 
 
-def _summary(report: EvaluationReport, stats: dict[str, Any], config: QuickstartConfig) -> dict[str, Any]:
+def _summary(report: EvaluationReport | None, stats: dict[str, Any], config: QuickstartConfig) -> dict[str, Any]:
+    config_record = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}
+    if report is None:  # a user corpus without a labelled task: the label-free check is the only comparison
+        return {"config": config_record, "mining": stats, "scores": {}, "gain": {}, "interval": {}, "gained": None}
     before, after = report.models
     scores = {model: {task: report.score(model, task) for task in report.tasks} for model in report.models}
     intervals = {}
@@ -192,7 +263,7 @@ def _summary(report: EvaluationReport, stats: dict[str, Any], config: Quickstart
             interval = paired_interval(retrieval_items(per_query[after], per_query[before]))
         intervals[task] = interval_fields(interval)
     return {
-        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()},
+        "config": config_record,
         "mining": stats,
         "scores": scores,
         "gain": {task: scores[after][task] - scores[before][task] for task in report.tasks},

@@ -68,7 +68,7 @@ def test_xprt_checkpoint_holds_the_decoder_and_resume_keeps_the_original_teacher
     refused = _train(*common, "--max-steps", "3")
     assert refused.exit_code == 2 and "--resume last" in refused.output
 
-    import xprt_st.training.run as run_module
+    import xprt_st.training.recipe_setup as run_module  # train_recipe builds its model and teacher there
 
     teachers = []
     original_frozen_copy = run_module.frozen_copy

@@ -1,4 +1,4 @@
-"""`xprt-st quickstart`: the README's main job, offline, on the data shipped with the package."""
+"""`xprt-st quickstart`: the README's main job, offline, on the data shipped with the package or on yours."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from xprt_st.cli import app
+from xprt_st.quickstart_defaults import DEFAULTS, HOLDOUT, LABEL_FREE_NOTE, NO_GAIN_NOTE
 
 console = Console()
 
@@ -19,9 +20,36 @@ def quickstart(
     output: Annotated[Path, typer.Option("--output", "-o", help="Run folder (mined data, model, evaluation).")] = Path(
         "xprt-quickstart"
     ),
+    corpus: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="<file>",
+            help="Your documents, as xprt-st mine reads them (JSONL/JSONL.gz/Parquet files, folders, .txt or zips); "
+            "repeat for several. Default: the shipped Python-docs pages.",
+        ),
+    ] = None,
+    task: Annotated[
+        str | None,
+        typer.Option(
+            help="With --corpus: your labelled BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv) to score "
+            "start and result on; the label-free check on held-out documents runs always."
+        ),
+    ] = None,
+    recipe: Annotated[str, typer.Option(help="Recipe to train (name or YAML).")] = DEFAULTS.recipe,
+    text_field: Annotated[
+        str | None, typer.Option(help="With --corpus: field with the text (default 'text'; with --html 'html').")
+    ] = None,
+    id_field: Annotated[
+        str | None,
+        typer.Option(help="With --corpus: field with the document id; it decides which documents are held out."),
+    ] = None,
+    title_field: Annotated[
+        str | None, typer.Option(help="With --corpus: field with the document title (where xprt-st mine has one).")
+    ] = None,
+    html: Annotated[bool, typer.Option("--html", help="With --corpus: the text is raw HTML (trafilatura).")] = False,
     model: Annotated[str | None, typer.Option(help="Starting model; default the offline all-MiniLM-L6-v2.")] = None,
-    max_steps: Annotated[int, typer.Option(help="Training steps of the change-only-positive recipe.")] = 20,
-    batch_size: Annotated[int, typer.Option(help="Groups per step.")] = 16,
+    max_steps: Annotated[int, typer.Option(help="Training steps of the recipe.")] = DEFAULTS.max_steps,
+    batch_size: Annotated[int, typer.Option(help="Groups per step.")] = DEFAULTS.batch_size,
     seed: Annotated[int, typer.Option(help="Seed for mining ablations, training and evaluation.")] = 42,
     holdout: Annotated[
         float,
@@ -30,7 +58,7 @@ def quickstart(
             max=0.95,
             help="Fraction of pages held out of training for the label-free check (0: no check).",
         ),
-    ] = 0.1,  # xprt_st.quickstart.HOLDOUT, not imported here: it loads torch (test_value_checks keeps them equal)
+    ] = HOLDOUT,
     max_documents: Annotated[
         int | None,
         typer.Option(min=1, hidden=True, help="Mine only the first N of the 100 shipped pages (tests, quick looks)."),
@@ -40,36 +68,66 @@ def quickstart(
         bool, typer.Option("--verbose", "-v", help="Also show the libraries' warnings (always in OUTPUT/xprt-st.log).")
     ] = False,
 ) -> None:
-    """Mine shipped Python-docs pages, pre-train briefly (change only the positive), evaluate before/after."""
+    """Mine documents, pre-train briefly (change only the positive), evaluate before/after: shipped data or yours.
+
+    \b
+    On the shipped Python-docs pages, scored on python-faq:
+      xprt-st quickstart
+    On your documents, scored on your BEIR folder and the label-free check:
+      xprt-st quickstart --corpus my.jsonl --id-field id --task my-beir/ -o out/
+    """
     from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
     from xprt_st.mining.builder import summary_table
     from xprt_st.models import ModelLoadError
     from xprt_st.output_folder import hold_folder
-    from xprt_st.quickstart import LABEL_FREE_NOTE, NO_GAIN_NOTE, QuickstartConfig, run_quickstart
+    from xprt_st.quickstart import QuickstartConfig, QuickstartInputError, check_inputs, run_quickstart
+    from xprt_st.recipe import RecipeError, load_recipe
 
     progress = not quiet
-    try:
-        check_output_folder(output, "--output")
-        check_model(model, "--model")
-        check_quickstart_values(max_steps=max_steps, batch_size=batch_size, seed=seed)
-        folder = hold_folder(output, "quickstart")
-    except (OutputPathError, ModelLoadError, ValueError) as error:
-        console.print(f"[bold red]error:[/bold red] {error}", highlight=False)
-        raise typer.Exit(2) from error
-
     config = QuickstartConfig(
         output=output,
         model=model,
+        recipe=recipe,
         max_steps=max_steps,
         batch_size=batch_size,
         seed=seed,
         holdout=holdout,
         max_documents=max_documents,
+        corpus=tuple(corpus or ()),
+        task=Path(task) if task is not None else None,
+        text_field=text_field,
+        id_field=id_field,
+        title_field=title_field,
+        html=html,
     )
+    try:
+        check_output_folder(output, "--output")
+        check_quickstart_values(max_steps=max_steps, batch_size=batch_size, seed=seed)
+        check_inputs(config)
+        load_recipe(recipe)
+        check_model(model, "--model")
+        folder = hold_folder(output, "quickstart")
+    except (OutputPathError, ModelLoadError, QuickstartInputError, RecipeError, ValueError) as error:
+        console.print(f"[bold red]error:[/bold red] {error}", highlight=False)
+        raise typer.Exit(2) from error
     console.rule("[bold]xprt-st quickstart[/bold]: mine -> pre-train -> evaluate")
     with command_logging("quickstart", output, verbose=verbose, progress=progress, show_info=verbose, folder=folder):
         summary = run_quickstart(config, progress=progress)
     console.print(summary_table(summary["mining"]))
+    if summary["scores"]:
+        _print_scores(summary)
+    record = summary.get("label_free")
+    if record:
+        console.print(label_free_line(record), highlight=False)
+        if "skipped" not in record:
+            console.print(LABEL_FREE_NOTE, highlight=False)
+    console.print(
+        f"Everything is in [bold]{output}[/bold]; the trained model loads with SentenceTransformer('{output}/model')."
+    )
+
+
+def _print_scores(summary: dict) -> None:
+    """The closing table: each labelled task's nDCG@10 before and after, the gain and its paired 95% interval."""
     table = Table(title="Retrieval before and after pre-training (nDCG@10)")
     table.add_column("model", style="bold")
     tasks = list(summary["gain"])
@@ -82,14 +140,6 @@ def quickstart(
     console.print(table)
     if not summary["gained"]:
         console.print(NO_GAIN_NOTE, highlight=False)
-    record = summary.get("label_free")
-    if record:
-        console.print(label_free_line(record), highlight=False)
-        if "skipped" not in record:
-            console.print(LABEL_FREE_NOTE, highlight=False)
-    console.print(
-        f"Everything is in [bold]{output}[/bold]; the trained model loads with SentenceTransformer('{output}/model')."
-    )
 
 
 def check_quickstart_values(*, max_steps: int, batch_size: int, seed: int) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from xprt_st.objectives import OBJECTIVES, Objective, build_loss, register_objective
 from xprt_st.training.data import MinedData, MinedDataError, load_mined
+from xprt_st.training.recipe_setup import TrainerSetup, trainer_setup
 from xprt_st.training.run import train_recipe
 from xprt_st.training.schedules import RETENTION_SCHEDULE, Schedule, TermScheduleCallback
 from xprt_st.training.trainer import (
@@ -25,6 +26,7 @@ __all__ = [
     "Objective",
     "Schedule",
     "TermScheduleCallback",
+    "TrainerSetup",
     "TrainingStateError",
     "XPRTTrainer",
     "build_loss",
@@ -33,4 +35,5 @@ __all__ = [
     "read_training_config",
     "register_objective",
     "train_recipe",
+    "trainer_setup",
 ]

@@ -18,26 +18,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-from sentence_transformers import SentenceTransformerTrainingArguments
-from transformers import TrainerCallback, set_seed
-from transformers.trainer_callback import PrinterCallback, ProgressCallback
+from transformers import TrainerCallback
 
 from xprt_st.columns import LABEL
 from xprt_st.mining.layout import HELDOUT_DIR
-from xprt_st.models import frozen_copy, load_model
 from xprt_st.output_folder import OutputFolderError, command_folder
 from xprt_st.recipe import Recipe
 from xprt_st.training.checkpoints import checkpoint_folders, checkpoint_problem, unusable_checkpoints_message
-from xprt_st.training.data import STATS_FILE, load_mined
+from xprt_st.training.data import STATS_FILE
 from xprt_st.training.fork import check_fork, same_model, trainer_class
 from xprt_st.training.heldout_contract import RECORD_KEY, check_start, run_record
-from xprt_st.training.label_free import evaluation_arguments, finish, training_evaluator
+from xprt_st.training.label_free import finish
 from xprt_st.training.memory import check_step_memory, padded_length
-from xprt_st.training.objectives import build_loss, get_objective
-from xprt_st.training.progress import LogLinesCallback, RichProgressCallback
-from xprt_st.training.retention_text import add_retention_text, retention_positions
-from xprt_st.training.schedules import Schedule, TermScheduleCallback
+from xprt_st.training.objectives import get_objective
+from xprt_st.training.recipe_setup import load_recipe_data, trainer_setup
 from xprt_st.training.trainer import (
     TRAINING_STATE_DIR,
     TrainingStateError,
@@ -287,15 +281,8 @@ def _train_recipe(
     else:
         _check_fresh_output(output)
 
-    objective = get_objective(recipe.objective.name).with_args(recipe.objective.args)  # + hard-negative columns
-    retention = recipe.retention.enabled
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    mined = load_mined(
-        data,
-        columns=objective.mined_columns(retention),
-        requires=recipe.data.requires,
-        min_rows=recipe.training.batch_size * world,
-    )
+    mined = load_recipe_data(recipe, data, world)
     if checkpoint is not None:
         check_resume_inputs(checkpoint, recorded, recipe, mined.path, mined.stats, world)
     # the held-out contract: what this run trains on, its start's and trunk's included (a later check reads it)
@@ -304,109 +291,36 @@ def _train_recipe(
         check_start(mined.path, ancestors, keep_best=recipe.training.keep_best)
     documents = run_record(mined.path, mined.dataset.unique(LABEL), ancestors=ancestors)
 
-    set_seed(recipe.training.seed)
-    sentence_model = load_model(starting_model)
-    # training.max_seq_length cuts the training passages; the saved model keeps the start's serving limit, so
-    # a model trained on 64-token passages still reads 256-token queries and documents like its start did
-    served_max_seq_length = sentence_model.max_seq_length
-    label_free = training_evaluator(mined.path, recipe.training, served_max_seq_length)
-    if label_free is not None:
-        label_free.score_start(sentence_model)  # before any checkpoint is loaded: this is the starting model
-    if recipe.training.max_seq_length is not None:
-        sentence_model.max_seq_length = recipe.training.max_seq_length
-    # Taken before any checkpoint is loaded into the model: the teacher is always the starting model.
-    teacher = frozen_copy(sentence_model) if retention else None
-    retention_text = retention and retention_data is not None and Path(retention_data).resolve() != mined.path.resolve()
-    retention_columns = retention_positions(objective.dataset_columns(retention)) if retention_text else None
-    loss = build_loss(
-        recipe.objective.name,
-        sentence_model,
-        recipe.objective.args,
-        teacher=teacher,
-        retention_weight=recipe.retention.start,
-        distributed=world > 1,
-        retention_columns=retention_columns,
+    # The same setup a Python script gets from trainer_setup (docs/training.md, "From Python").
+    setup = trainer_setup(
+        recipe,
+        mined,
+        output,
+        model=starting_model,
+        progress=progress,
+        callbacks=callbacks,
+        retention_data=retention_data,
     )
-
-    dataset = mined.dataset
-    if objective.prepare is not None:
-        dataset = objective.prepare(dataset, recipe.training.seed)
-    dataset = dataset.select_columns([*objective.dataset_columns(retention), "label"])
-    if retention_text:
-        dataset = add_retention_text(dataset, retention_data)
-
-    schedules = {name: Schedule(spec.start, spec.end, spec.shape) for name, spec in recipe.schedules.items()}
-    if retention:
-        schedules["retention_weight"] = Schedule(recipe.retention.start, recipe.retention.end, recipe.retention.shape)
-    all_callbacks: list[TrainerCallback] = list(callbacks)
-    if schedules:
-        all_callbacks.insert(0, TermScheduleCallback(loss, schedules))
-    all_callbacks.append(RichProgressCallback() if progress else LogLinesCallback())
-
-    training = recipe.training
-    args = SentenceTransformerTrainingArguments(
-        output_dir=str(output),
-        max_steps=training.max_steps,
-        num_train_epochs=training.epochs,
-        per_device_train_batch_size=training.batch_size,
-        gradient_accumulation_steps=training.gradient_accumulation_steps,
-        learning_rate=training.learning_rate,
-        lr_scheduler_type=training.lr_scheduler,
-        warmup_steps=training.warmup_ratio,  # a float in [0, 1): transformers >= 5 reads it as a share of the steps
-        weight_decay=training.weight_decay,
-        max_grad_norm=training.max_grad_norm,
-        bf16=training.precision == "bf16",
-        fp16=training.precision == "fp16",
-        # transformers refuses bf16 without a GPU unless told to train on the CPU, where bf16 autocast works
-        use_cpu=training.precision == "bf16" and not torch.cuda.is_available(),
-        seed=training.seed,
-        data_seed=training.seed,
-        save_strategy="steps",
-        save_steps=training.save_steps,
-        save_total_limit=training.save_total_limit,
-        logging_steps=training.logging_steps,
-        dataloader_drop_last=True,
-        dataloader_num_workers=training.dataloader_num_workers,
-        report_to=[],
-        disable_tqdm=True,  # the rich display or the log lines report instead of tqdm and printed dicts
-        **evaluation_arguments(label_free, training),
-    )
-    # issue 28: the step's estimated peak against the device, before anything is trained (CUDA: one-line error)
+    setup.training_metadata[RECORD_KEY] = documents
+    sentence_model, label_free = setup.model, setup.evaluator
+    # The step's estimated peak against the device, before anything is trained (CUDA: one-line error).
+    objective = get_objective(recipe.objective.name).with_args(recipe.objective.args)  # + hard-negative columns
+    columns = objective.dataset_columns(recipe.retention.enabled)
     check_step_memory(
         sentence_model,
-        loss,
-        len(objective.dataset_columns(retention)),
-        training.batch_size,
-        padded_length(sentence_model, dataset, objective.dataset_columns(retention)[0]),
-        training.precision,
-        args.device,
+        setup.loss,
+        len(columns),
+        recipe.training.batch_size,
+        padded_length(sentence_model, setup.train_dataset, columns[0]),
+        recipe.training.precision,
+        setup.args.device,
     )
-    trainer = trainer_class(fork is not None)(
-        model=sentence_model,
-        args=args,
-        train_dataset=dataset,
-        loss=loss,
-        evaluator=label_free,
-        callbacks=all_callbacks,
-        starting_model=starting_model,
-        training_metadata={
-            "recipe": recipe.to_dict(),
-            "data": str(mined.path.resolve()),
-            "mining_stats": mined.stats,
-            "world_size": world,
-            RECORD_KEY: documents,
-        },
-    )
-    trainer.remove_callback(ProgressCallback)
-    trainer.remove_callback(PrinterCallback)
-    if checkpoint is None and fork is None and (Path(starting_model) / TRAINING_STATE_DIR).is_dir():
-        # A new run from a model trained by xprt-st (any recipe): its encoder and MLM head carry over, the rest
-        # of the objective starts fresh. Only a resumed checkpoint restores a run's own loss state.
-        trainer.warm_start_loss_modules(starting_model)
+    # A new run from a model trained by xprt-st (any recipe): its encoder and MLM head carry over, the rest
+    # of the objective starts fresh. Only a resumed checkpoint restores a run's own loss state.
+    trainer = setup.trainer(trainer_class(fork is not None), warm_start=checkpoint is None and fork is None)
     resume_from = fork if fork is not None else checkpoint
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
-    sentence_model.max_seq_length = served_max_seq_length
-    trainer.save_model(str(output))
+    setup.save(trainer, output)
     if label_free is not None and trainer.is_world_process_zero():
         finish(
             label_free,

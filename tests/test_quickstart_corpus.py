@@ -1,0 +1,188 @@
+"""`xprt-st quickstart --corpus FILE --task BEIR_DIR`: the whole loop on a user's documents, from a folder outside
+the repository, and every bad input named in one line before any model loads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from xprt_st.cli import app
+
+TOPICS = {
+    "kettle": ["Fill the kettle with fresh water.", "Switch the kettle on at the wall.", "Wait for the click."],
+    "printer": ["Open the printer tray.", "Load plain paper face down.", "Close the tray until it locks."],
+    "router": ["Unplug the router for ten seconds.", "Plug it back in and wait.", "The lights turn green."],
+    "backup": ["Choose the folders to back up.", "Pick an external drive.", "Start the backup and wait."],
+    "password": ["Open the account settings.", "Choose change password.", "Type the new password twice."],
+    "vpn": ["Install the VPN client.", "Sign in with your company account.", "Connect to the nearest server."],
+}
+
+
+def _documents() -> list[dict[str, str]]:
+    """24 help-desk pages in the user's own field names: doc_id, heading, body (paragraphs)."""
+    documents = []
+    for number in range(4):
+        for topic, steps in TOPICS.items():
+            lines = [f"{step} This is step {index} for the {topic}, version {number}." for index, step in
+                     enumerate(steps * 2, start=1)]  # fmt: skip
+            body = "\n\n".join(lines)
+            documents.append({"doc_id": f"{topic}-{number}", "heading": f"{topic} {number}", "body": body})
+    return documents
+
+
+def _write_user_data(folder: Path) -> tuple[Path, Path]:
+    """The user's corpus (JSONL) and labelled BEIR folder: one question per topic, its pages relevant."""
+    folder.mkdir(parents=True, exist_ok=True)
+    documents = _documents()
+    corpus = folder / "helpdesk.jsonl"
+    corpus.write_text("".join(json.dumps(doc) + "\n" for doc in documents), encoding="utf-8")
+    beir = folder / "helpdesk-beir"
+    (beir / "qrels").mkdir(parents=True)
+    rows = [{"_id": d["doc_id"], "title": d["heading"], "text": d["body"]} for d in documents]
+    (beir / "corpus.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    queries = {f"q-{topic}": f"How do I sort out the {topic}?" for topic in TOPICS}
+    (beir / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": qid, "text": text}) + "\n" for qid, text in queries.items()), encoding="utf-8"
+    )
+    qrels = [f"q-{topic}\t{topic}-{number}\t1" for topic in TOPICS for number in range(4)]
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "\n".join(qrels) + "\n")
+    return corpus, beir
+
+
+@pytest.fixture
+def elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working folder outside the repository, without ../shared/data."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.delenv("XPRT_DATA_DIR", raising=False)
+    return work
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_quickstart_runs_the_whole_loop_on_a_user_corpus_and_beir_folder(
+    elsewhere: Path, tmp_path: Path, tiny_model_path: Path
+) -> None:
+    corpus, beir = _write_user_data(tmp_path / "user")
+    args = ["quickstart", "--corpus", str(corpus), "--text-field", "body", "--id-field", "doc_id"]
+    args += ["--task", str(beir), "-o", "out", "--model", str(tiny_model_path), "--max-steps", "2"]
+    args += ["--batch-size", "4", "--holdout", "0.3", "-q"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
+
+    summary = json.loads((elsewhere / "out" / "summary.json").read_text())
+    assert summary["config"]["corpus"] == [str(corpus)] and summary["config"]["task"] == str(beir)
+    heldout = json.loads((elsewhere / "out" / "mined" / "stats.json").read_text())
+    assert summary["mining"]["documents"] + heldout.get("heldout_documents", 0) <= 24
+    assert summary["mining"]["groups"] > 0
+    # the closing table on the user's task, every query scored, with the paired interval
+    assert list(summary["scores"]) == ["starting model", "after change-only-positive"]
+    assert all(set(scores) == {"helpdesk-beir"} for scores in summary["scores"].values())
+    before, after = (summary["scores"][name]["helpdesk-beir"] for name in summary["scores"])
+    assert summary["gain"]["helpdesk-beir"] == pytest.approx(after - before, abs=1e-12)
+    assert summary["interval"]["helpdesk-beir"]["ci_low"] != ""
+    per_query = json.loads((elsewhere / "out" / "evaluation" / "scores.json").read_text())
+    assert "helpdesk-beir" in json.dumps(per_query)
+    flat = _flat(result.output)
+    assert "Retrieval before and after pre-training (nDCG@10)" in flat and "gain, 95% CI" in flat
+    # the label-free check on held-out pages, always
+    record = summary["label_free"]
+    assert record is not None and record["queries"] >= 2, record
+    assert "Label-free nDCG@10" in flat or "No label-free check" in flat
+    assert (elsewhere / "out" / "model" / "modules.json").is_file()
+
+
+def test_without_a_task_the_label_free_check_is_the_comparison(
+    elsewhere: Path, tmp_path: Path, tiny_model_path: Path
+) -> None:
+    corpus, _ = _write_user_data(tmp_path / "user")
+    args = ["quickstart", "--corpus", str(corpus), "--text-field", "body", "--id-field", "doc_id", "-o", "out"]
+    args += ["--model", str(tiny_model_path), "--max-steps", "1", "--batch-size", "4", "--holdout", "0.3", "-q"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
+    summary = json.loads((elsewhere / "out" / "summary.json").read_text())
+    assert summary["scores"] == {} and summary["gained"] is None and summary["label_free"]["queries"] >= 2
+    assert "Retrieval before and after" not in result.output and "Label-free nDCG@10" in _flat(result.output)
+
+
+@pytest.fixture
+def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if the quickstart starts, or any model loads."""
+
+    def started(*args, **kwargs):
+        raise AssertionError("work started before the inputs were checked")
+
+    import xprt_st.models
+    import xprt_st.quickstart
+
+    monkeypatch.setattr(xprt_st.quickstart, "run_quickstart", started)
+    monkeypatch.setattr(xprt_st.models, "load_model", started)
+
+
+class _Said:
+    """A command's output, searched without the line breaks and spaces the terminal's wrapping puts anywhere."""
+
+    def __init__(self, text: str) -> None:
+        self.text = "".join(text.split())
+
+    def __contains__(self, needle: str) -> bool:
+        return "".join(needle.split()) in self.text
+
+
+def _bad(tmp_path: Path, *extra: str) -> _Said:
+    result = CliRunner().invoke(app, ["quickstart", "-o", str(tmp_path / "out"), *extra])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and not (tmp_path / "out").exists()
+    assert result.output.count("error:") == 1, result.output
+    return _Said(result.output)
+
+
+def test_a_missing_corpus_file_is_named_before_any_work(no_work: None, tmp_path: Path) -> None:
+    flat = _bad(tmp_path, "--corpus", str(tmp_path / "nope.jsonl"))
+    assert "--corpus" in flat and "nope.jsonl" in flat
+
+
+def test_a_wrong_text_or_id_field_is_named_before_any_work(no_work: None, tmp_path: Path) -> None:
+    corpus, _ = _write_user_data(tmp_path / "user")
+    flat = _bad(tmp_path, "--corpus", str(corpus))  # the text is under 'body', not 'text'
+    assert f"error: --corpus: {corpus}:1: no text field 'text'" in flat
+    flat = _bad(tmp_path, "--corpus", str(corpus), "--text-field", "body", "--id-field", "uuid")
+    assert "'uuid'" in flat
+
+
+def test_a_beir_folder_without_qrels_or_with_ids_that_do_not_match_is_named(no_work: None, tmp_path: Path) -> None:
+    corpus, beir = _write_user_data(tmp_path / "user")
+    user = ["--corpus", str(corpus), "--text-field", "body"]
+    (beir / "qrels" / "test.tsv").rename(beir / "qrels" / "dev.tsv")
+    flat = _bad(tmp_path, *user, "--task", str(beir))
+    assert f"--task {beir}" in flat and "has no qrels/test.tsv" in flat
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq-other\tdoc-other\t1\n")
+    flat = _bad(tmp_path, *user, "--task", str(beir))
+    assert f"--task {beir}" in flat and "judgement" in flat
+    flat = _bad(tmp_path, *user, "--task", str(tmp_path / "no-such-beir"))
+    assert "no-such-beir" in flat and "does not exist" in flat
+
+
+def test_user_data_options_need_a_corpus(no_work: None, tmp_path: Path) -> None:
+    flat = _bad(tmp_path, "--task", str(tmp_path), "--id-field", "doc_id")
+    assert "--task, --id-field: only with --corpus" in flat
+
+
+def test_the_title_field_is_checked_against_what_mining_supports(no_work: None, tmp_path: Path) -> None:
+    import dataclasses
+
+    from xprt_st.mining.config import MiningConfig
+    from xprt_st.quickstart import QuickstartConfig
+
+    corpus, _ = _write_user_data(tmp_path / "user")
+    config = QuickstartConfig(corpus=(str(corpus),), text_field="body", title_field="heading")
+    assert config.mining_fields() == {"html": False, "text_field": "body", "id_field": None, "title_field": "heading"}
+    if "title_field" not in {field.name for field in dataclasses.fields(MiningConfig)}:
+        flat = _bad(tmp_path, "--corpus", str(corpus), "--text-field", "body", "--title-field", "heading")
+        assert "--title-field: this version of xprt-st mine has no title field" in flat
