@@ -7,10 +7,15 @@ that rebuild a passage from itself (RetroMAE, TSDAE, self-only) and random posit
 One run, driven by a :class:`CompareConfig` (``benchmarks/compare-cpu.yaml``, ``benchmarks/compare-gpu.yaml``):
 
 1. **Corpus**: a seeded sample of each source (``max_documents``), HTML pages reduced to their main text
-   with the miner's own extractor, written once to ``RUN/corpus/corpus.jsonl.gz``.
+   with the miner's own extractor, written once to ``RUN/corpus/corpus.jsonl.gz``. A source may instead be an
+   evaluation task's own documents (``{task: nfcorpus}``: in-domain pre-training, issue 25): only the BEIR
+   folder's ``corpus.jsonl`` is read, titles prepended as a first sentence (``titles: prepend``) or dropped,
+   the documents' own ids kept; its queries and qrels are never opened.
 2. **Mining**: :func:`xprt_st.mining.mine` into ``RUN/mined``; the ablation datasets (random positives,
    random spans) are re-merged from the same stored passages and scores into ``RUN/data/<variant>``
-   (no re-encoding), so every recipe reads the same documents and passages.
+   (no re-encoding), so every recipe reads the same documents and passages; a recipe that requires
+   ``hard_negatives: K`` reads ``RUN/data/hard-negatives-K``: the same groups with K hard-negative columns
+   (:mod:`xprt_st.mining.hard_negatives`, one encoding pass of the mining model).
 3. **Training**: every recipe with the same overrides (steps, batch, learning rate, sequence length,
    seed) into ``RUN/seed-S/<recipe>``; a folder counts as done only once its ``COMPLETE`` marker is
    written, a run killed mid-way resumes from its last complete checkpoint.
