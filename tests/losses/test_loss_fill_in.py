@@ -7,7 +7,7 @@ import torch
 
 from xprt_st.losses import CrossFillInLoss, FillInDecoder, MLMLoss, SelfFillInLoss
 from xprt_st.losses._common import pad_cat, sample_token_mask, special_token_ids
-from xprt_st.losses.fill_in import sample_scored_positions
+from xprt_st.losses.fill_in import DECODER_MINI_BATCH, sample_scored_positions
 from xprt_st.models import word_embeddings
 
 
@@ -120,6 +120,7 @@ def test_config_dicts_report_the_paper_defaults(tiny_model) -> None:
         "encoder_mask_ratio": 0.15,
         "num_condition_vectors": 4,
         "prediction_ratio": 1.0,
+        "decoder_mini_batch_size": DECODER_MINI_BATCH,
     }
     assert MLMLoss(tiny_model).get_config_dict() == {"mask_ratio": 0.15}
 
@@ -144,24 +145,28 @@ def test_scored_positions_are_an_exact_uniform_sample_of_the_masked_ones() -> No
 
 
 @pytest.mark.parametrize("loss_class", [CrossFillInLoss, SelfFillInLoss])
-def test_prediction_ratio_scores_a_sample_and_still_trains(loss_class, tiny_model, group_batch) -> None:
+def test_prediction_ratio_scores_a_sample_and_still_trains(loss_class, tiny_model, group_batch, monkeypatch) -> None:
+    import xprt_st.losses.fill_in as fill_in
+
     features, _ = group_batch(tiny_model)
     full, sampled = loss_class(tiny_model), loss_class(tiny_model, prediction_ratio=0.25)
     assert sampled.get_config_dict()["prediction_ratio"] == 0.25
-    rows = {}
+    counts = {}
+    original = fill_in.sample_scored_positions
     for name, loss in (("full", full), ("sampled", sampled)):
-        original = loss._decode_masked
 
-        def spy(*args, _original=original, _name=name):
-            states, scored = _original(*args)
-            rows[_name] = (states.size(0), int(scored.sum()))
-            return states, scored
+        def spy(mask, ratio, _name=name):
+            scored = original(mask, ratio)
+            counts[_name] = (int(mask.sum()), int(scored.sum()))
+            return scored
 
-        loss._decode_masked = spy
+        monkeypatch.setattr(fill_in, "sample_scored_positions", spy)
         torch.manual_seed(0)
         assert torch.isfinite(loss([dict(column) for column in features], None))
-    assert rows["full"][0] == rows["full"][1] and rows["sampled"][0] == rows["sampled"][1]
-    assert rows["sampled"][0] == round(0.25 * rows["full"][0])  # same seed: same mask, a quarter scored
+    monkeypatch.setattr(fill_in, "sample_scored_positions", original)
+    assert counts["full"][0] == counts["full"][1]  # every masked position scored
+    assert counts["sampled"][0] == counts["full"][0]  # same seed: same mask
+    assert counts["sampled"][1] == round(0.25 * counts["full"][0])  # a quarter of it scored
     before, after = _train(sampled, features)
     assert after < before
     with pytest.raises(ValueError, match="prediction_ratio"):
