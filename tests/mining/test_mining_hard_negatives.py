@@ -94,3 +94,23 @@ def test_mine_adds_negatives_of_other_training_documents(tmp_path: Path, tiny_mo
     again = datasets.load_from_disk(str(out))
     assert [c for c in again.column_names if c.startswith("negative_")] == ["negative_1"]
     assert json.loads((out / "stats.json").read_text())["settings"]["hard_negatives"] == 1
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--hard-negatives", "-1"], "--hard-negatives must be >= 0"),
+        (["--hard-negatives", "2", "--hard-negative-max-ratio", "1.5"], "--hard-negative-max-ratio must be in (0, 1]"),
+        (["--hard-negatives", "2", "--pairs", "random-span"], "--hard-negatives needs mined groups"),
+    ],
+)
+def test_bad_hard_negative_flags_are_named_before_any_work(tmp_path: Path, flags: list[str], message: str) -> None:
+    from typer.testing import CliRunner
+
+    from xprt_st.cli import app
+
+    corpus = _corpus(tmp_path / "c.jsonl", 2)
+    result = CliRunner().invoke(app, ["mine", str(corpus), "--output", str(tmp_path / "out"), "-q", *flags])
+    assert result.exit_code != 0
+    assert message in " ".join(result.output.split())
+    assert not (tmp_path / "out" / "stats.json").exists()
