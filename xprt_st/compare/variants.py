@@ -42,6 +42,9 @@ def prepare_variant(
     threshold = {k: mined_settings.get(k) for k in ("threshold", "threshold_quantile")}
     if mined_settings.get("holdout"):  # the same documents held out as in ``mined``: the same training documents
         threshold["holdout"] = mined_settings["holdout"]
+        # the held-out draw hashes the seed with each id, so the variant takes the mined folder's seed; the
+        # comparison's corpus_seed would hold out other documents, some of which the mined recipes train on
+        seed = int(mined_settings.get("seed", seed))
     stats = read_stats(folder)
     if stats is not None:
         settings = stats.get("settings", {})
