@@ -152,7 +152,7 @@ def test_a_corpus_without_titles_is_mined_as_before(tmp_path, tiny_model):
     out = tmp_path / "out"
     stats = GroupBuilder([_jsonl(tmp_path / "c.jsonl", rows)], out, _config(holdout=0.3), model=tiny_model).run()
     assert not (out / "heldout" / "titles").exists()
-    assert set(stats["holdout"]) == {"fraction", "documents", "groups", "passages"}
+    assert set(stats["holdout"]) == {"fraction", "documents", "groups", "passages", "contamination"}
     assert "title_field" not in json.loads((out / "mining_config.json").read_text())
 
 
