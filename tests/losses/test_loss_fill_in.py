@@ -120,6 +120,7 @@ def test_config_dicts_report_the_paper_defaults(tiny_model) -> None:
         "encoder_mask_ratio": 0.15,
         "num_condition_vectors": 4,
         "prediction_ratio": 1.0,
+        "decoder_mini_batch_size": 64,  # issue 28: decoder rows per block (no effect on the loss)
     }
     assert MLMLoss(tiny_model).get_config_dict() == {"mask_ratio": 0.15}
 
