@@ -151,14 +151,16 @@ def test_prediction_ratio_scores_a_sample_and_still_trains(loss_class, tiny_mode
     assert sampled.get_config_dict()["prediction_ratio"] == 0.25
     rows = {}
     for name, loss in (("full", full), ("sampled", sampled)):
-        original = loss._decode_masked
+        original = loss._fill_in_loss
 
-        def spy(*args, _original=original, _name=name):
-            states, scored = _original(*args)
-            rows[_name] = (states.size(0), int(scored.sum()))
-            return states, scored
+        def spy(vectors, ids, mask, score, *rest, _original=original, _name=name):
+            def recording(states, scored, block):  # the decoder's states at the scored positions
+                rows[_name] = (states.size(0), int(scored.sum()))
+                return score(states, scored, block)
 
-        loss._decode_masked = spy
+            return _original(vectors, ids, mask, recording, *rest)
+
+        loss._fill_in_loss = spy
         torch.manual_seed(0)
         assert torch.isfinite(loss([dict(column) for column in features], None))
     assert rows["full"][0] == rows["full"][1] and rows["sampled"][0] == rows["sampled"][1]
