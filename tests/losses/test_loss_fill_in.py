@@ -7,7 +7,7 @@ import torch
 
 from xprt_st.losses import CrossFillInLoss, FillInDecoder, MLMLoss, SelfFillInLoss
 from xprt_st.losses._common import pad_cat, sample_token_mask, special_token_ids
-from xprt_st.losses.fill_in import DECODER_MINI_BATCH, sample_scored_positions
+from xprt_st.losses.fill_in import sample_scored_positions
 from xprt_st.models import word_embeddings
 
 
@@ -120,7 +120,7 @@ def test_config_dicts_report_the_paper_defaults(tiny_model) -> None:
         "encoder_mask_ratio": 0.15,
         "num_condition_vectors": 4,
         "prediction_ratio": 1.0,
-        "decoder_mini_batch_size": DECODER_MINI_BATCH,
+        "decoder_mini_batch_size": 64,  # issue 28: decoder rows per block (no effect on the loss)
     }
     assert MLMLoss(tiny_model).get_config_dict() == {"mask_ratio": 0.15}
 
@@ -145,28 +145,26 @@ def test_scored_positions_are_an_exact_uniform_sample_of_the_masked_ones() -> No
 
 
 @pytest.mark.parametrize("loss_class", [CrossFillInLoss, SelfFillInLoss])
-def test_prediction_ratio_scores_a_sample_and_still_trains(loss_class, tiny_model, group_batch, monkeypatch) -> None:
-    import xprt_st.losses.fill_in as fill_in
-
+def test_prediction_ratio_scores_a_sample_and_still_trains(loss_class, tiny_model, group_batch) -> None:
     features, _ = group_batch(tiny_model)
     full, sampled = loss_class(tiny_model), loss_class(tiny_model, prediction_ratio=0.25)
     assert sampled.get_config_dict()["prediction_ratio"] == 0.25
-    counts = {}
-    original = fill_in.sample_scored_positions
+    rows = {}
     for name, loss in (("full", full), ("sampled", sampled)):
+        original = loss._fill_in_loss
 
-        def spy(mask, ratio, _name=name):
-            scored = original(mask, ratio)
-            counts[_name] = (int(mask.sum()), int(scored.sum()))
-            return scored
+        def spy(vectors, ids, mask, score, *rest, _original=original, _name=name):
+            def recording(states, scored, block):  # the decoder's states at the scored positions
+                rows[_name] = (states.size(0), int(scored.sum()))
+                return score(states, scored, block)
 
-        monkeypatch.setattr(fill_in, "sample_scored_positions", spy)
+            return _original(vectors, ids, mask, recording, *rest)
+
+        loss._fill_in_loss = spy
         torch.manual_seed(0)
         assert torch.isfinite(loss([dict(column) for column in features], None))
-    monkeypatch.setattr(fill_in, "sample_scored_positions", original)
-    assert counts["full"][0] == counts["full"][1]  # every masked position scored
-    assert counts["sampled"][0] == counts["full"][0]  # same seed: same mask
-    assert counts["sampled"][1] == round(0.25 * counts["full"][0])  # a quarter of it scored
+    assert rows["full"][0] == rows["full"][1] and rows["sampled"][0] == rows["sampled"][1]
+    assert rows["sampled"][0] == round(0.25 * rows["full"][0])  # same seed: same mask, a quarter scored
     before, after = _train(sampled, features)
     assert after < before
     with pytest.raises(ValueError, match="prediction_ratio"):
