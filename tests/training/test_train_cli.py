@@ -20,6 +20,7 @@ runner = CliRunner()
 DATA_SETTINGS = {
     "random-positive": {"positive": "random", "pairs": "mined"},
     "random-span-contrastive": {"positive": "mined", "pairs": "random-span"},
+    "change-only-positive-hard": {"positive": "mined", "pairs": "mined", "hard_negatives": 2},
 }
 
 
@@ -30,7 +31,8 @@ def _train(*extra: str) -> object:
 @pytest.mark.parametrize("recipe", available_recipes())
 def test_every_recipe_trains_a_few_steps(recipe, tiny_model_path, tmp_path):
     settings = DATA_SETTINGS.get(recipe, {"positive": "mined", "pairs": "mined"})
-    data = write_mined(tmp_path / "mined", n_groups=8, stats={"settings": settings})
+    negatives = settings.get("hard_negatives", 0)
+    data = write_mined(tmp_path / "mined", n_groups=8, stats={"settings": settings}, negatives=negatives)
     output = tmp_path / "run"
     result = _train(
         "--recipe", recipe, "--mined", str(data), "--output", str(output), "--model", str(tiny_model_path),

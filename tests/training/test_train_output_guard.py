@@ -14,7 +14,7 @@ from training_helpers import DOCUMENTS, write_mined
 from transformers import TrainerCallback
 from typer.testing import CliRunner
 
-import xprt_st.training.run as run_module
+import xprt_st.training.recipe_setup as recipe_setup
 from tests.heldout_helpers import write_heldout
 from xprt_st.cli import app
 from xprt_st.output_folder import LOCK_FILE
@@ -46,7 +46,7 @@ def no_model_load(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the output folder was refused")
 
-    monkeypatch.setattr(run_module, "load_model", refuse)
+    monkeypatch.setattr(recipe_setup, "load_model", refuse)  # where train_recipe loads its models
 
 
 def test_a_folder_with_the_users_readme_and_config_is_refused_before_any_model_loads(

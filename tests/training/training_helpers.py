@@ -68,13 +68,22 @@ def make_groups(n_groups: int = 16) -> dict[str, list]:
     return rows
 
 
-def write_mined(folder: Path, n_groups: int = 16, stats: dict | None = None) -> Path:
-    """Save a mined folder (datasets.save_to_disk + stats.json) like ``xprt-st mine`` does."""
+def write_mined(folder: Path, n_groups: int = 16, stats: dict | None = None, negatives: int = 0) -> Path:
+    """Save a mined folder (datasets.save_to_disk + stats.json) like ``xprt-st mine`` does.
+
+    With ``negatives`` K, the groups also get ``negative_1..K``: passages of other documents, as
+    ``xprt-st mine --hard-negatives K`` writes them.
+    """
     from datasets import Dataset, Features, Value
 
-    features = Features({name: Value("string") for name in TEXT_COLUMNS})
+    groups = make_groups(n_groups)
+    for k in range(1, negatives + 1):
+        groups[f"negative_{k}"] = [
+            f"{DOCUMENTS[(label + k) % len(DOCUMENTS)][1][0]} ({index})" for index, label in enumerate(groups["label"])
+        ]
+    features = Features({name: Value("string") for name in groups if name != "label"})
     features["label"] = Value("int64")
-    Dataset.from_dict(make_groups(n_groups), features=features).save_to_disk(str(folder))
+    Dataset.from_dict(groups, features=features).save_to_disk(str(folder))
     base = {
         "documents": len(DOCUMENTS),
         "groups": n_groups,
