@@ -150,6 +150,16 @@ def check_summary(workdir: Path) -> None:
         assert all(math.isfinite(row[term]) for term in XPRT_TERMS)
         assert row["loss"] == pytest.approx(sum(row[term] for term in XPRT_TERMS), rel=1e-3, abs=1e-3)
     assert step4["decoder_in_model"] is False
+    evaluation = step4["evaluation"]  # step 4 is scored like step 1, with the interval against the start
+    assert evaluation["starting model"]["ndcg_at_10"] == pytest.approx(step1["before"], abs=1e-12)
+    assert evaluation["after step 1"]["ndcg_at_10"] == pytest.approx(step1["after"], abs=1e-12)
+    for label in ("after step 1", "after step 4"):
+        row = evaluation[label]
+        assert 0 <= row["ndcg_at_10"] <= 1 and row["ci_low"] <= row["difference"] <= row["ci_high"]
+        # the paired difference is over per-question scores, the table's score their mean (mteb rounds it)
+        assert row["difference"] == pytest.approx(
+            row["ndcg_at_10"] - evaluation["starting model"]["ndcg_at_10"], abs=1e-4
+        )
 
     assert set(summary["timings_seconds"]) >= {
         "mine",
