@@ -23,7 +23,7 @@ def _corpus(path):
             f"Paragraph {j} of document {i} is about topic {i} and its many details, number {i * 7 + j}."
             for j in range(4)
         ]
-        rows.append(json.dumps({"body": "\n\n".join(paragraphs)}))
+        rows.append(json.dumps({"body": "\n\n".join(paragraphs), "id": f"doc-{i}"}))
     path.write_text("\n".join(rows) + "\n")
     return path
 
@@ -33,7 +33,21 @@ def test_mine_merge_and_inspect(tmp_path, tiny_model_path):
     out = tmp_path / "out"
     common = ["--mining-model", str(tiny_model_path), "--max-tokens", "32", "--min-tokens", "8", "-q"]
     result = runner.invoke(
-        app, ["mine", str(corpus), "--output", str(out), "--text-field", "body", "--threshold-quantile", "0.5", *common]
+        app,
+        # --id-field: the held-out draw hashes the ids, which would otherwise be the tmp path (a new one every run)
+        [
+            "mine",
+            str(corpus),
+            "--output",
+            str(out),
+            "--text-field",
+            "body",
+            "--id-field",
+            "id",
+            "--threshold-quantile",
+            "0.5",
+            *common,
+        ],
     )
     assert result.exit_code == 0, result.output
     assert "xPRT mining summary" in result.output and "passage_coverage" in result.output
