@@ -10,10 +10,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from tests.mining.test_mining_merge import _corpus  # the same topic corpus as the merge tests
 from xprt_st.mining import mine
 from xprt_st.mining.hard_negatives import add_hard_negatives, nearest_other_documents, positive_aware_filter
-
-TOPICS = ["river", "violin", "glacier", "tax", "comet", "bakery", "chess", "volcano", "orchid", "railway"]
 
 
 def _unit(*angles_degrees: float) -> np.ndarray:
@@ -49,20 +48,6 @@ def test_positive_aware_filter_drops_candidates_above_the_ratio_of_the_positive(
     # nothing survives: -1 throughout, found 0 (the caller draws a stand-in)
     chosen, found = positive_aware_filter(scores, indices, np.array([0.5]), count=2, max_ratio=0.5)
     assert chosen.tolist() == [[-1, -1]] and found.tolist() == [0]
-
-
-def _corpus(path: Path, documents: int) -> Path:
-    rows = []
-    for i in range(documents):
-        topic = TOPICS[i % len(TOPICS)]
-        paragraphs = [
-            f"The {topic} story part {j} of document {i} mentions {topic} facts and {topic} history. "
-            f"Experts on the {topic} add detail number {i * 10 + j} about {TOPICS[(i + j) % len(TOPICS)]}."
-            for j in range(3 + i % 4)
-        ]
-        rows.append(json.dumps({"text": "\n\n".join(paragraphs), "id": f"doc-{i}"}))
-    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
-    return path
 
 
 def test_mine_adds_negatives_of_other_training_documents(tmp_path: Path, tiny_model) -> None:

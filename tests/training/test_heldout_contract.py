@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.mining.test_mining_merge import TOPICS, _config  # the merge tests' corpus topics and settings
 from xprt_st.cli import app
-from xprt_st.mining import GroupBuilder, MiningConfig, is_held_out, merge
+from xprt_st.mining import GroupBuilder, is_held_out, merge
 from xprt_st.training.checkpoints import TRAINING_CONFIG_FILE, TRAINING_STATE_DIR
 from xprt_st.training.heldout_contract import (
     RECORD_KEY,
@@ -21,8 +22,6 @@ from xprt_st.training.heldout_contract import (
     refuse_overlap,
     run_record,
 )
-
-TOPICS = ["river", "violin", "glacier", "tax", "comet", "bakery", "chess", "volcano", "orchid", "railway"]
 
 
 def _corpus(path: Path, documents: int, copies: int = 1) -> Path:
@@ -38,11 +37,6 @@ def _corpus(path: Path, documents: int, copies: int = 1) -> Path:
             rows.append(json.dumps({"text": "\n\n".join(paragraphs), "id": f"doc-{i}-copy-{copy}"}))
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
     return path
-
-
-def _config(**overrides) -> MiningConfig:
-    settings = {"max_tokens": 32, "min_tokens": 8, "batch_size": 16, "threshold_quantile": 0.5, "id_field": "id"}
-    return MiningConfig(**(settings | overrides))
 
 
 @pytest.fixture
