@@ -111,6 +111,24 @@ def test_without_a_task_the_label_free_check_is_the_comparison(
     assert "Retrieval before and after" not in result.output and "Label-free nDCG@10" in _flat(result.output)
 
 
+def test_a_recipe_with_hard_negatives_gets_them_mined_by_the_quickstart(
+    elsewhere: Path, tmp_path: Path, tiny_model_path: Path
+) -> None:
+    corpus, _ = _write_user_data(tmp_path / "user")
+    args = ["quickstart", "--corpus", str(corpus), "--text-field", "body", "--id-field", "doc_id", "-o", "out"]
+    args += ["--recipe", "change-only-positive-hard", "--model", str(tiny_model_path), "--max-steps", "1"]
+    args += ["--batch-size", "4", "--holdout", "0.3", "-q"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
+    stats = json.loads((elsewhere / "out" / "mined" / "stats.json").read_text())
+    assert stats["settings"]["hard_negatives"] == 2 and stats["hard_negatives"]["groups"] == stats["groups"]
+    import datasets
+
+    columns = datasets.load_from_disk(str(elsewhere / "out" / "mined")).column_names
+    assert {"negative_1", "negative_2"} <= set(columns)
+    assert (elsewhere / "out" / "model" / "modules.json").is_file()
+
+
 @pytest.fixture
 def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail the test if the quickstart starts, or any model loads."""

@@ -28,7 +28,7 @@ from xprt_st.evaluation.bootstrap import GAIN, interval_fields, paired_interval,
 from xprt_st.evaluation.run import EvaluationReport, evaluate_models
 from xprt_st.mining import mine
 from xprt_st.quickstart_defaults import DEFAULTS, HOLDOUT, LABEL_FREE_NOTE, NO_GAIN_NOTE, QuickstartDefaults
-from xprt_st.recipe import load_recipe
+from xprt_st.recipe import Recipe, load_recipe
 from xprt_st.training import train_recipe
 
 logger = logging.getLogger(__name__)
@@ -139,6 +139,17 @@ def check_inputs(config: QuickstartConfig) -> None:
             raise QuickstartInputError(f"--task {config.task}: {error}") from error
 
 
+def _add_hard_negatives(mined: Path, recipe: Recipe, config: QuickstartConfig) -> None:
+    """Give the mined groups the hard-negative columns a recipe such as ``change-only-positive-hard`` reads
+    (what ``xprt-st mine --hard-negatives K`` adds), unless the folder has them already."""
+    from xprt_st.mining.hard_negatives import add_hard_negatives
+    from xprt_st.mining.layout import read_stats
+
+    count = int(recipe.data.requires.get("hard_negatives", 0) or 0)
+    if count and int((read_stats(mined) or {}).get("settings", {}).get("hard_negatives", 0) or 0) != count:
+        add_hard_negatives(mined, count, model=config.model, seed=config.seed)
+
+
 def run_quickstart(config: QuickstartConfig, progress: bool = True) -> dict[str, Any]:
     """Mine the shipped corpus, train ``config.recipe`` briefly, evaluate before and after.
 
@@ -158,17 +169,6 @@ def run_quickstart(config: QuickstartConfig, progress: bool = True) -> dict[str,
         corpus = list(config.corpus)
     elif config.max_documents is not None:
         corpus = [_first_documents(QUICKSTART_CORPUS, config.max_documents, output / "corpus-subset.jsonl")]
-    stats = mine(
-        corpus,
-        mined,
-        **config.mining_fields(),
-        holdout=config.holdout,
-        model=config.model,
-        threshold_quantile=config.threshold_quantile,
-        max_tokens=config.max_seq_length,
-        seed=config.seed,
-        progress=progress,
-    )
     recipe = load_recipe(
         config.recipe,
         overrides={
@@ -181,6 +181,18 @@ def run_quickstart(config: QuickstartConfig, progress: bool = True) -> dict[str,
             **({"training.model": config.model} if config.model else {}),
         },
     )
+    stats = mine(
+        corpus,
+        mined,
+        **config.mining_fields(),
+        holdout=config.holdout,
+        model=config.model,
+        threshold_quantile=config.threshold_quantile,
+        max_tokens=config.max_seq_length,
+        seed=config.seed,
+        progress=progress,
+    )
+    _add_hard_negatives(mined, recipe, config)
     model_dir = output / "model"
     if not (model_dir / "modules.json").is_file():
         train_recipe(recipe, data=mined, output=model_dir, progress=progress)
