@@ -18,7 +18,7 @@ Settings (each its own ranking):
 - ``own``: the start (all-MiniLM-L6-v2) and short runs trained here on the mined folder's training documents,
   each with its middle checkpoint and its interpolations with the start; labelled score: nDCG@10 on a seeded
   subsample of NFCorpus's test queries with every judged document kept (``--max-queries``/``--max-corpus``);
-- ``indomain`` (``--indomain RUN``): the models of an in-domain ``xprt-st compare`` run on NFCorpus with the
+- ``indomain`` (``--indomain RUN...``): the models of in-domain ``xprt-st compare`` runs on NFCorpus with the
   labelled scores it recorded (all 323 test queries, full corpus); the mined folder must hold out the same
   documents (same ``--holdout``, seed and id field), so none of those models trained on them.
 
@@ -135,8 +135,13 @@ def score_own(rows: list[dict[str, Any]], output: Path, tasks: tuple[Any, Any], 
     return [done[row["name"]] for row in rows]
 
 
-def score_indomain(run: Path, output: Path, tasks: tuple[Any, Any]) -> list[dict[str, Any]]:
-    """The in-domain setting: signals of every model of a compare run, beside the labelled scores it recorded."""
+def score_indomain(runs: list[Path], output: Path, tasks: tuple[Any, Any]) -> list[dict[str, Any]]:
+    """The in-domain setting: signals of every model of compare runs, beside the labelled scores they recorded.
+
+    The runs must score the same task and hold out the same documents (a comparison and its sweep folders,
+    seeded with its mined folder); the start is counted once, and a model of any run after the first is named
+    after its folder (``change-only-positive-hard@seed42@in-domain-nfcorpus-sweep-lr2e-5-s300``).
+    """
     from sentence_transformers import SentenceTransformer
 
     from xprt_st.models import load_model
@@ -150,8 +155,9 @@ def score_indomain(run: Path, output: Path, tasks: tuple[Any, Any]) -> list[dict
         if r["kind"] in ("start", "final")
     }
     records = []
-    for row in compare_models(run):
-        name = f"{row['model']}@seed{row['seed']}"
+    rows = [(i, row) for i, run in enumerate(runs) for row in compare_models(run)]
+    for index, row in rows:
+        name = f"{row['model']}@seed{row['seed']}" + (f"@{runs[index].name}" if index else "")
         if row["model"] == "start":
             name = "start"
             if any(r["name"] == "start" for r in records):
@@ -203,7 +209,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--max-queries", type=int, default=50)
     parser.add_argument("--max-corpus", type=int, default=1000)
-    parser.add_argument("--indomain", type=Path, default=None, help="An in-domain compare run on NFCorpus.")
+    parser.add_argument(
+        "--indomain",
+        type=Path,
+        nargs="*",
+        default=None,
+        help="In-domain compare runs holding out the same documents (a comparison and its sweep folders).",
+    )
     parser.add_argument("--skip-own", action="store_true", help="Only the --indomain setting.")
     parser.add_argument("--results", type=Path, default=None, help="Also copy the summary here.")
     args = parser.parse_args(argv)
@@ -217,8 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     from xprt_st.evaluation.label_free import load_heldout_task
     from xprt_st.evaluation.titles import load_titles_task
 
-    for path, what in ((args.mined, "--mined"), (args.indomain, "--indomain")):
-        if path is not None and not path.is_dir():
+    for path, what in ((args.mined, "--mined"), *((run, "--indomain") for run in args.indomain or [])):
+        if not path.is_dir():
             parser.error(f"{what} {path} is not a folder")
     tasks = (load_heldout_task(args.mined), load_titles_task(args.mined))
     summary: dict[str, Any] = {
@@ -239,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             rows = candidates(runs, alphas, args.max_steps)
         records = score_own(rows, args.output, tasks, labelled, args.max_steps)
         summary["settings"]["own"] = {**summarize(records), "models_scored": [_brief(r) for r in records]}
-    if args.indomain is not None:
+    if args.indomain:
         records = score_indomain(args.indomain, args.output, tasks)
         summary["settings"]["indomain"] = {**summarize(records), "models_scored": [_brief(r) for r in records]}
     text = json.dumps(summary, indent=2) + "\n"
