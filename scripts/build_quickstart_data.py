@@ -6,7 +6,14 @@ straight from the Debian archive, not from the benchmark data beside the checkou
     apt-get download python3.11-doc && dpkg -x python3.11-doc_*.deb /tmp/python-doc
     python scripts/build_quickstart_data.py /tmp/python-doc/usr/share/doc/python3.11/html
 
-It writes ``xprt_st/data/``:
+With ``--all-pages FILE`` it writes instead every page of the package but the FAQ's (521 of its 530 HTML pages,
+no size cap, the same fields) to ``FILE``: the technical-documentation domain of the in-domain comparison
+(``benchmarks/compare-in-domain-python-docs.yaml``), scored on the shipped ``python-faq``::
+
+    python scripts/build_quickstart_data.py /tmp/python-doc/usr/share/doc/python3.11/html \
+        --all-pages runs/python-docs/pages.jsonl.gz
+
+Otherwise it writes ``xprt_st/data/``:
 
 - ``python-docs-pages.jsonl.gz``: raw HTML pages (``id``, ``url``, ``html``) of the tutorial, the
   how-tos and part of the library reference: real pages with navigation bars, search boxes and
@@ -56,6 +63,20 @@ def _pages(root: Path) -> list[dict[str, str]]:
     return interleaved[:MAX_PAGES]
 
 
+def _all_pages(root: Path) -> list[dict[str, str]]:
+    """Every HTML page under ``root`` but the FAQ's, in path order, with the fields of :func:`_pages`."""
+    pages = []
+    for path in sorted(root.rglob("*.html")):
+        relative = path.relative_to(root).as_posix()
+        if relative.startswith("faq/"):
+            continue
+        html = path.read_text(encoding="utf-8", errors="replace")
+        pages.append(
+            {"id": f"python3.11/html/{relative}", "url": f"https://docs.python.org/3.11/{relative}", "html": html}
+        )
+    return pages
+
+
 def _faq(root: Path) -> tuple[list[dict[str, str]], list[dict[str, str]], list[tuple[str, str]]]:
     corpus, queries, qrels = [], [], []
     for path in sorted((root / "faq").glob("*.html")):
@@ -98,5 +119,17 @@ def main(html_root: str) -> None:
     print(f"{len(pages)} pages; FAQ task: {len(queries)} queries, {len(corpus)} documents")
 
 
+def main_all_pages(html_root: str, output: str) -> None:
+    pages = _all_pages(Path(html_root))
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
+    _write_jsonl_gz(Path(output), pages)
+    print(f"{len(pages)} pages (the FAQ's left out) -> {output}")
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if len(sys.argv) == 4 and sys.argv[2] == "--all-pages":
+        main_all_pages(sys.argv[1], sys.argv[3])
+    elif len(sys.argv) == 2:
+        main(sys.argv[1])
+    else:
+        sys.exit("usage: build_quickstart_data.py HTML_ROOT [--all-pages FILE]")
