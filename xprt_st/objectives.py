@@ -260,8 +260,9 @@ register_objective(
         columns=GROUP_COLUMNS,
         retention_columns=GROUP_COLUMNS,
         native_retention=True,
-        arg_bounds=XPRT_BOUNDS,
+        arg_bounds={**XPRT_BOUNDS, "hard_negatives": NON_NEGATIVE},
         arg_rules=_xprt_arg_problems,
+        extra_columns=hard_negative_columns,
     )
 )
 register_objective(

@@ -62,6 +62,26 @@ def test_every_term_and_its_gradient_equal_the_uncut_computation(tiny_model, gro
         torch.testing.assert_close(cut_grads[name], uncut_grads[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
+def test_hard_negatives_under_gradcache_give_the_uncut_l_xp_and_gradient(tiny_model, group_batch) -> None:
+    features, labels = group_batch(tiny_model)
+    negatives = [tiny_model.preprocess(["rock salt", "trucks", "the umpire", "leaks"]) for _ in range(2)]
+    teacher = copy.deepcopy(tiny_model).eval()
+    for parameter in teacher.parameters():
+        parameter.requires_grad_(False)
+    options = {"hard_negatives": 2, "decoder_mini_batch_size": None}
+    uncut, uncut_grads = _term_and_grads(
+        tiny_model, teacher, features + negatives, labels, "xp", mini_batch_size=None, **options
+    )
+    cut, cut_grads = _term_and_grads(
+        tiny_model, teacher, features + negatives, labels, "xp", mini_batch_size=3, **options
+    )
+    for name in TERMS:
+        assert cut[name] == pytest.approx(uncut[name], rel=1e-5, abs=1e-7), name
+    assert cut_grads.keys() == uncut_grads.keys() and any(name.startswith("model.") for name in cut_grads)
+    for name in uncut_grads:
+        torch.testing.assert_close(cut_grads[name], uncut_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
 def test_gradcache_holds_one_mini_batch_and_replays_its_dropout(tiny_model, group_batch) -> None:
     """Training mode: the re-run of a mini-batch draws the same dropout masks as its pass without graph, so the
     gradient is that of the value the forward computed; the encoder only ever sees mini-batches."""

@@ -124,6 +124,68 @@ def test_xp_term_is_the_pure_function_on_the_masked_embeddings(tiny_model, group
     assert terms["xp"].item() == pytest.approx(expected.item(), rel=1e-6)
 
 
+NEGATIVES = [
+    ["the truck line is built in michigan", "a batter reached base on a walk", "fast balls break less", "rock salt"],
+    ["carbon dioxide is a gas", "pickup trucks carry loads", "the umpire called the game", "leaks are rare"],
+]
+"""Two hard-negative columns for the four groups: passages that read like another group's."""
+
+
+def test_hard_negatives_feed_xp_only_from_the_same_masked_pass(tiny_model, group_batch) -> None:
+    from xprt_st.losses._common import encode_columns
+
+    features, labels = group_batch(tiny_model)
+    negatives = [dict(tiny_model.preprocess(column)) for column in NEGATIVES]
+    torch.manual_seed(0)
+    hard = XPRTLoss(tiny_model, cross_weight=0, self_weight=0, retention_weight=None, hard_negatives=2).eval()
+    torch.manual_seed(0)
+    paper = XPRTLoss(tiny_model, cross_weight=0, self_weight=0, retention_weight=None).eval()
+    calls = []
+    handle = tiny_model.register_forward_hook(lambda module, args, output: calls.append(args[0]["input_ids"].size(0)))
+    torch.manual_seed(3)
+    terms = hard(features + negatives, labels)
+    handle.remove()
+    assert calls == [7 * 4]  # one masked forward: the group's five columns and the two negative columns
+    torch.manual_seed(3)
+    encoded = encode_columns(
+        tiny_model,
+        features + negatives,
+        mask_ratio=0.15,
+        special_ids=hard.special_ids,
+        mask_token_id=hard.mask_token_id,
+    )
+    e = encoded.embeddings
+    expected = cross_passage_loss(e[0], e[1], labels, negatives=torch.stack(e[5:], dim=1))
+    assert terms["xp"].item() == pytest.approx(expected.item(), rel=1e-5)
+    torch.manual_seed(3)
+    without = paper(features, labels)
+    assert terms["xp"].item() > without["xp"].item() + 1e-4  # the negatives are candidates: L_xp grows
+    # the other terms read the group's columns only (the masks of the first five columns are drawn first)
+    for key in ("mlm", "unif"):
+        assert terms[key].item() == pytest.approx(without[key].item(), rel=1e-4, abs=1e-6), key
+    assert hard.get_config_dict()["hard_negatives"] == 2 and paper.get_config_dict()["hard_negatives"] == 0
+
+
+def test_change_only_the_positive_with_hard_negatives_is_cross_passage_with_them(tiny_model, group_batch) -> None:
+    features, labels = group_batch(tiny_model)
+    negatives = [dict(tiny_model.preprocess(column)) for column in NEGATIVES]
+    only_xp = {"cross_weight": 0, "self_weight": 0, "mlm_weight": 0, "unif_weight": 0, "retention_weight": None}
+    loss = XPRTLoss(tiny_model, **only_xp, hard_negatives=2).eval()
+    alone = CrossPassageLoss(tiny_model, hard_negatives=2).eval()
+    with torch.no_grad():
+        # the negatives are the last columns, after the group's five (the xprt objective's layout) or after two
+        assert loss(features + negatives, labels)["xp"].item() == pytest.approx(
+            alone(features[:2] + negatives, labels).item(), rel=1e-5
+        )
+        assert loss(features[:2] + negatives, labels)["xp"].item() == pytest.approx(
+            alone(features[:2] + negatives, labels).item(), rel=1e-5
+        )
+    with pytest.raises(ValueError, match=r"negative_1 \.\. negative_2"):
+        XPRTLoss(tiny_model, retention_weight=None, hard_negatives=2)(features[:3] + negatives, labels)
+    with pytest.raises(ValueError, match="whole number"):
+        XPRTLoss(tiny_model, hard_negatives=-1)
+
+
 def test_trains_inside_sentence_transformer_trainer(tiny_model, group_dataset, tmp_path) -> None:
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 

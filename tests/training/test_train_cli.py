@@ -21,6 +21,7 @@ DATA_SETTINGS = {
     "random-positive": {"positive": "random", "pairs": "mined"},
     "random-span-contrastive": {"positive": "mined", "pairs": "random-span"},
     "change-only-positive-hard": {"positive": "mined", "pairs": "mined", "hard_negatives": 2},
+    "xprt-hard": {"positive": "mined", "pairs": "mined", "hard_negatives": 2},
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
@@ -55,6 +56,7 @@ class XPRTLoss(nn.Module):
         retention_columns: tuple[int, int] | None = None,
         mini_batch_size: int | None = ENCODER_MINI_BATCH,
         decoder_mini_batch_size: int | None = DECODER_MINI_BATCH,
+        hard_negatives: int = 0,
     ) -> None:
         r"""
         The full xPRT objective: change the positive (``L_xp``), make the vector carry what the passages share
@@ -130,6 +132,14 @@ class XPRTLoss(nn.Module):
                 for the whole batch (see ``docs/losses.md``, "Memory"). Off under DDP (see ``_distributed``).
             decoder_mini_batch_size: decoder rows of the fill-in terms run at a time, each block's gradient taken at
                 once; 64 by default, at no extra compute; None decodes all rows at once (see :class:`CrossFillInLoss`).
+            hard_negatives: ``K`` columns ``negative_1 .. negative_K`` after the group columns (the last ``K`` text
+                columns; mined from other documents by :mod:`xprt_st.mining.hard_negatives`) join each anchor's
+                candidates in ``L_xp``'s anchor -> positive direction, as in :class:`CrossPassageLoss`. NOT in the
+                paper, whose negatives are the batch's passages only: from a strong start the mined positive is
+                already the nearest passage and ``L_xp`` is near 0 (docs/results.md, section 11). They go through
+                the same encoder pass as the group (15%-masked when that pass is), and feed ``L_xp`` only: the
+                fill-in, MLM, uniformity and retention terms read the group's columns as without them. 0 (the
+                default) is the paper's loss.
 
         References:
             - xPRT: Cross-Passage Retrieval Pretraining.
@@ -143,6 +153,9 @@ class XPRTLoss(nn.Module):
             | Texts                                                   | Labels              |
             +=========================================================+=====================+
             | (anchor, positive, related_2, related_3, related_4)     | int64 document id   |
+            +---------------------------------------------------------+---------------------+
+            | (anchor, ..., related_4, negative_1, ..., negative_K)   | int64 document id   |
+            | with ``hard_negatives=K``                               |                     |
             +---------------------------------------------------------+---------------------+
 
         Relations:
@@ -208,6 +221,9 @@ class XPRTLoss(nn.Module):
         if retention_columns is not None and (len(retention_columns) != 2 or min(retention_columns) < 2):
             raise ValueError(f"retention_columns must be two positions after the first two, got {retention_columns}")
         self.retention_columns = None if retention_columns is None else tuple(int(i) for i in retention_columns)
+        if isinstance(hard_negatives, bool) or int(hard_negatives) != hard_negatives or hard_negatives < 0:
+            raise ValueError(f"hard_negatives must be a whole number >= 0, got {hard_negatives!r}")
+        self.hard_negatives = int(hard_negatives)
 
         # Owned once here; the term objects below reach them through unregistered references.
         self.teacher = None if retention_weight is None else (teacher if teacher is not None else frozen_copy(model))
@@ -218,7 +234,11 @@ class XPRTLoss(nn.Module):
         self.mask_token_id = int(model.tokenizer.mask_token_id) if self.mlm_head is not None else None
 
         shared = {"decoder": self.decoder, "mlm_head": self.mlm_head}
-        self.cross_passage = CrossPassageLoss(model, temperature, gather_across_devices) if xp_weight > 0 else None
+        self.cross_passage = (
+            CrossPassageLoss(model, temperature, gather_across_devices, hard_negatives=self.hard_negatives)
+            if xp_weight > 0
+            else None
+        )
         fill_in_args = {
             "decoder_mask_ratio": decoder_mask_ratio,
             "encoder_mask_ratio": encoder_mask_ratio,
@@ -269,20 +289,27 @@ class XPRTLoss(nn.Module):
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None) -> dict[str, Tensor]:
         features = list(sentence_features)
+        count = self.hard_negatives if self.cross_passage is not None else 0
+        negatives = features[len(features) - count :] if count else []
+        group = features[: len(features) - count]
         needed = 2 if self.cross_fill_in is None else 5
-        if len(features) < needed:
+        if len(group) < needed:
             raise ValueError(
                 f"XPRTLoss with these terms needs the columns anchor, positive"
-                f"{', related_2, related_3, related_4' if needed == 5 else ''}; got {len(features)} text column(s)"
+                f"{', related_2, related_3, related_4' if needed == 5 else ''}"
+                f"{f', then negative_1 .. negative_{count}' if count else ''}; got {len(features)} text column(s)"
             )
-        if self.needs_masked_pass:
-            # anchor + 4 related: one 15%-masked forward feeds every term (the paper's 5 passes per group)
-            encoded = self._encode(features[:5], masked=True)
-        else:
-            # change only the positive: anchor and positive, unmasked, like MultipleNegativesRankingLoss
-            encoded = self._encode(features[:2], masked=False)
-        pair = features[:2] if self.retention_columns is None else [features[i] for i in self.retention_columns]
-        return self.compute_loss_from_encoded(encoded, labels, pair, own_pair=self.retention_columns is None)
+        # anchor + 4 related: one 15%-masked forward feeds every term (the paper's 5 passes per group); change only
+        # the positive: anchor and positive, unmasked, like MultipleNegativesRankingLoss. Hard negatives join the pass.
+        columns = group[:5] if self.needs_masked_pass else group[:2]
+        encoded = self._encode(columns + negatives, masked=self.needs_masked_pass)
+        negative_embeddings = encoded.embeddings[len(columns) :]
+        if count:
+            encoded = EncodedColumns(*(getattr(encoded, f.name)[: len(columns)] for f in dataclasses.fields(encoded)))
+        pair = group[:2] if self.retention_columns is None else [features[i] for i in self.retention_columns]
+        return self.compute_loss_from_encoded(
+            encoded, labels, pair, own_pair=self.retention_columns is None, negatives=negative_embeddings
+        )
 
     def _encode(self, features: list[dict[str, Tensor]], masked: bool) -> EncodedColumns:
         """One encoder pass over ``features`` (15%-masked or not); under GradCache when ``mini_batch_size`` is set
@@ -307,14 +334,19 @@ class XPRTLoss(nn.Module):
         labels: Tensor | None,
         unmasked_pair: list[dict[str, Tensor]],
         own_pair: bool = True,
+        negatives: list[Tensor] | None = None,
     ) -> dict[str, Tensor]:
         """All enabled terms from one encoder pass (:class:`EncodedColumns`); the retention term's teacher and
         student both read ``unmasked_pair`` (the anchor and positive features before masking), the student
-        reusing ``encoded`` when that pass was unmasked and ``own_pair`` (the pair is its first two columns)."""
+        reusing ``encoded`` when that pass was unmasked and ``own_pair`` (the pair is its first two columns).
+        ``negatives``: the ``hard_negatives`` columns' embeddings from the same pass, read by ``L_xp`` only."""
         embeddings = encoded.embeddings  # each (batch, dim)
         terms: dict[str, Tensor] = {}
         if self.cross_passage is not None:
-            loss = self.cross_passage.compute_loss_from_embeddings(embeddings[:2], _document_ids(labels))
+            negatives = list(negatives or [])
+            if len(negatives) != self.hard_negatives:
+                raise ValueError(f"L_xp takes {self.hard_negatives} hard-negative column(s), got {len(negatives)}")
+            loss = self.cross_passage.compute_loss_from_embeddings(embeddings[:2] + negatives, _document_ids(labels))
             terms["xp"] = self.xp_weight * loss
         if self.cross_fill_in is not None:
             loss = self.cross_fill_in.compute_loss_from_embeddings(
@@ -365,6 +397,7 @@ class XPRTLoss(nn.Module):
             "retention_columns": self.retention_columns,
             "mini_batch_size": self.mini_batch_size,
             "decoder_mini_batch_size": self.decoder_mini_batch_size,
+            "hard_negatives": self.hard_negatives,
         }
 
     @property
