@@ -66,16 +66,17 @@ def sweep_point(folder: Path, recipe: str) -> dict[str, Any] | None:
 
 
 def markdown(points: list[dict[str, Any]]) -> str:
-    """The sweep table, ordered by learning rate then steps (scores and gains x100)."""
+    """The sweep table, ordered by learning rate, steps and batch (scores and gains x100)."""
     lines = [
-        "| learning rate | steps | seed | score | gain vs start [95% CI] | train s | evaluate s |",
-        "|---|---|---|---|---|---|---|",
+        "| learning rate | steps | batch | groups seen | seed | score | gain vs start [95% CI] | train s | eval s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for point in sorted(points, key=lambda p: (p["learning_rate"], p["max_steps"])):
+    for point in sorted(points, key=lambda p: (p["learning_rate"], p["max_steps"], p["batch_size"])):
         for row in point["seeds"]:
             low, high = row["interval"] or (float("nan"), float("nan"))
             lines.append(
-                f"| {point['learning_rate']:g} | {point['max_steps']} | {row['seed']} | {100 * row['score']:.2f} | "
+                f"| {point['learning_rate']:g} | {point['max_steps']} | {point['batch_size']} | "
+                f"{point['max_steps'] * point['batch_size']:,} | {row['seed']} | {100 * row['score']:.2f} | "
                 f"{100 * row['gain']:+.2f} [{100 * low:+.2f}, {100 * high:+.2f}] | {row['train_seconds']} | "
                 f"{row['evaluate_seconds']} |"
             )
