@@ -60,7 +60,7 @@ def test_summary_has_mining_stats_two_scored_models_and_their_gain(quickstart_ru
     assert summary["config"]["max_documents"] == MAX_DOCUMENTS
     assert summary["config"]["max_steps"] == MAX_STEPS
     scores = summary["scores"]
-    assert list(scores) == ["starting model", "after change-only-positive"]
+    assert list(scores) == ["starting model", "after change-only-positive-hard"]
     for model_scores in scores.values():
         assert set(model_scores) == {"python-faq"}
         assert 0.0 <= model_scores["python-faq"] <= 1.0

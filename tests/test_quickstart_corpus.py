@@ -82,7 +82,7 @@ def test_quickstart_runs_the_whole_loop_on_a_user_corpus_and_beir_folder(
     assert summary["mining"]["documents"] + heldout.get("heldout_documents", 0) <= 24
     assert summary["mining"]["groups"] > 0
     # the closing table on the user's task, every query scored, with the paired interval
-    assert list(summary["scores"]) == ["starting model", "after change-only-positive"]
+    assert list(summary["scores"]) == ["starting model", "after change-only-positive-hard"]
     assert all(set(scores) == {"helpdesk-beir"} for scores in summary["scores"].values())
     before, after = (summary["scores"][name]["helpdesk-beir"] for name in summary["scores"])
     assert summary["gain"]["helpdesk-beir"] == pytest.approx(after - before, abs=1e-12)

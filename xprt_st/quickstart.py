@@ -64,7 +64,8 @@ class QuickstartConfig:
     """Starting and mining model; None is the offline default (all-MiniLM-L6-v2)."""
     recipe: str = DEFAULTS.recipe
     threshold_quantile: float | None = DEFAULTS.threshold_quantile
-    max_steps: int = DEFAULTS.max_steps
+    max_steps: int | None = None
+    """Training steps; None: ``DEFAULTS.corpus_max_steps`` with ``corpus``, else ``DEFAULTS.max_steps``."""
     batch_size: int = DEFAULTS.batch_size
     learning_rate: float = DEFAULTS.learning_rate
     max_seq_length: int = DEFAULTS.max_seq_length
@@ -87,6 +88,10 @@ class QuickstartConfig:
     """With ``corpus``: the field with the title, where ``xprt-st mine`` supports one."""
     html: bool = False
     """With ``corpus``: the text is raw HTML (extracted with trafilatura)."""
+
+    def __post_init__(self) -> None:
+        if self.max_steps is None:
+            self.max_steps = DEFAULTS.corpus_max_steps if self.corpus else DEFAULTS.max_steps
 
     def mining_fields(self) -> dict[str, Any]:
         """The reading options of ``mine`` for the user's corpus (the shipped pages: HTML with an ``id``)."""

@@ -48,7 +48,13 @@ def quickstart(
     ] = None,
     html: Annotated[bool, typer.Option("--html", help="With --corpus: the text is raw HTML (trafilatura).")] = False,
     model: Annotated[str | None, typer.Option(help="Starting model; default the offline all-MiniLM-L6-v2.")] = None,
-    max_steps: Annotated[int, typer.Option(help="Training steps of the recipe.")] = DEFAULTS.max_steps,
+    max_steps: Annotated[
+        int | None,
+        typer.Option(
+            help=f"Training steps of the recipe (default {DEFAULTS.max_steps} on the shipped pages, "
+            f"{DEFAULTS.corpus_max_steps} with --corpus: the in-domain sweep's best)."
+        ),
+    ] = None,
     batch_size: Annotated[int, typer.Option(help="Groups per step.")] = DEFAULTS.batch_size,
     seed: Annotated[int, typer.Option(help="Seed for mining ablations, training and evaluation.")] = 42,
     holdout: Annotated[
@@ -68,7 +74,7 @@ def quickstart(
         bool, typer.Option("--verbose", "-v", help="Also show the libraries' warnings (always in OUTPUT/xprt-st.log).")
     ] = False,
 ) -> None:
-    """Mine documents, pre-train briefly (change only the positive), evaluate before/after: shipped data or yours.
+    """Mine documents, pre-train (only the positive changes, hard negatives), evaluate: shipped data or yours.
 
     \b
     On the shipped Python-docs pages, scored on python-faq:
@@ -102,7 +108,7 @@ def quickstart(
     )
     try:
         check_output_folder(output, "--output")
-        check_quickstart_values(max_steps=max_steps, batch_size=batch_size, seed=seed)
+        check_quickstart_values(max_steps=config.max_steps, batch_size=batch_size, seed=seed)
         check_inputs(config)
         load_recipe(recipe)
         check_model(model, "--model")
