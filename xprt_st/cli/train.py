@@ -33,7 +33,8 @@ def train(
         ),
     ] = None,
     setting: Annotated[
-        str | None, typer.Option("--setting", help="continued (paper: E5, lr 1e-6, retention) or from-bert.")
+        str | None,
+        typer.Option("--setting", help="continued (lr 2e-5, retention; the paper: E5, lr 1e-6) or from-bert."),
     ] = None,
     model: Annotated[
         str | None, typer.Option("--model", help="Starting model (name or folder); overrides the setting's.")
