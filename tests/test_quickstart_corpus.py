@@ -204,3 +204,12 @@ def test_the_title_field_is_checked_against_what_mining_supports(no_work: None, 
     if "title_field" not in {field.name for field in dataclasses.fields(MiningConfig)}:
         flat = _bad(tmp_path, "--corpus", str(corpus), "--text-field", "body", "--title-field", "heading")
         assert "--title-field: this version of xprt-st mine has no title field" in flat
+
+
+def test_a_user_corpus_trains_the_sweeps_best_step_count_and_the_demo_stays_short() -> None:
+    from xprt_st.quickstart import DEFAULTS, QuickstartConfig
+
+    assert (DEFAULTS.recipe, DEFAULTS.max_steps, DEFAULTS.corpus_max_steps) == ("change-only-positive-hard", 20, 300)
+    assert QuickstartConfig().max_steps == 20
+    assert QuickstartConfig(corpus=("my.jsonl",)).max_steps == 300
+    assert QuickstartConfig(corpus=("my.jsonl",), max_steps=7).max_steps == 7
