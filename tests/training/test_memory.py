@@ -74,6 +74,8 @@ def test_plan_of_reads_the_loss(tiny_model) -> None:
     assert (plan.mini_batch_size, plan.decoder_mini_batch_size) == (8, 64) and plan.extra_parameters > 0
     positive = plan_of(XPRTLoss(tiny_model, cross_weight=0, self_weight=0, mlm_weight=0, retention_weight=None), 2)
     assert (positive.columns, positive.decoder_rows, positive.teacher) == (2, 0, False)
+    hard = plan_of(XPRTLoss(tiny_model, hard_negatives=2), columns=7)  # xprt-hard: the negatives join the pass
+    assert (hard.columns, hard.largest_pass) == (9, 7)
 
 
 def test_a_gpu_that_will_not_hold_the_batch_gets_one_line_with_the_batch_that_fits(tiny_model, monkeypatch) -> None:

@@ -140,12 +140,14 @@ def plan_of(loss: nn.Module, columns: int) -> StepPlan:
         return StepPlan(columns=columns, largest_pass=columns, teacher=getattr(loss, "teacher", None) is not None)
     masked = loss.needs_masked_pass
     retention = loss.retention is not None
-    passes = (5 if masked else 2) + (2 if masked and retention else 0)
+    negatives = loss.hard_negatives if loss.cross_passage is not None else 0  # they join the encoder pass
+    largest = (5 if masked else 2) + negatives
+    passes = largest + (2 if masked and retention else 0)
     decoder_rows = (8 if loss.cross_fill_in is not None else 0) + (2 if loss.self_fill_in is not None else 0)
     extra = sum(p.numel() for name, p in loss.named_parameters() if not name.startswith(("model.", "teacher.")))
     return StepPlan(
         columns=passes,
-        largest_pass=5 if masked else 2,
+        largest_pass=largest,
         decoder_rows=decoder_rows,
         teacher=retention,
         mini_batch_size=loss.mini_batch_size,
