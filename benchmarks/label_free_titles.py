@@ -18,9 +18,10 @@ Settings (each its own ranking):
 - ``own``: the start (all-MiniLM-L6-v2) and short runs trained here on the mined folder's training documents,
   each with its middle checkpoint and its interpolations with the start; labelled score: nDCG@10 on a seeded
   subsample of NFCorpus's test queries with every judged document kept (``--max-queries``/``--max-corpus``);
-- ``indomain`` (``--indomain RUN...``): the models of in-domain ``xprt-st compare`` runs on NFCorpus with the
-  labelled scores it recorded (all 323 test queries, full corpus); the mined folder must hold out the same
-  documents (same ``--holdout``, seed and id field), so none of those models trained on them.
+- ``indomain`` (``--indomain RUN...``): the models of in-domain ``xprt-st compare`` runs (NFCorpus, ArguAna, the
+  Python docs: docs/results.md section 12b) with the labelled scores they recorded (every test query); the mined
+  folder must hold out the same documents (same ``--holdout``, seed and id field), so none of those models
+  trained on them.
 
 Run (stages are skipped when their output exists; ``OUTPUT/scores.jsonl`` keeps every scored model)::
 
