@@ -1,7 +1,12 @@
 """Time and peak memory of one training step per loss, as ratios to a plain MultipleNegativesRankingLoss step.
 
 Run:  python benchmarks/bench_losses.py [--groups 32] [--tokens 128] [--reps 5] [--rounds 1] [--device cpu|cuda]
-      [--configs mnrl,positive_only,xprt,xprt_sampled,retromae] [--prediction-ratio 0.25] [--json out.json]
+      [--configs mnrl,positive_only,xprt,xprt_sampled,retromae] [--prediction-ratio 0.25] [--mini-batch 8]
+      [--json out.json]
+
+The recipes' own losses: ``cross_passage`` (change-only-positive, random-span-contrastive), ``cross_passage_hard``
+(change-only-positive-hard), ``cross_passage_cached`` (the same under GradCache, ``objective.args.mini_batch_size``),
+``xprt`` and ``xprt_hard``; ``positive_only`` is L_xp inside XPRTLoss (GradCache on above 16 groups).
 
 A configuration ``NAME:bf16`` runs the step's forward under bf16 autocast (as ``--precision bf16`` trains);
 ratios are to the first configuration of the same precision. ``xprt_floor`` is xPRT with the vocabulary
@@ -41,7 +46,7 @@ from sentence_transformers.sentence_transformer.losses import MultipleNegativesR
 from torch.profiler import record_function
 
 from xprt_st.columns import GROUP_COLUMNS
-from xprt_st.losses import RetroMAELoss, XPRTLoss, _vocab
+from xprt_st.losses import CrossPassageLoss, RetroMAELoss, XPRTLoss, _vocab
 from xprt_st.models import load_model
 
 CONFIGS = (
@@ -54,6 +59,10 @@ CONFIGS = (
     "retromae",
     "xprt_floor",
     "xprt_uncut",
+    "cross_passage",
+    "cross_passage_hard",
+    "cross_passage_cached",
+    "xprt_hard",
 )
 PRECISIONS = ("fp32", "bf16")
 DESCRIPTIONS = {
@@ -67,7 +76,13 @@ DESCRIPTIONS = {
     "xprt_floor": "XPRTLoss, all terms, retention on, the vocabulary projection replaced by a free stand-in: "
     "the pass floor, measured",
     "xprt_uncut": "XPRTLoss, all terms, retention on, no GradCache and the decoder in one block (before issue 28)",
+    "cross_passage": "CrossPassageLoss: the change-only-positive recipe's loss (retention off)",
+    "cross_passage_hard": "CrossPassageLoss, 2 hard negatives per anchor: change-only-positive-hard's loss",
+    "cross_passage_cached": "CrossPassageLoss, 2 hard negatives, GradCache in mini-batches of --mini-batch groups",
+    "xprt_hard": "XPRTLoss, all terms, retention on, 2 hard negatives in L_xp: the xprt-hard recipe's loss",
 }
+HARD_NEGATIVES = 2
+"""Hard-negative columns of the ``*_hard`` and ``*_cached`` configurations, as the recipes mine them."""
 
 
 CHILD_ENV = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
@@ -90,9 +105,17 @@ def passages(count: int, words: int) -> list[str]:
     raise RuntimeError(f"only {len(out)} passages of {words} words in {path}")
 
 
-def build(name: str, model, prediction_ratio: float) -> torch.nn.Module:
+def build(name: str, model, prediction_ratio: float, mini_batch: int = 8) -> torch.nn.Module:
     if name == "mnrl":
         return MultipleNegativesRankingLoss(model)
+    if name == "cross_passage":
+        return CrossPassageLoss(model)
+    if name == "cross_passage_hard":
+        return CrossPassageLoss(model, hard_negatives=HARD_NEGATIVES)
+    if name == "cross_passage_cached":
+        return CrossPassageLoss(model, hard_negatives=HARD_NEGATIVES, mini_batch_size=mini_batch)
+    if name == "xprt_hard":
+        return XPRTLoss(model, hard_negatives=HARD_NEGATIVES)
     if name in ("positive_only", "positive_only_retention"):
         retention = 40.0 if name.endswith("retention") else None
         return XPRTLoss(model, cross_weight=0, self_weight=0, mlm_weight=0, unif_weight=0, retention_weight=retention)
@@ -118,16 +141,30 @@ def _no_vocabulary_projection(head, hidden: torch.Tensor, targets, teacher_hidde
 
 
 def make_step(
-    name: str, base_model, groups: int, tokens: int, device: str, prediction_ratio: float, precision: str = "fp32"
+    name: str,
+    base_model,
+    groups: int,
+    tokens: int,
+    device: str,
+    prediction_ratio: float,
+    precision: str = "fp32",
+    mini_batch: int = 8,
 ) -> Callable[[], None]:
     model = copy.deepcopy(base_model)
     model.max_seq_length = tokens
     model.train()
-    loss = build(name, model, prediction_ratio).to(device)
-    texts = passages(groups * len(GROUP_COLUMNS), words=tokens)  # ~1.3 tokens per word: every row is full
-    columns = [texts[i * groups : (i + 1) * groups] for i in range(len(GROUP_COLUMNS))]
-    if name == "mnrl":
+    loss = build(name, model, prediction_ratio, mini_batch).to(device)
+    count = len(GROUP_COLUMNS) + HARD_NEGATIVES
+    texts = passages(groups * count, words=tokens)  # ~1.3 tokens per word: every row is full
+    columns = [texts[i * groups : (i + 1) * groups] for i in range(count)]
+    negatives = columns[len(GROUP_COLUMNS) :]
+    columns = columns[: len(GROUP_COLUMNS)]
+    if name in ("mnrl", "cross_passage"):
         columns = columns[:2]
+    elif name in ("cross_passage_hard", "cross_passage_cached"):
+        columns = columns[:2] + negatives
+    elif name == "xprt_hard":
+        columns = columns + negatives
     elif name == "retromae":
         columns = columns[:1]
     features = [{k: v.to(device) if torch.is_tensor(v) else v for k, v in model.preprocess(c).items()} for c in columns]
@@ -174,12 +211,13 @@ def machine() -> str:
 
 
 def run_child(
-    spec: str, groups: int, tokens: int, warmup: int, reps: int, device: str, prediction_ratio: float
+    spec: str, groups: int, tokens: int, warmup: int, reps: int, device: str, prediction_ratio: float, mini_batch: int
 ) -> None:
     """Subprocess entry: time ``reps`` steps after ``warmup`` and print JSON with the median and peak memory."""
     torch.manual_seed(0)
     name, precision = split_config(spec)
-    step = make_step(name, load_model(None, device=device), groups, tokens, device, prediction_ratio, precision)
+    model = load_model(None, device=device)
+    step = make_step(name, model, groups, tokens, device, prediction_ratio, precision, mini_batch)
     for _ in range(warmup):
         step()
     if device == "cuda":
@@ -227,11 +265,17 @@ def main() -> None:
         help="run every configuration once per round, in turn, and pool the rounds' timed steps: load that drifts "
         "during the run then weighs on every configuration alike",
     )
+    parser.add_argument(
+        "--mini-batch", type=int, default=8, help="CrossPassageLoss.mini_batch_size of cross_passage_cached"
+    )
     parser.add_argument("--json", help="also write the results (and the machine) to this JSON file")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        run_child(args.child, args.groups, args.tokens, args.warmup, args.reps, args.device, args.prediction_ratio)
+        run_child(
+            args.child, args.groups, args.tokens, args.warmup, args.reps, args.device, args.prediction_ratio,
+            args.mini_batch,
+        )  # fmt: skip
         return
     specs = args.configs.split(",")
     bad = sorted(
@@ -252,7 +296,7 @@ def main() -> None:
             child = subprocess.run(
                 [sys.executable, __file__, "--child", spec, "--groups", str(args.groups), "--tokens", str(args.tokens),
                  "--warmup", str(args.warmup), "--reps", str(args.reps), "--device", args.device,
-                 "--prediction-ratio", str(args.prediction_ratio)],
+                 "--prediction-ratio", str(args.prediction_ratio), "--mini-batch", str(args.mini_batch)],
                 capture_output=True, text=True, check=True, env=CHILD_ENV,
             )  # fmt: skip
             result = json.loads(child.stdout.strip().splitlines()[-1])
@@ -285,7 +329,7 @@ def main() -> None:
     print(f"after:  {machine()}")
     print(
         f"device={args.device} groups={args.groups} tokens={args.tokens} reps={args.reps} warmup={args.warmup} "
-        f"rounds={args.rounds} prediction_ratio={args.prediction_ratio}"
+        f"rounds={args.rounds} prediction_ratio={args.prediction_ratio} mini_batch={args.mini_batch}"
     )
     print(
         f"{'configuration':26} {'step s':>8} {'x ref':>6} {'cpu s':>8} {'x ref':>6} {'peak MiB':>9} {'x ref':>6}"

@@ -272,7 +272,7 @@ register_objective(
         loss_class="xprt_st.losses:CrossPassageLoss",
         columns=(ANCHOR, POSITIVE),
         retention_columns=(ANCHOR, POSITIVE),
-        arg_bounds={"temperature": POSITIVE_NUMBER, "hard_negatives": NON_NEGATIVE},
+        arg_bounds={"temperature": POSITIVE_NUMBER, "hard_negatives": NON_NEGATIVE, "mini_batch_size": Bound(low=1)},
         extra_columns=hard_negative_columns,
     )
 )

@@ -105,6 +105,7 @@ def test_gradient_reaches_the_encoder_and_a_few_steps_go_downhill(tiny_model, gr
         "gather_across_devices": False,
         "encoder_mask_ratio": 0.0,
         "hard_negatives": 0,
+        "mini_batch_size": None,
     }
 
 

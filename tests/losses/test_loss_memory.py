@@ -141,3 +141,88 @@ def test_a_recipe_names_a_bad_memory_option_before_anything_loads() -> None:
         {"mini_batch_size": None, "decoder_mini_batch_size": 32},
         [],
     )
+
+
+def _contrastive_value_and_grads(model, features, labels, wrap_teacher=None, **options):
+    """CrossPassageLoss's summed value and its encoder gradient (optionally inside WithRetention), dropout off."""
+    from xprt_st.losses import CrossPassageLoss, WithRetention
+
+    student = copy.deepcopy(model)
+    loss = CrossPassageLoss(student, **options)
+    if wrap_teacher is not None:
+        loss = WithRetention(loss, teacher=wrap_teacher)
+    loss.eval()
+    torch.manual_seed(42)  # the same masks where encoder_mask_ratio > 0
+    value = loss([dict(column) for column in features], labels)
+    total = torch.stack(list(value.values())).sum() if isinstance(value, dict) else value
+    total.backward()
+    grads = {name: p.grad.clone() for name, p in student.named_parameters() if p.grad is not None}
+    terms = {k: v.item() for k, v in value.items()} if isinstance(value, dict) else {"loss": value.item()}
+    return terms, grads
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"hard_negatives": 2},
+        {"encoder_mask_ratio": 0.15},
+        {"retention": True},
+        {"retention": True, "hard_negatives": 2},
+    ],
+    ids=["l_xp", "hard-negatives", "masked", "with-retention", "with-retention-hard"],
+)
+def test_cross_passage_gradcache_gives_the_uncut_loss_and_gradient(tiny_model, group_batch, options) -> None:
+    """CrossPassageLoss(mini_batch_size=3) on 4 groups (mini-batches of 3 and 1): the value and every encoder
+    gradient of the whole-batch step, alone and inside WithRetention (whose student reuses the cached pass)."""
+    features, labels = group_batch(tiny_model)
+    options = dict(options)
+    teacher = None
+    if options.pop("retention", False):
+        teacher = copy.deepcopy(tiny_model).eval()
+        for parameter in teacher.parameters():
+            parameter.requires_grad_(False)
+    student = _perturbed(tiny_model)  # so the retention term and its gradient are not zero
+    columns = features[:2]
+    if options.get("hard_negatives"):
+        columns += [tiny_model.preprocess(["rock salt", "trucks", "the umpire", "leaks"]) for _ in range(2)]
+    uncut, uncut_grads = _contrastive_value_and_grads(student, columns, labels, teacher, **options)
+    cut, cut_grads = _contrastive_value_and_grads(student, columns, labels, teacher, mini_batch_size=3, **options)
+    assert cut.keys() == uncut.keys()
+    for name in uncut:
+        assert cut[name] == pytest.approx(uncut[name], rel=1e-5, abs=1e-7), name
+    if teacher is not None:
+        assert uncut["retention"] > 0
+    assert uncut_grads and cut_grads.keys() == uncut_grads.keys()
+    for name, grad in uncut_grads.items():  # float summation order: tolerance relative to the tensor's scale
+        scale = max(1.0, grad.abs().max().item())
+        torch.testing.assert_close(cut_grads[name], grad, rtol=1e-4, atol=1e-6 * scale, msg=name)
+
+
+def test_cross_passage_gradcache_runs_the_encoder_on_mini_batches_only(tiny_model, group_batch) -> None:
+    """With retention around it, the student's every forward is a mini-batch of 3 or 1 groups x 2 columns: the
+    retention term reuses the cached pass instead of embedding the whole batch once more."""
+    from xprt_st.losses import CrossPassageLoss, WithRetention
+
+    features, labels = group_batch(tiny_model)
+    model = copy.deepcopy(tiny_model).train()
+    loss = WithRetention(CrossPassageLoss(model, mini_batch_size=3))  # its teacher: a copy taken before the hook
+    rows = []
+    handle = model.register_forward_hook(lambda module, args, output: rows.append(output["sentence_embedding"].size(0)))
+    terms = loss([dict(column) for column in features[:2]], labels)
+    torch.stack(list(terms.values())).sum().backward()
+    handle.remove()
+    assert rows == [6, 2, 6, 2]  # two passes without graph, then the two re-runs; the teacher is another module
+
+
+def test_cross_passage_mini_batch_size_is_checked(tiny_model) -> None:
+    from xprt_st.losses import CrossPassageLoss
+    from xprt_st.objectives import bind_args
+
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="mini_batch_size"):
+            CrossPassageLoss(tiny_model, mini_batch_size=bad)
+    assert CrossPassageLoss(tiny_model).mini_batch_size is None  # off by default: the paper's step
+    assert CrossPassageLoss(tiny_model, mini_batch_size=8).get_config_dict()["mini_batch_size"] == 8
+    _, problems = bind_args("cross-passage", {"mini_batch_size": 0})
+    assert problems == ["objective.args.mini_batch_size: 0 is out of range; CrossPassageLoss accepts a number >= 1"]

@@ -78,6 +78,22 @@ def test_plan_of_reads_the_loss(tiny_model) -> None:
     assert (hard.columns, hard.largest_pass) == (9, 7)
 
 
+def test_plan_of_reads_the_contrastive_loss_inside_retention(tiny_model) -> None:
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+
+    from xprt_st.losses import CrossPassageLoss, WithRetention
+
+    cached = plan_of(WithRetention(CrossPassageLoss(tiny_model, hard_negatives=2, mini_batch_size=8)), columns=4)
+    assert (cached.columns, cached.largest_pass, cached.teacher, cached.mini_batch_size) == (4, 4, True, 8)
+    assert cached.grad_cache and plan_of(CrossPassageLoss(tiny_model), 2).mini_batch_size is None
+    other = plan_of(MultipleNegativesRankingLoss(tiny_model), 2)  # no GradCache option to advise
+    assert not other.grad_cache and other.mini_batch_size is None
+    # GradCache holds 8 groups' graph of the 4 columns, plus every row's output: less than the 64-group pass
+    uncut = plan_of(WithRetention(CrossPassageLoss(tiny_model, hard_negatives=2)), columns=4)
+    peak = {plan: sum(estimate_step_peak(MINILM, plan, 64, 128).values()) for plan in (cached, uncut)}
+    assert peak[cached] < peak[uncut] / 3
+
+
 def test_a_gpu_that_will_not_hold_the_batch_gets_one_line_with_the_batch_that_fits(tiny_model, monkeypatch) -> None:
     from xprt_st.losses import XPRTLoss
 

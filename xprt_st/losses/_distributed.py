@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-from sentence_transformers.util import all_gather, all_gather_with_grad, get_rank
+from sentence_transformers.util import all_gather, all_gather_with_grad, get_rank, get_world_size
 from torch import Tensor
+
+
+def distributed() -> bool:
+    """Whether several processes train. Under DDP a GradCache re-run would hand DDP's reducer each parameter's
+    gradient once per mini-batch in one backward, which it refuses; GradCache then stays off (each device holds
+    its whole per-device batch)."""
+    return dist.is_available() and dist.is_initialized() and get_world_size() > 1
 
 
 def gather_across_devices(embeddings: list[Tensor], labels: Tensor | None) -> tuple[list[Tensor], Tensor | None, int]:

@@ -12,7 +12,8 @@ from sentence_transformers.base.losses.merged_forward import embed_columns
 from torch import Tensor, nn
 
 from xprt_st.losses._common import encode_columns, special_token_ids
-from xprt_st.losses._distributed import gather_across_devices, local_rows
+from xprt_st.losses._distributed import distributed, gather_across_devices, local_rows
+from xprt_st.losses._grad_cache import cached_encode_columns
 
 XPRT_CITATION = """
 @misc{xprt,
@@ -86,6 +87,7 @@ class CrossPassageLoss(nn.Module):
         gather_across_devices: bool = False,
         encoder_mask_ratio: float = 0.0,
         hard_negatives: int = 0,
+        mini_batch_size: int | None = None,
     ):
         r"""
         xPRT's main term ``L_xp``: each anchor must pick out its top related passage (``positive``) among
@@ -118,10 +120,21 @@ class CrossPassageLoss(nn.Module):
                 documents, :mod:`xprt_st.mining.hard_negatives`) join each anchor's candidates in the anchor ->
                 positive direction; 0 (default): the paper's loss, in-batch negatives only (recipe
                 ``change-only-positive-hard`` uses 2).
+            mini_batch_size: groups per GradCache mini-batch (Gao et al. 2021, as sentence-transformers'
+                ``CachedMultipleNegativesRankingLoss``): every column is embedded without a graph, the loss is taken
+                over the whole batch, and backward re-runs ``mini_batch_size`` groups at a time with their graph, so
+                the encoder's activations are held for that many groups, not the batch; the loss and its gradient
+                are the uncut batch's (up to float summation order; dropout draws the same masks in the re-run).
+                Cost: one more forward without graph, about a third of a step. None (default): the whole batch
+                in one pass, the paper's and MultipleNegativesRankingLoss's step. Off under multi-process
+                training, as in :class:`~xprt_st.losses.XPRTLoss`. In :class:`~xprt_st.losses.WithRetention` the
+                student's (anchor, positive) come from the same cached pass (retention adds only the teacher's
+                forward, without graph) unless ``encoder_mask_ratio`` is above 0.
 
         References:
             - xPRT: Cross-Passage Retrieval Pretraining (this package's reference paper).
             - van den Oord et al. 2018, Representation Learning with Contrastive Predictive Coding.
+            - Gao et al. 2021, Scaling Deep Contrastive Learning Batch Size under Memory Limited Setup (GradCache).
 
         Requirements:
             1. Groups mined by ``xprt_st.mining``: an anchor and its most related passage of the same document.
@@ -172,6 +185,11 @@ class CrossPassageLoss(nn.Module):
         if hard_negatives < 0:
             raise ValueError(f"hard_negatives must be >= 0, got {hard_negatives}")
         self.hard_negatives = int(hard_negatives)
+        if mini_batch_size is not None and (
+            isinstance(mini_batch_size, bool) or int(mini_batch_size) != mini_batch_size or mini_batch_size < 1
+        ):
+            raise ValueError(f"mini_batch_size must be a whole number >= 1 or None, got {mini_batch_size!r}")
+        self.mini_batch_size = None if mini_batch_size is None else int(mini_batch_size)
         self.special_ids = special_token_ids(model) if encoder_mask_ratio > 0 else None
         self.mask_token_id = int(model.tokenizer.mask_token_id) if encoder_mask_ratio > 0 else None
 
@@ -183,6 +201,9 @@ class CrossPassageLoss(nn.Module):
                 f"CrossPassageLoss needs (anchor, positive{', negative_1 ..' if self.hard_negatives else ''}) "
                 f"columns: {needed}, got {len(features)} column(s)"
             )
+        cached = self.cached_embeddings(features[:needed])
+        if cached is not None:
+            return self.compute_loss_from_embeddings(cached, labels)
         if self.encoder_mask_ratio > 0:
             # xPRT's encoder pass: per-token masks drawn per column (anchor first), then one merged forward
             encoded = encode_columns(
@@ -196,6 +217,21 @@ class CrossPassageLoss(nn.Module):
         # One merged forward over anchor and positive: both are passages of the same kind and width.
         embeddings = embed_columns(self.model, features[:needed], separate_first=False)
         return self.compute_loss_from_embeddings(list(embeddings), labels)
+
+    def cached_embeddings(self, features: list[dict[str, Tensor]]) -> list[Tensor] | None:
+        """Every column's embeddings under GradCache, or None when it is off for this batch (``mini_batch_size``
+        unset or not smaller than the batch, or several processes train): then the caller embeds as usual."""
+        size = self.mini_batch_size
+        if size is None or size >= features[0]["input_ids"].size(0) or distributed():
+            return None
+        masking: dict[str, Any] = {}
+        if self.encoder_mask_ratio > 0:
+            masking = {
+                "mask_ratio": self.encoder_mask_ratio,
+                "special_ids": self.special_ids,
+                "mask_token_id": self.mask_token_id,
+            }
+        return cached_encode_columns(self.model, features, size, **masking).embeddings
 
     def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
         negatives = torch.stack(embeddings[2 : 2 + self.hard_negatives], dim=1) if self.hard_negatives else None
@@ -214,6 +250,7 @@ class CrossPassageLoss(nn.Module):
             "gather_across_devices": self.gather_across_devices,
             "encoder_mask_ratio": self.encoder_mask_ratio,
             "hard_negatives": self.hard_negatives,
+            "mini_batch_size": self.mini_batch_size,
         }
 
     @property

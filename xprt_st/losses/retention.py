@@ -188,8 +188,10 @@ class WithRetention(nn.Module):
         )
         if reusable and self.retention_columns is None:
             # Reuse the base loss's embeddings (only when it reads unmasked text, as the retention term's student
-            # must): retention then costs only the teacher pass.
-            embeddings = embed_columns(self.model, features)
+            # must): retention then costs only the teacher pass. Under the base loss's GradCache
+            # (CrossPassageLoss(mini_batch_size=...)) they come from its cached pass, so the memory cap holds.
+            cached = getattr(self.loss, "cached_embeddings", None)
+            embeddings = (cached(features) if cached is not None else None) or embed_columns(self.model, features)
             base = self.loss.compute_loss_from_embeddings(embeddings, labels)
             student = embeddings[:2]
         else:
@@ -229,8 +231,9 @@ WithRetention.__doc__ = (
     + _RETENTION_DOC
     + r"""
     When the wrapped loss has ``compute_loss_from_embeddings`` (MultipleNegativesRankingLoss and the xprt_st
-    contrastive terms do), the student embeddings are computed once and shared; otherwise the wrapped loss
-    runs as is and the student embeds anchor and positive once more.
+    contrastive terms do), the student embeddings are computed once and shared (by the wrapped loss's GradCache
+    pass when it has one, ``CrossPassageLoss(mini_batch_size=...)``); otherwise the wrapped loss runs as is and
+    the student embeds anchor and positive once more.
 
     Args:
         loss: the base loss; it must hold the model at ``loss.model``.

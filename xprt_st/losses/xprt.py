@@ -6,12 +6,11 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-import torch
 from sentence_transformers import SentenceTransformer
-from sentence_transformers.util import get_world_size
 from torch import Tensor, nn
 
 from xprt_st.losses._common import EncodedColumns, borrow, encode_columns, special_token_ids
+from xprt_st.losses._distributed import distributed
 from xprt_st.losses._grad_cache import cached_encode_columns
 from xprt_st.losses.cross_passage import XPRT_CITATION, CrossPassageLoss, _document_ids
 from xprt_st.losses.decoder import FillInDecoder
@@ -25,12 +24,6 @@ ENCODER_MINI_BATCH = 16
 """Groups per GradCache mini-batch by default: 16 groups x 5 masked passages x 128 tokens hold about 2.4 GB of
 all-MiniLM-L6-v2 activations (the whole 64-group step's encoder passes held 13 GB); batches of at most 16 groups
 run uncut, at no extra cost."""
-
-
-def _distributed() -> bool:
-    """Under DDP the re-runs would hand DDP's reducer each parameter's gradient once per mini-batch in one
-    backward, which it refuses; GradCache then stays off (each device holds its whole per-device batch)."""
-    return torch.distributed.is_available() and torch.distributed.is_initialized() and get_world_size() > 1
 
 
 class XPRTLoss(nn.Module):
@@ -324,7 +317,7 @@ class XPRTLoss(nn.Module):
             else {}
         )
         size = self.mini_batch_size
-        if size is not None and size < features[0]["input_ids"].size(0) and not _distributed():
+        if size is not None and size < features[0]["input_ids"].size(0) and not distributed():
             return cached_encode_columns(self.model, features, size, batched=self.merge_columns, **masking)
         return encode_columns(self.model, features, batched=self.merge_columns, **masking)
 

@@ -80,6 +80,8 @@ class StepPlan:
         mini_batch_size: GradCache groups per mini-batch, or None (every pass's graph for the whole batch).
         decoder_mini_batch_size: decoder rows per block, or None (all at once).
         extra_parameters: trainable parameters outside the encoder (decoder, MLM head).
+        grad_cache: whether the loss takes ``objective.args.mini_batch_size`` (XPRTLoss, CrossPassageLoss): the
+            advice for a batch that does not fit names it.
     """
 
     columns: int
@@ -89,6 +91,7 @@ class StepPlan:
     mini_batch_size: int | None = None
     decoder_mini_batch_size: int | None = None
     extra_parameters: int = 0
+    grad_cache: bool = False
 
 
 def layer_bytes_per_token(shape: EncoderShape, seq_len: int) -> float:
@@ -134,10 +137,17 @@ def estimate_step_peak(
 
 def plan_of(loss: nn.Module, columns: int) -> StepPlan:
     """The :class:`StepPlan` of a built loss: XPRTLoss's terms and memory options, or ``columns`` passages."""
-    from xprt_st.losses import XPRTLoss
+    from xprt_st.losses import CrossPassageLoss, XPRTLoss
 
     if not isinstance(loss, XPRTLoss):
-        return StepPlan(columns=columns, largest_pass=columns, teacher=getattr(loss, "teacher", None) is not None)
+        teacher = getattr(loss, "teacher", None) is not None
+        inner = getattr(loss, "loss", loss)  # WithRetention wraps the contrastive loss
+        if isinstance(inner, CrossPassageLoss):  # its one pass holds every column; GradCache cuts it
+            return StepPlan(
+                columns=columns, largest_pass=columns, teacher=teacher, mini_batch_size=inner.mini_batch_size,
+                grad_cache=True,
+            )  # fmt: skip
+        return StepPlan(columns=columns, largest_pass=columns, teacher=teacher)
     masked = loss.needs_masked_pass
     retention = loss.retention is not None
     negatives = loss.hard_negatives if loss.cross_passage is not None else 0  # they join the encoder pass
@@ -153,6 +163,7 @@ def plan_of(loss: nn.Module, columns: int) -> StepPlan:
         mini_batch_size=loss.mini_batch_size,
         decoder_mini_batch_size=loss.decoder_mini_batch_size,
         extra_parameters=extra,
+        grad_cache=True,
     )
 
 
@@ -236,7 +247,7 @@ def check_step_memory(
         return parts
     fits = largest_fitting_batch(shape, plan, seq_len, available, precision)
     where = "GPU memory free" if device.type == "cuda" else "RAM available"
-    gradcache = ", or objective.args.mini_batch_size: 8" if plan.decoder_rows and plan.mini_batch_size is None else ""
+    gradcache = ", or objective.args.mini_batch_size: 8" if plan.grad_cache and plan.mini_batch_size is None else ""
     advice = (
         f"a batch of {fits} fits (--batch-size {fits}, or a smaller training.max_seq_length{gradcache})"
         if fits >= 2
