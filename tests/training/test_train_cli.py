@@ -52,6 +52,31 @@ def test_every_recipe_trains_a_few_steps(recipe, tiny_model_path, tmp_path):
     assert "## xPRT pre-training" in card and "### Mining statistics" in card and f"name: {recipe}" in card
 
 
+def test_a_contrastive_recipe_with_gradcache_trains_from_a_users_yaml(tiny_model_path, tmp_path):
+    """docs/losses.md's recipe: change-only-positive-hard with objective.args.mini_batch_size, 8 groups a step in
+    mini-batches of 3; the run's config keeps the option and the step-memory estimate counts the cut."""
+    recipe = tmp_path / "cop-hard-cached.yaml"
+    recipe.write_text(
+        "name: cop-hard-cached\n"
+        "objective:\n  name: cross-passage\n  args: {temperature: 0.05, hard_negatives: 2, mini_batch_size: 3}\n"
+        'data:\n  requires: {positive: mined, pairs: mined, hard_negatives: "2"}\n',
+        encoding="utf-8",
+    )
+    settings = {"positive": "mined", "pairs": "mined", "hard_negatives": 2}
+    data = write_mined(tmp_path / "mined", n_groups=16, stats={"settings": settings}, negatives=2)
+    output = tmp_path / "run"
+    result = _train(
+        "--recipe", str(recipe), "--mined", str(data), "--output", str(output), "--model", str(tiny_model_path),
+        "--max-steps", "2", "--batch-size", "8", "--save-steps", "2", "--learning-rate", "1e-4",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    config = json.loads((output / TRAINING_STATE_DIR / "config.json").read_text())
+    assert config["recipe"]["objective"]["args"]["mini_batch_size"] == 3 and config["global_step"] == 2
+    log = (output / "xprt-st.log").read_text()
+    assert "estimated peak of one step" in log
+    assert SentenceTransformer(str(output), device="cpu").encode(["a test passage"]).shape == (1, 32)
+
+
 def test_xprt_checkpoint_holds_the_decoder_and_resume_keeps_the_original_teacher(
     tiny_model_path, tmp_path, monkeypatch
 ):
