@@ -101,3 +101,25 @@ def test_every_objective_starts_with_zero_retention(objective, tiny_model, group
         tiny_model, features[:2], mask_ratio=0.15, special_ids=special_token_ids(tiny_model), mask_token_id=103
     ).embeddings
     assert retention_loss(*masked, *encode_columns(tiny_model, features[:2]).embeddings).item() > 1e-3
+
+
+def test_the_teacher_merges_a_pair_whose_anchor_the_student_embedded(tiny_model, group_batch) -> None:
+    """The student's first column runs on its own and the model writes its outputs into that dict; the teacher
+    must still run anchor and positive as one merged forward (one forward, not two), with the same vectors."""
+    import copy
+
+    from xprt_st.losses.retention import teacher_embeddings
+
+    features, _ = group_batch(tiny_model)
+    pair = [dict(column) for column in features[:2]]
+    tiny_model(pair[0])  # what a separate anchor forward leaves behind
+    assert "sentence_embedding" in pair[0] and "sentence_embedding" not in pair[1]
+    teacher = copy.deepcopy(tiny_model).eval()
+    rows = []
+    teacher.register_forward_hook(lambda module, args, output: rows.append(output["sentence_embedding"].size(0)))
+    merged = teacher_embeddings(teacher, pair)
+    assert rows == [8]  # 4 anchors + 4 positives in one forward
+    with torch.no_grad():
+        alone = [teacher(dict(column))["sentence_embedding"] for column in features[:2]]
+    for got, want in zip(merged, alone, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)

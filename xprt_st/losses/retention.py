@@ -41,12 +41,18 @@ def retention_loss(
     return (rows + columns) / 2
 
 
+MODEL_OUTPUTS = frozenset({"sentence_embedding", "token_embeddings", "all_layer_embeddings"})
+"""Keys a SentenceTransformer forward adds to its input dict (Transformer and Pooling modules)."""
+
+
 def teacher_embeddings(teacher: SentenceTransformer, features: list[dict[str, Tensor]]) -> list[Tensor]:
     """The frozen teacher's embeddings of unmasked columns: one merged forward, no gradient, eval mode."""
     if teacher.training:
         teacher.eval()  # a trainer's loss.train() would otherwise turn the teacher's dropout on
     with torch.no_grad():
-        copies = [dict(column) for column in features]  # the model writes its outputs into its input dict
+        # The model writes its outputs into its input dict: a column the student already embedded on its own
+        # (its anchor) carries them, and the columns would no longer merge. The teacher reads the inputs only.
+        copies = [{k: v for k, v in column.items() if k not in MODEL_OUTPUTS} for column in features]
         merged = merge_feature_batches(copies) if len(copies) > 1 else None
         if merged is None:
             return [teacher(column)["sentence_embedding"] for column in copies]
