@@ -78,6 +78,7 @@ def test_quickstart_runs_the_whole_loop_on_a_user_corpus_and_beir_folder(
 
     summary = json.loads((elsewhere / "out" / "summary.json").read_text())
     assert summary["config"]["corpus"] == [str(corpus)] and summary["config"]["task"] == str(beir)
+    assert summary["config"]["tasks"] == [str(beir)]  # what was scored, not the shipped run's python-faq
     heldout = json.loads((elsewhere / "out" / "mined" / "stats.json").read_text())
     assert summary["mining"]["documents"] + heldout.get("heldout_documents", 0) <= 24
     assert summary["mining"]["groups"] > 0
@@ -108,6 +109,7 @@ def test_without_a_task_the_label_free_check_is_the_comparison(
     assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
     summary = json.loads((elsewhere / "out" / "summary.json").read_text())
     assert summary["scores"] == {} and summary["gained"] is None and summary["label_free"]["queries"] >= 2
+    assert summary["config"]["tasks"] == []  # no labelled task was scored
     assert "Retrieval before and after" not in result.output and "Label-free nDCG@10" in _flat(result.output)
 
 

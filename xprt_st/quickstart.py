@@ -70,7 +70,8 @@ class QuickstartConfig:
     learning_rate: float = DEFAULTS.learning_rate
     max_seq_length: int = DEFAULTS.max_seq_length
     tasks: tuple[str, ...] = ("python-faq",)
-    """The labelled tasks of the shipped run; with ``corpus``, only ``task`` (or none) is scored."""
+    """The labelled tasks scored: the shipped run's; with ``task`` that folder alone, with ``corpus`` and no
+    ``task`` none (resolved when the config is made, so ``summary.json`` names what was scored)."""
     seed: int = 42
     holdout: float = HOLDOUT
     """Fraction of whole pages held out of training for the label-free check (0: no check)."""
@@ -92,6 +93,10 @@ class QuickstartConfig:
     def __post_init__(self) -> None:
         if self.max_steps is None:
             self.max_steps = DEFAULTS.corpus_max_steps if self.corpus else DEFAULTS.max_steps
+        if self.task is not None:
+            self.tasks = (str(self.task),)
+        elif self.corpus:
+            self.tasks = ()
 
     def mining_fields(self) -> dict[str, Any]:
         """The reading options of ``mine`` for the user's corpus (the shipped pages: HTML with an ``id``)."""
@@ -201,7 +206,7 @@ def run_quickstart(config: QuickstartConfig, progress: bool = True) -> dict[str,
     model_dir = output / "model"
     if not (model_dir / "modules.json").is_file():
         train_recipe(recipe, data=mined, output=model_dir, progress=progress)
-    tasks = [str(config.task)] if config.task is not None else [] if config.corpus else list(config.tasks)
+    tasks = list(config.tasks)
     report = None
     if tasks:
         report = evaluate_models(
