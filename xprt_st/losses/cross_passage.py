@@ -125,7 +125,8 @@ class CrossPassageLoss(nn.Module):
                 over the whole batch, and backward re-runs ``mini_batch_size`` groups at a time with their graph, so
                 the encoder's activations are held for that many groups, not the batch; the loss and its gradient
                 are the uncut batch's (up to float summation order; dropout draws the same masks in the re-run).
-                Cost: one more forward without graph, about a third of a step. None (default): the whole batch
+                Cost: one more forward without graph; measured 1.65x the uncut step's CPU time (hard negatives,
+                32 groups in mini-batches of 16, MiniLM, ``docs/losses.md``). None (default): the whole batch
                 in one pass, the paper's and MultipleNegativesRankingLoss's step. Off under multi-process
                 training, as in :class:`~xprt_st.losses.XPRTLoss`. In :class:`~xprt_st.losses.WithRetention` the
                 student's (anchor, positive) come from the same cached pass (retention adds only the teacher's
