@@ -136,6 +136,16 @@ def score_own(rows: list[dict[str, Any]], output: Path, tasks: tuple[Any, Any], 
     return [done[row["name"]] for row in rows]
 
 
+def _starting_model(run: Path) -> str | None:
+    """The model a compare run started from, as its ``compare_config.yaml`` names it; None: the offline default."""
+    import yaml
+
+    from xprt_st.models import DEFAULT_ALIASES
+
+    model = yaml.safe_load((run / "compare_config.yaml").read_text(encoding="utf-8")).get("model")
+    return None if model is None or str(model) in DEFAULT_ALIASES else str(model)
+
+
 def score_indomain(runs: list[Path], output: Path, tasks: tuple[Any, Any]) -> list[dict[str, Any]]:
     """The in-domain setting: signals of every model of compare runs, beside the labelled scores they recorded.
 
@@ -171,7 +181,9 @@ def score_indomain(runs: list[Path], output: Path, tasks: tuple[Any, Any]) -> li
             }
             _append(path, done[name])
         if name not in done:
-            model = load_model(None, device="cpu") if row["folder"] is None else SentenceTransformer(row["folder"])
+            # the start is the comparison's own starting model (the offline default, the small BERT, ...)
+            folder = row["folder"] if row["folder"] is not None else _starting_model(runs[index])
+            model = load_model(None, device="cpu") if folder is None else SentenceTransformer(folder, device="cpu")
             model.max_seq_length = EVAL_MAX_SEQ_LENGTH
             done[name] = {"name": name, **row, **signals(model, *tasks)}
             _append(path, done[name])
