@@ -28,6 +28,23 @@ import torch
 from torch import Tensor, nn
 
 from xprt_st.losses._common import EncodedColumns, forward_columns, mask_columns
+from xprt_st.losses._distributed import distributed
+
+
+def checked_mini_batch_size(name: str, value: int | None) -> int | None:
+    """A loss's ``mini_batch_size``-style option as an int (None: GradCache off); a ValueError naming ``name``
+    unless it is a whole number of at least 1 or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or int(value) != value or value < 1:
+        raise ValueError(f"{name} must be a whole number of at least 1, or None; got {value!r}")
+    return int(value)
+
+
+def grad_cache_applies(mini_batch_size: int | None, rows: int) -> bool:
+    """Whether a pass of ``rows`` rows runs under GradCache: a mini-batch size smaller than the batch, and one
+    process (see :func:`~xprt_st.losses._distributed.distributed`)."""
+    return mini_batch_size is not None and mini_batch_size < rows and not distributed()
 
 
 def row_slices(rows: int, size: int) -> list[slice]:

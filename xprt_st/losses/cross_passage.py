@@ -12,8 +12,8 @@ from sentence_transformers.base.losses.merged_forward import embed_columns
 from torch import Tensor, nn
 
 from xprt_st.losses._common import encode_columns, special_token_ids
-from xprt_st.losses._distributed import distributed, gather_across_devices, local_rows
-from xprt_st.losses._grad_cache import cached_encode_columns
+from xprt_st.losses._distributed import gather_across_devices, local_rows
+from xprt_st.losses._grad_cache import cached_encode_columns, checked_mini_batch_size, grad_cache_applies
 
 XPRT_CITATION = """
 @misc{xprt,
@@ -186,11 +186,7 @@ class CrossPassageLoss(nn.Module):
         if hard_negatives < 0:
             raise ValueError(f"hard_negatives must be >= 0, got {hard_negatives}")
         self.hard_negatives = int(hard_negatives)
-        if mini_batch_size is not None and (
-            isinstance(mini_batch_size, bool) or int(mini_batch_size) != mini_batch_size or mini_batch_size < 1
-        ):
-            raise ValueError(f"mini_batch_size must be a whole number >= 1 or None, got {mini_batch_size!r}")
-        self.mini_batch_size = None if mini_batch_size is None else int(mini_batch_size)
+        self.mini_batch_size = checked_mini_batch_size("mini_batch_size", mini_batch_size)
         self.special_ids = special_token_ids(model) if encoder_mask_ratio > 0 else None
         self.mask_token_id = int(model.tokenizer.mask_token_id) if encoder_mask_ratio > 0 else None
 
@@ -207,13 +203,7 @@ class CrossPassageLoss(nn.Module):
             return self.compute_loss_from_embeddings(cached, labels)
         if self.encoder_mask_ratio > 0:
             # xPRT's encoder pass: per-token masks drawn per column (anchor first), then one merged forward
-            encoded = encode_columns(
-                self.model,
-                features[:needed],
-                mask_ratio=self.encoder_mask_ratio,
-                special_ids=self.special_ids,
-                mask_token_id=self.mask_token_id,
-            )
+            encoded = encode_columns(self.model, features[:needed], **self._masking())
             return self.compute_loss_from_embeddings(encoded.embeddings, labels)
         # One merged forward over anchor and positive: both are passages of the same kind and width.
         embeddings = embed_columns(self.model, features[:needed], separate_first=False)
@@ -222,17 +212,19 @@ class CrossPassageLoss(nn.Module):
     def cached_embeddings(self, features: list[dict[str, Tensor]]) -> list[Tensor] | None:
         """Every column's embeddings under GradCache, or None when it is off for this batch (``mini_batch_size``
         unset or not smaller than the batch, or several processes train): then the caller embeds as usual."""
-        size = self.mini_batch_size
-        if size is None or size >= features[0]["input_ids"].size(0) or distributed():
+        if not grad_cache_applies(self.mini_batch_size, features[0]["input_ids"].size(0)):
             return None
-        masking: dict[str, Any] = {}
-        if self.encoder_mask_ratio > 0:
-            masking = {
-                "mask_ratio": self.encoder_mask_ratio,
-                "special_ids": self.special_ids,
-                "mask_token_id": self.mask_token_id,
-            }
-        return cached_encode_columns(self.model, features, size, **masking).embeddings
+        return cached_encode_columns(self.model, features, self.mini_batch_size, **self._masking()).embeddings
+
+    def _masking(self) -> dict[str, Any]:
+        """The encoder-masking arguments of ``encode_columns``: none when ``encoder_mask_ratio`` is 0."""
+        if self.encoder_mask_ratio == 0:
+            return {}
+        return {
+            "mask_ratio": self.encoder_mask_ratio,
+            "special_ids": self.special_ids,
+            "mask_token_id": self.mask_token_id,
+        }
 
     def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
         negatives = torch.stack(embeddings[2 : 2 + self.hard_negatives], dim=1) if self.hard_negatives else None

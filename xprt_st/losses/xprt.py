@@ -10,8 +10,7 @@ from sentence_transformers import SentenceTransformer
 from torch import Tensor, nn
 
 from xprt_st.losses._common import EncodedColumns, borrow, encode_columns, special_token_ids
-from xprt_st.losses._distributed import distributed
-from xprt_st.losses._grad_cache import cached_encode_columns
+from xprt_st.losses._grad_cache import cached_encode_columns, checked_mini_batch_size, grad_cache_applies
 from xprt_st.losses.cross_passage import XPRT_CITATION, CrossPassageLoss, _document_ids
 from xprt_st.losses.decoder import FillInDecoder
 from xprt_st.losses.fill_in import DECODER_MINI_BATCH, CrossFillInLoss, SelfFillInLoss
@@ -206,11 +205,8 @@ class XPRTLoss(nn.Module):
         self.gather_across_devices = gather_across_devices
         self.merge_columns = merge_columns
         self.prediction_ratio = float(prediction_ratio)
-        for name, value in (("mini_batch_size", mini_batch_size), ("decoder_mini_batch_size", decoder_mini_batch_size)):
-            if value is not None and (isinstance(value, bool) or int(value) != value or value < 1):
-                raise ValueError(f"{name} must be a whole number of at least 1, or None; got {value!r}")
-        self.mini_batch_size = None if mini_batch_size is None else int(mini_batch_size)
-        self.decoder_mini_batch_size = None if decoder_mini_batch_size is None else int(decoder_mini_batch_size)
+        self.mini_batch_size = checked_mini_batch_size("mini_batch_size", mini_batch_size)
+        self.decoder_mini_batch_size = checked_mini_batch_size("decoder_mini_batch_size", decoder_mini_batch_size)
         if retention_columns is not None and (len(retention_columns) != 2 or min(retention_columns) < 2):
             raise ValueError(f"retention_columns must be two positions after the first two, got {retention_columns}")
         self.retention_columns = None if retention_columns is None else tuple(int(i) for i in retention_columns)
@@ -316,9 +312,10 @@ class XPRTLoss(nn.Module):
             if masked
             else {}
         )
-        size = self.mini_batch_size
-        if size is not None and size < features[0]["input_ids"].size(0) and not distributed():
-            return cached_encode_columns(self.model, features, size, batched=self.merge_columns, **masking)
+        if grad_cache_applies(self.mini_batch_size, features[0]["input_ids"].size(0)):
+            return cached_encode_columns(
+                self.model, features, self.mini_batch_size, batched=self.merge_columns, **masking
+            )
         return encode_columns(self.model, features, batched=self.merge_columns, **masking)
 
     def compute_loss_from_encoded(
