@@ -215,6 +215,23 @@ def test_cross_passage_gradcache_runs_the_encoder_on_mini_batches_only(tiny_mode
     assert rows == [6, 2, 6, 2]  # two passes without graph, then the two re-runs; the teacher is another module
 
 
+def test_masked_cross_passage_under_retention_runs_the_student_pair_whole(tiny_model, group_batch) -> None:
+    """With encoder masking, the student must read unmasked text, so it cannot reuse the cached (masked) pass:
+    after the mini-batches comes one whole-batch pass of (anchor, positive) with graph, which the step-memory plan
+    counts (tests/training/test_memory.py)."""
+    from xprt_st.losses import CrossPassageLoss, WithRetention
+
+    features, labels = group_batch(tiny_model)
+    model = copy.deepcopy(tiny_model).train()
+    loss = WithRetention(CrossPassageLoss(model, encoder_mask_ratio=0.15, mini_batch_size=3))
+    rows = []
+    handle = model.register_forward_hook(lambda module, args, output: rows.append(output["sentence_embedding"].size(0)))
+    terms = loss([dict(column) for column in features[:2]], labels)
+    torch.stack(list(terms.values())).sum().backward()
+    handle.remove()
+    assert rows == [6, 2, 8, 6, 2]  # masked passes without graph, the student's whole pair, the masked re-runs
+
+
 def test_cross_passage_mini_batch_size_is_checked(tiny_model) -> None:
     from xprt_st.losses import CrossPassageLoss
     from xprt_st.objectives import bind_args

@@ -94,6 +94,34 @@ def test_plan_of_reads_the_contrastive_loss_inside_retention(tiny_model) -> None
     assert peak[cached] < peak[uncut] / 3
 
 
+def test_plan_of_counts_the_retention_students_own_pass(tiny_model) -> None:
+    """Where WithRetention cannot reuse the contrastive pass (masked text; the retention text in its own
+    columns, as compare runs have), its student embeds (anchor, positive) once more for the whole batch with
+    graph, GradCache or not (tests/losses/test_loss_memory.py counts the rows); the plan holds that pass."""
+    from xprt_st.losses import CrossPassageLoss, WithRetention
+
+    def plan(columns: int, **options):
+        retention_columns = options.pop("retention_columns", None)
+        loss = WithRetention(CrossPassageLoss(tiny_model, **options), retention_columns=retention_columns)
+        return plan_of(loss, columns)
+
+    masked = plan(2, encoder_mask_ratio=0.15, mini_batch_size=8)
+    assert (masked.columns, masked.largest_pass, masked.uncut_columns) == (4, 2, 2)
+    assert plan(2, encoder_mask_ratio=0.15).columns == 4  # without GradCache: the masked pass and the student's
+    own_text = plan(6, hard_negatives=2, retention_columns=(4, 5), mini_batch_size=8)  # + 2 retention columns
+    assert (own_text.columns, own_text.largest_pass, own_text.uncut_columns) == (6, 4, 2)
+    reused = plan(2, mini_batch_size=8)
+    assert (reused.columns, reused.uncut_columns) == (2, 0)
+    # the student's pass grows with the batch: 4x the groups, 4x its share of the activations
+    student = [
+        estimate_step_peak(MINILM, masked, batch, 128)["encoder activations"]
+        - estimate_step_peak(MINILM, reused, batch, 128)["encoder activations"]
+        for batch in (16, 64)
+    ]
+    assert student[1] == pytest.approx(4 * student[0])
+    assert student[0] == pytest.approx(16 * 2 * MINILM.layers * 128 * memory.layer_bytes_per_token(MINILM, 128))
+
+
 def test_a_gpu_that_will_not_hold_the_batch_gets_one_line_with_the_batch_that_fits(tiny_model, monkeypatch) -> None:
     from xprt_st.losses import XPRTLoss
 

@@ -82,6 +82,9 @@ class StepPlan:
         extra_parameters: trainable parameters outside the encoder (decoder, MLM head).
         grad_cache: whether the loss takes ``objective.args.mini_batch_size`` (XPRTLoss, CrossPassageLoss): the
             advice for a batch that does not fit names it.
+        uncut_columns: passages per group (of ``columns``) that keep their graph for the whole batch even under
+            GradCache: the retention student's (anchor, positive) when it cannot reuse the cached pass (the
+            wrapped loss masks its input, or the retention text sits in its own columns).
     """
 
     columns: int
@@ -92,6 +95,7 @@ class StepPlan:
     decoder_mini_batch_size: int | None = None
     extra_parameters: int = 0
     grad_cache: bool = False
+    uncut_columns: int = 0
 
 
 def layer_bytes_per_token(shape: EncoderShape, seq_len: int) -> float:
@@ -121,9 +125,9 @@ def estimate_step_peak(
     if plan.mini_batch_size is None or plan.mini_batch_size >= batch:
         held_rows = batch * plan.columns
         cached = 0.0
-    else:  # one mini-batch of the largest pass at a time, plus every pass's outputs kept without graph
-        held_rows = plan.mini_batch_size * plan.largest_pass
-        cached = 4.0 * batch * plan.columns * seq_len * shape.hidden
+    else:  # one mini-batch of the largest pass at a time, plus every cut pass's outputs kept without graph
+        held_rows = plan.mini_batch_size * plan.largest_pass + batch * plan.uncut_columns
+        cached = 4.0 * batch * (plan.columns - plan.uncut_columns) * seq_len * shape.hidden
     parts["encoder activations"] = held_rows * shape.layers * per_row + cached
     if plan.decoder_rows:
         rows = batch * plan.decoder_rows
@@ -142,10 +146,15 @@ def plan_of(loss: nn.Module, columns: int) -> StepPlan:
     if not isinstance(loss, XPRTLoss):
         teacher = getattr(loss, "teacher", None) is not None
         inner = getattr(loss, "loss", loss)  # WithRetention wraps the contrastive loss
-        if isinstance(inner, CrossPassageLoss):  # its one pass holds every column; GradCache cuts it
+        if isinstance(inner, CrossPassageLoss):  # its one pass holds its columns; GradCache cuts it
+            own_text = teacher and getattr(loss, "retention_columns", None) is not None  # counted in ``columns``
+            own = columns - 2 if own_text else columns
+            # WithRetention reuses the pass's embeddings as its student unless the pass reads masked text or the
+            # retention text is elsewhere: then the student's pair is one more pass, whole batch, with graph
+            student = 2 if teacher and (own_text or inner.encoder_mask_ratio > 0) else 0
             return StepPlan(
-                columns=columns, largest_pass=columns, teacher=teacher, mini_batch_size=inner.mini_batch_size,
-                grad_cache=True,
+                columns=own + student, largest_pass=own, teacher=teacher, mini_batch_size=inner.mini_batch_size,
+                grad_cache=True, uncut_columns=student,
             )  # fmt: skip
         return StepPlan(columns=columns, largest_pass=columns, teacher=teacher)
     masked = loss.needs_masked_pass
