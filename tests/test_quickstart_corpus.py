@@ -168,6 +168,44 @@ def test_a_missing_corpus_file_is_named_before_any_work(no_work: None, tmp_path:
     assert "--corpus" in flat and "nope.jsonl" in flat
 
 
+def test_an_empty_corpus_is_named_before_any_work(no_work: None, tmp_path: Path) -> None:
+    (tmp_path / "empty.jsonl").write_text("")
+    flat = _bad(tmp_path, "--corpus", str(tmp_path / "empty.jsonl"))
+    assert "error: --corpus:" in flat and "no documents to read (every source is empty)" in flat
+
+
+def test_a_corpus_that_mines_no_group_ends_in_one_line_and_keeps_the_mining_record(
+    elsewhere: Path, tmp_path: Path, tiny_model_path: Path
+) -> None:
+    """Readable documents too short for a group (one passage each): the mining error in one line, exit 1, and
+    the folder's stats.json that says why (what was computed is kept)."""
+    corpus = tmp_path / "short.jsonl"
+    corpus.write_text("".join(json.dumps({"text": f"Just one short passage, number {i}."}) + "\n" for i in range(5)))
+    args = ["quickstart", "--corpus", str(corpus), "-o", "out", "--model", str(tiny_model_path), "-q"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1, f"{result.output}\n{result.exception!r}"
+    flat = _Said(result.output)
+    assert "Traceback" not in result.output and result.output.count("no groups:") == 1, result.output
+    assert "single_passage 5" in flat
+    assert json.loads((elsewhere / "out" / "mined" / "stats.json").read_text())["groups"] == 0
+
+
+def test_fewer_groups_than_one_step_is_named_after_mining_and_the_mining_is_kept(
+    elsewhere: Path, tmp_path: Path, tiny_model_path: Path
+) -> None:
+    corpus, _ = _write_user_data(tmp_path / "user")
+    args = ["quickstart", "--corpus", str(corpus), "--text-field", "body", "--id-field", "doc_id", "-o", "out"]
+    args += ["--model", str(tiny_model_path), "--batch-size", "500", "-q"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1, f"{result.output}\n{result.exception!r}"
+    assert "Traceback" not in result.output and result.output.count("error:") == 1, result.output
+    stats = json.loads((elsewhere / "out" / "mined" / "stats.json").read_text())
+    flat = _Said(result.output)
+    assert f"{stats['groups']} groups were mined" in flat and f"--batch-size {stats['groups']}" in flat
+    assert not stats["settings"].get("hard_negatives")  # refused before the hard negatives were searched
+    assert not (elsewhere / "out" / "model").exists()
+
+
 def test_a_wrong_text_or_id_field_is_named_before_any_work(no_work: None, tmp_path: Path) -> None:
     corpus, _ = _write_user_data(tmp_path / "user")
     flat = _bad(tmp_path, "--corpus", str(corpus))  # the text is under 'body', not 'text'

@@ -202,8 +202,15 @@ def run_quickstart(config: QuickstartConfig, progress: bool = True) -> dict[str,
         seed=config.seed,
         progress=progress,
     )
-    _add_hard_negatives(mined, recipe, config)
     model_dir = output / "model"
+    if not (model_dir / "modules.json").is_file() and int(stats.get("groups", 0)) < config.batch_size:
+        groups = int(stats.get("groups", 0))
+        raise QuickstartInputError(
+            f"--corpus: {groups} groups were mined ({mined}), fewer than the {config.batch_size} of one step "
+            f"(--batch-size); give more documents or --batch-size {max(2, groups)} (the same --output reuses "
+            "the mining)"
+        )
+    _add_hard_negatives(mined, recipe, config)
     if not (model_dir / "modules.json").is_file():
         train_recipe(recipe, data=mined, output=model_dir, progress=progress)
     tasks = list(config.tasks)

@@ -14,6 +14,7 @@ import pytest
 from xprt_st.columns import GROUP_COLUMNS, LABEL
 from xprt_st.mining import (
     CorpusColumnError,
+    CorpusReadError,
     GroupBuilder,
     MiningConfig,
     MiningConfigError,
@@ -327,15 +328,26 @@ def _single_passages(path: Path) -> Path:
     return path
 
 
+def test_empty_sources_are_refused_before_any_work(tmp_path, tiny_model):
+    """Every source empty: one CorpusReadError naming them, before the output folder records a run; one empty
+    file beside a readable one is counted as mining goes (``stats.json``'s ``documents``)."""
+    empty = _empty(tmp_path / "corpus.jsonl")
+    with pytest.raises(CorpusReadError, match="no documents to read"):
+        GroupBuilder([empty, _empty(tmp_path / "b.jsonl")], tmp_path / "out", _config(), model=tiny_model).run()
+    assert not (tmp_path / "out" / "mining_config.json").exists()
+    readable = _corpus(tmp_path / "c.jsonl")
+    GroupBuilder([empty, readable], tmp_path / "both", _config(), model=tiny_model, progress=False).run()
+    assert json.loads((tmp_path / "both" / "stats.json").read_text())["documents"] == 10
+
+
 @pytest.mark.parametrize(
     ("make", "html", "expected"),
     [
-        (_empty, False, ["held no document", "empty"]),
         (_utf16_jsonl, False, ["skipped by reason: invalid_json", "UTF-16"]),
         (_single_passages, False, ["single_passage 5", "--max-tokens"]),
         (_corpus, True, ["html_no_main_text 10", "drop --html"]),
     ],
-    ids=["empty-file", "utf16-file", "single-passage-documents", "html-on-plain-text"],
+    ids=["utf16-file", "single-passage-documents", "html-on-plain-text"],
 )
 def test_nothing_to_score_names_the_dominant_skip_and_its_fix(tmp_path, tiny_model, make, html, expected):
     corpus = make(tmp_path / "corpus.jsonl")

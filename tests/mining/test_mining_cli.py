@@ -256,9 +256,10 @@ def test_an_empty_corpus_is_one_line_and_markup_in_ids_and_passages_is_escaped_i
     result = runner.invoke(
         app, ["mine", str(empty), "-o", str(tmp_path / "e"), "--mining-model", str(tiny_model_path), "-q"]
     )
-    assert result.exit_code != 0 and "Traceback" not in result.output
-    assert "the input held no document" in result.output, result.output
-    assert result.output.count("no groups in") == 1  # once, not on both stdout and stderr
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "no documents to read (every source is empty)" in " ".join(result.output.split()), result.output
+    assert result.output.count("error:") == 1  # once, not on both stdout and stderr
+    assert not (tmp_path / "e" / "mining_config.json").exists()  # refused before the model loads or anything runs
 
     script = "<script>alert(1)</script>"
     rows = []

@@ -207,6 +207,10 @@ def test_sources_are_checked_from_their_first_record(tmp_path):
     with pytest.raises(CorpusReadError, match=r"broken\.jsonl\.gz: cannot be read"):
         check_sources([broken])
     assert check_sources([broken], skip_unreadable=True) == [broken]  # left for iter_corpus to count
+    empty = _jsonl(tmp_path / "empty.jsonl", [])
+    with pytest.raises(CorpusReadError, match=r"empty\.jsonl: no documents to read \(every source is empty\)"):
+        check_sources([empty])
+    assert check_sources([empty, good]) == [empty, good]  # one empty file among others: mining counts it
 
 
 def test_input_identity_tells_other_input_from_the_same_bytes(tmp_path):

@@ -83,6 +83,7 @@ def quickstart(
       xprt-st quickstart --corpus my.jsonl --id-field id --task my-beir/ -o out/
     """
     from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
+    from xprt_st.mining import NoGroupsError
     from xprt_st.mining.builder import summary_table
     from xprt_st.models import ModelLoadError
     from xprt_st.output_folder import hold_folder
@@ -117,8 +118,17 @@ def quickstart(
         console.print(f"[bold red]error:[/bold red] {error}", highlight=False)
         raise typer.Exit(2) from error
     console.rule("[bold]xprt-st quickstart[/bold]: mine -> pre-train -> evaluate")
-    with command_logging("quickstart", output, verbose=verbose, progress=progress, show_info=verbose, folder=folder):
-        summary = run_quickstart(config, progress=progress)
+    try:
+        with command_logging(
+            "quickstart", output, verbose=verbose, progress=progress, show_info=verbose, folder=folder
+        ):
+            summary = run_quickstart(config, progress=progress)
+    except NoGroupsError as error:  # a corpus too small or too short to mine: what mining found is kept
+        console.print(f"[bold red]no groups:[/bold red] {error}", highlight=False)
+        raise typer.Exit(1) from error
+    except QuickstartInputError as error:  # fewer groups than one step: the mining is kept for the rerun
+        console.print(f"[bold red]error:[/bold red] {error}", highlight=False)
+        raise typer.Exit(1) from error
     console.print(summary_table(summary["mining"]))
     if summary["scores"]:
         _print_scores(summary)

@@ -307,13 +307,16 @@ def check_sources(
         CorpusColumnError: a source whose first record lacks the text (or id, or title) field.
         CorpusRecordError: a first record that cannot be read as text (without ``skip_unreadable``).
         CorpusMarkupError: with ``html=False``, a source whose text field holds raw HTML pages.
+        CorpusReadError: also when every source reads as empty (no record at all), before any model loads.
     """
     expanded = expand_sources(sources)
     fields = TextFields(text_field, fallback_text_field, title_field)
+    any_record = False
     for source in expanded:
         records = iter_source(source, fields, id_field, split, 0, DEFAULT_MAX_DOCUMENT_CHARS)
         try:
             first = next(records, None)
+            any_record = any_record or first is not None
             if first is not None and first.skip == UNREADABLE_RECORD and not skip_unreadable:
                 raise CorpusRecordError(
                     f"{first.origin}: {first.problem}. Fix or remove this record, or pass --skip-unreadable to "
@@ -326,6 +329,7 @@ def check_sources(
             raise
         except (OSError, EOFError, zipfile.BadZipFile, CorpusReadError, ValueError) as error:
             if skip_unreadable:
+                any_record = True  # unknown: left for iter_corpus to count, as any other unreadable source
                 continue
             raise CorpusReadError(
                 f"{source}: cannot be read: {type(error).__name__}: {error}. Fix or remove the file, or pass "
@@ -333,4 +337,7 @@ def check_sources(
             ) from error
         finally:
             records.close()
+    if expanded and not any_record:
+        names = ", ".join(str(source) for source in expanded[:3]) + (", ..." if len(expanded) > 3 else "")
+        raise CorpusReadError(f"{names}: no documents to read (every source is empty)")
     return expanded
