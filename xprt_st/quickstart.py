@@ -205,8 +205,9 @@ def run_quickstart(config: QuickstartConfig, progress: bool = True) -> dict[str,
     model_dir = output / "model"
     if not (model_dir / "modules.json").is_file() and int(stats.get("groups", 0)) < config.batch_size:
         groups = int(stats.get("groups", 0))
+        given = "--corpus" if config.corpus else "the shipped pages"
         raise QuickstartInputError(
-            f"--corpus: {groups} groups were mined ({mined}), fewer than the {config.batch_size} of one step "
+            f"{given}: {groups} groups were mined ({mined}), fewer than the {config.batch_size} of one step "
             f"(--batch-size); give more documents or --batch-size {max(2, groups)} (the same --output reuses "
             "the mining)"
         )
