@@ -203,8 +203,9 @@ def run_quickstart(config: QuickstartConfig, progress: bool = True) -> dict[str,
         progress=progress,
     )
     model_dir = output / "model"
-    if not (model_dir / "modules.json").is_file() and int(stats.get("groups", 0)) < config.batch_size:
-        groups = int(stats.get("groups", 0))
+    trained = (model_dir / "modules.json").is_file()
+    groups = int(stats.get("groups", 0))
+    if not trained and groups < config.batch_size:
         given = "--corpus" if config.corpus else "the shipped pages"
         raise QuickstartInputError(
             f"{given}: {groups} groups were mined ({mined}), fewer than the {config.batch_size} of one step "
@@ -212,7 +213,7 @@ def run_quickstart(config: QuickstartConfig, progress: bool = True) -> dict[str,
             "the mining)"
         )
     _add_hard_negatives(mined, recipe, config)
-    if not (model_dir / "modules.json").is_file():
+    if not trained:
         train_recipe(recipe, data=mined, output=model_dir, progress=progress)
     tasks = list(config.tasks)
     report = None

@@ -178,6 +178,18 @@ class WithRetention(nn.Module):
         self.retention_weight = float(retention_weight)
         self.temperature = temperature
 
+    @property
+    def student_shares_base_pass(self) -> bool:
+        """Whether the retention term's student vectors are the wrapped loss's own (anchor, positive) embeddings:
+        only when that loss reads unmasked text from the first two columns and can score given embeddings;
+        otherwise the student embeds its pair in one more pass, with graph, for the whole batch (what
+        :func:`xprt_st.training.memory.plan_of` counts)."""
+        return (
+            self.retention_columns is None
+            and hasattr(self.loss, "compute_loss_from_embeddings")
+            and not getattr(self.loss, "encoder_mask_ratio", 0)
+        )
+
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None) -> dict[str, Tensor]:
         features = list(sentence_features)
         if len(features) < 2:
@@ -189,10 +201,7 @@ class WithRetention(nn.Module):
             features_of_loss = features[: min(self.retention_columns)]
         # The trainer may have swapped self.model for a DDP/compiled wrapper; the wrapped loss must use it too.
         borrow(self.loss, "model", self.model)
-        reusable = hasattr(self.loss, "compute_loss_from_embeddings") and not getattr(
-            self.loss, "encoder_mask_ratio", 0
-        )
-        if reusable and self.retention_columns is None:
+        if self.student_shares_base_pass:
             # Reuse the base loss's embeddings (only when it reads unmasked text, as the retention term's student
             # must): retention then costs only the teacher pass. Under the base loss's GradCache
             # (CrossPassageLoss(mini_batch_size=...)) they come from its cached pass, so the memory cap holds.

@@ -149,9 +149,8 @@ def plan_of(loss: nn.Module, columns: int) -> StepPlan:
         if isinstance(inner, CrossPassageLoss):  # its one pass holds its columns; GradCache cuts it
             own_text = teacher and getattr(loss, "retention_columns", None) is not None  # counted in ``columns``
             own = columns - 2 if own_text else columns
-            # WithRetention reuses the pass's embeddings as its student unless the pass reads masked text or the
-            # retention text is elsewhere: then the student's pair is one more pass, whole batch, with graph
-            student = 2 if teacher and (own_text or inner.encoder_mask_ratio > 0) else 0
+            # unless WithRetention's student reuses the pass, its pair is one more pass, whole batch, with graph
+            student = 2 if teacher and not loss.student_shares_base_pass else 0
             return StepPlan(
                 columns=own + student, largest_pass=own, teacher=teacher, mini_batch_size=inner.mini_batch_size,
                 grad_cache=True, uncut_columns=student,
