@@ -232,18 +232,47 @@ def test_user_data_options_need_a_corpus(no_work: None, tmp_path: Path) -> None:
     assert "--task, --id-field: only with --corpus" in flat
 
 
-def test_the_title_field_is_checked_against_what_mining_supports(no_work: None, tmp_path: Path) -> None:
-    import dataclasses
-
-    from xprt_st.mining.config import MiningConfig
-    from xprt_st.quickstart import QuickstartConfig
-
+def test_a_wrong_title_field_is_named_before_any_work(no_work: None, tmp_path: Path) -> None:
     corpus, _ = _write_user_data(tmp_path / "user")
-    config = QuickstartConfig(corpus=(str(corpus),), text_field="body", title_field="heading")
-    assert config.mining_fields() == {"html": False, "text_field": "body", "id_field": None, "title_field": "heading"}
-    if "title_field" not in {field.name for field in dataclasses.fields(MiningConfig)}:
-        flat = _bad(tmp_path, "--corpus", str(corpus), "--text-field", "body", "--title-field", "heading")
-        assert "--title-field: this version of xprt-st mine has no title field" in flat
+    flat = _bad(tmp_path, "--corpus", str(corpus), "--text-field", "body", "--title-field", "title")
+    assert f"error: --corpus: {corpus}:1: no title field 'title'" in flat and "--title-field" in flat
+
+
+def test_a_bad_record_past_the_first_ends_in_one_line_naming_its_line(
+    elsewhere: Path, tmp_path: Path, tiny_model_path: Path
+) -> None:
+    """The first record is checked before any work; one further down is found while mining reads it."""
+    corpus, _ = _write_user_data(tmp_path / "user")
+    lines = corpus.read_text().splitlines()
+    lines[9] = json.dumps({"doc_id": "broken", "body": "half of a pair: \ud800 here"})  # a lone surrogate
+    corpus.write_text("\n".join(lines) + "\n")
+    args = ["quickstart", "--corpus", str(corpus), "--text-field", "body", "--id-field", "doc_id", "-o", "out"]
+    result = CliRunner().invoke(app, [*args, "--model", str(tiny_model_path), "-q"])
+    assert result.exit_code == 1, f"{result.output}\n{result.exception!r}"
+    assert "Traceback" not in result.output and result.output.count("error:") == 1, result.output
+    flat = _Said(result.output)
+    assert f"error: --corpus: {corpus}:10:" in flat and "lone surrogate" in flat
+    assert not (elsewhere / "out" / "model").exists()
+
+
+def test_an_output_folder_mined_from_other_documents_is_named_and_kept(
+    elsewhere: Path, tmp_path: Path, tiny_model_path: Path
+) -> None:
+    """A second corpus into the first's --output: refused in one line with the quickstart's own advice (it has no
+    --overwrite), and the first mining is left as it was."""
+    first, _ = _write_user_data(tmp_path / "first")
+    second, _ = _write_user_data(tmp_path / "second")
+    user = ["--text-field", "body", "--id-field", "doc_id", "-o", "out", "--model", str(tiny_model_path), "-q"]
+    # --batch-size 500 stops after mining (fewer groups than one step), which is all this test needs
+    CliRunner().invoke(app, ["quickstart", "--corpus", str(first), *user, "--batch-size", "500"])
+    stats = (elsewhere / "out" / "mined" / "stats.json").read_text()
+    result = CliRunner().invoke(app, ["quickstart", "--corpus", str(second), *user])
+    assert result.exit_code == 1, f"{result.output}\n{result.exception!r}"
+    assert "Traceback" not in result.output and result.output.count("error:") == 1, result.output
+    flat = _Said(result.output)
+    assert "error: --output out: out/mined holds a run mined from other input" in flat
+    assert "Give a new --output folder, or delete out/mined" in flat and "--overwrite" not in flat
+    assert (elsewhere / "out" / "mined" / "stats.json").read_text() == stats
 
 
 def test_a_user_corpus_trains_the_sweeps_best_step_count_and_the_demo_stays_short() -> None:

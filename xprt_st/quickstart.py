@@ -16,7 +16,6 @@ and compare the start with the result on the user's labelled BEIR folder when on
 
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import json
 import logging
@@ -27,6 +26,7 @@ from typing import Any
 from xprt_st.evaluation.bootstrap import GAIN, interval_fields, paired_interval, retrieval_items
 from xprt_st.evaluation.run import EvaluationReport, evaluate_models
 from xprt_st.mining import mine
+from xprt_st.mining.config import MiningConfigError
 from xprt_st.quickstart_defaults import DEFAULTS, HOLDOUT, LABEL_FREE_NOTE, NO_GAIN_NOTE, QuickstartDefaults
 from xprt_st.recipe import Recipe, load_recipe
 from xprt_st.training import train_recipe
@@ -111,9 +111,9 @@ class QuickstartConfig:
 def check_inputs(config: QuickstartConfig) -> None:
     """Fail in one line, before any model loads, on a user corpus or task that cannot be used.
 
-    Checks that ``--title-field`` is supported by this version of mining, that each corpus source opens and
-    its first record has the text (and id) field (:func:`xprt_st.mining.reader.check_sources`), and that the
-    BEIR folder has its three files with ids that match (:func:`xprt_st.evaluation.readers.read_beir_folder`).
+    Checks that each corpus source opens and its first record has the text (and id, and title) field
+    (:func:`xprt_st.mining.reader.check_sources`), and that the BEIR folder has its three files with ids that match
+    (:func:`xprt_st.evaluation.readers.read_beir_folder`).
 
     Raises:
         QuickstartInputError: naming the option, the file and the problem.
@@ -129,8 +129,6 @@ def check_inputs(config: QuickstartConfig) -> None:
             options = ", ".join("--" + name.replace("_", "-") for name in given)
             raise QuickstartInputError(f"{options}: only with --corpus FILE... (your documents)")
         return
-    if config.title_field is not None and "title_field" not in {f.name for f in dataclasses.fields(MiningConfig)}:
-        raise QuickstartInputError("--title-field: this version of xprt-st mine has no title field; leave it out")
     try:
         mining = MiningConfig(**config.mining_fields())
         check_sources(
@@ -139,6 +137,7 @@ def check_inputs(config: QuickstartConfig) -> None:
             id_field=mining.id_field,
             fallback_text_field=mining.fallback_text_field,
             html=mining.html,
+            title_field=mining.title_field,
         )
     except (CorpusError, MiningError) as error:
         raise QuickstartInputError(f"--corpus: {error}") from error
@@ -191,17 +190,22 @@ def run_quickstart(config: QuickstartConfig, progress: bool = True) -> dict[str,
             **({"training.model": config.model} if config.model else {}),
         },
     )
-    stats = mine(
-        corpus,
-        mined,
-        **config.mining_fields(),
-        holdout=config.holdout,
-        model=config.model,
-        threshold_quantile=config.threshold_quantile,
-        max_tokens=config.max_seq_length,
-        seed=config.seed,
-        progress=progress,
-    )
+    try:
+        stats = mine(
+            corpus,
+            mined,
+            **config.mining_fields(),
+            holdout=config.holdout,
+            model=config.model,
+            threshold_quantile=config.threshold_quantile,
+            max_tokens=config.max_seq_length,
+            seed=config.seed,
+            progress=progress,
+        )
+    except MiningConfigError as error:  # OUTPUT/mined is another run's: its groups are kept, not mixed with these
+        raise QuickstartInputError(
+            f"--output {output}: {error.reason} Give a new --output folder, or delete {mined} to mine again."
+        ) from error
     model_dir = output / "model"
     trained = (model_dir / "modules.json").is_file()
     groups = int(stats.get("groups", 0))

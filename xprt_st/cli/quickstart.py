@@ -85,6 +85,8 @@ def quickstart(
     from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
     from xprt_st.mining import NoGroupsError
     from xprt_st.mining.builder import summary_table
+    from xprt_st.mining.config import MiningError
+    from xprt_st.mining.reader import CorpusError
     from xprt_st.models import ModelLoadError
     from xprt_st.output_folder import hold_folder
     from xprt_st.quickstart import QuickstartConfig, QuickstartInputError, check_inputs, run_quickstart
@@ -128,6 +130,9 @@ def quickstart(
         raise typer.Exit(1) from error
     except QuickstartInputError as error:  # fewer groups than one step: the mining is kept for the rerun
         console.print(f"[bold red]error:[/bold red] {error}", highlight=False)
+        raise typer.Exit(1) from error
+    except (CorpusError, MiningError) as error:  # a bad record past the first, found while mining reads it
+        console.print(f"[bold red]error:[/bold red] --corpus: {error}", highlight=False)
         raise typer.Exit(1) from error
     console.print(summary_table(summary["mining"]))
     if summary["scores"]:

@@ -30,7 +30,15 @@ class MiningError(RuntimeError):
 
 
 class MiningConfigError(MiningError, ValueError):
-    """An invalid setting, or settings that differ from those of the stored run being resumed."""
+    """An invalid setting, or settings that differ from those of the stored run being resumed.
+
+    ``reason`` is the problem without the advice that ends the message (which names ``xprt-st mine``'s options),
+    so a command with other options, such as the quickstart, can give its own.
+    """
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason if reason is not None else message
 
 
 class MiningInputError(MiningConfigError):

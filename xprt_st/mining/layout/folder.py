@@ -191,10 +191,12 @@ class MiningLayout:
         changed = {k: (stored.get(k), v) for k, v in settings.items() if stored.get(k) != v}
         if changed:
             details = ", ".join(f"{k}: stored {a!r}, now {b!r}" for k, (a, b) in changed.items())
+            reason = f"{self.output_dir} holds a run mined with other settings ({details})."
             raise MiningConfigError(
-                f"{self.output_dir} holds a run mined with other settings ({details}). Resume with the same "
-                "settings, change only merge settings (threshold, quantile, positive, pairs, seed, holdout) with "
-                "--merge, choose a new --output, or pass --overwrite to delete the stored run and mine again."
+                f"{reason} Resume with the same settings, change only merge settings (threshold, quantile, positive, "
+                "pairs, seed, holdout) with --merge, choose a new --output, or pass --overwrite to delete the stored "
+                "run and mine again.",
+                reason=reason,
             )
         if INPUTS_KEY not in stored:
             # A run stored before inputs were recorded: record them now so later resumes are checked.
@@ -204,11 +206,15 @@ class MiningLayout:
         differences = input_differences(stored[INPUTS_KEY], corpus, split)
         if differences:
             shown = "; ".join(differences[:5]) + (f"; and {len(differences) - 5} more" if len(differences) > 5 else "")
-            raise MiningInputError(
+            reason = (
                 f"{self.output_dir} holds a run mined from other input, so its groups are not those of the input "
                 f"given now. Mined from: {describe_inputs(stored[INPUTS_KEY])}. Given now: "
-                f"{', '.join(str(c) for c in corpus)}. Differences: {shown}. Mine into a new --output folder, "
-                "or pass --overwrite to delete the stored run and mine this input."
+                f"{', '.join(str(c) for c in corpus)}. Differences: {shown}."
+            )
+            raise MiningInputError(
+                f"{reason} Mine into a new --output folder, or pass --overwrite to delete the stored run and mine "
+                "this input.",
+                reason=reason,
             )
 
     def owned(self) -> list[Path]:
