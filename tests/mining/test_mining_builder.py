@@ -221,6 +221,8 @@ def test_changed_settings_on_resume_are_refused(tmp_path, tiny_model):
         GroupBuilder([corpus], tmp_path / "out", _config(top_k=2), model=tiny_model, progress=False).run()
     with pytest.raises(MiningConfigError, match="rank_by='best'"):
         _config(rank_by="best")
+    with pytest.raises(MiningConfigError, match="min_tokens=-1 must be >= 0"):
+        _config(min_tokens=-1)  # refused before any model loads, not when the first passage is cut
 
 
 def test_nothing_passes_the_threshold_then_remerge_with_a_quantile(tmp_path, tiny_model):

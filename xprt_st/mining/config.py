@@ -155,6 +155,8 @@ class MiningConfig:
         for name in ("top_k", "batch_size", "num_shards", "chunk_size", "max_tokens", "max_passages"):
             if getattr(self, name) < 1:
                 problems.append(f"{name}={getattr(self, name)} must be >= 1")
+        if self.min_tokens < 0:
+            problems.append(f"min_tokens={self.min_tokens} must be >= 0")
         if not 0.0 <= self.holdout < 1.0:
             problems.append(f"holdout={self.holdout} is not a fraction in [0, 1)")
         if self.prompt is not None and self.prompt_name is not None:
