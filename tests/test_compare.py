@@ -192,6 +192,32 @@ def test_a_bad_shared_override_is_named_by_its_config_key_not_a_flag(tmp_path: P
     assert "--learning-rate" not in str(error.value)
 
 
+def test_an_unreadable_corpus_or_an_unknown_task_is_refused_before_the_run_folder_is_made(
+    tmp_path: Path, tiny_model_path: Path
+) -> None:
+    """The corpus sources and the tasks are read before anything is written: one line each, exit 2."""
+    corpus = _write_corpus(tmp_path)
+    raw = {"model": str(tiny_model_path), "recipes": ["change-only-positive"], "data_dir": str(tmp_path / "data")}
+    cases = [
+        ({"corpus": [{"path": str(tmp_path / "gone.jsonl")}], "tasks": [str(_write_sts(tmp_path / "sts.tsv"))]},
+         ["1 problem(s) in the corpus", "corpus[0]:", "gone.jsonl: no such file or folder"]),
+        ({"corpus": [{"path": str(corpus), "text_field": "body"}, {"task": "no-such-beir"}],
+          "tasks": [str(tmp_path / "sts.tsv")]},
+         ["2 problem(s) in the corpus", "corpus[0]:", "no text field 'body'", "corpus[1]: corpus task 'no-such-beir'"]),
+        ({"corpus": [{"path": str(corpus)}], "tasks": ["no-such-task"]},
+         ["error: tasks: unknown task 'no-such-task'"]),
+    ]  # fmt: skip
+    for number, (keys, said) in enumerate(cases):
+        path = tmp_path / f"bad-{number}.yaml"
+        path.write_text(yaml.safe_dump(raw | keys), encoding="utf-8")
+        output = tmp_path / f"run-{number}"
+        result = runner.invoke(app, ["compare", "-c", str(path), "-o", str(output), "-q"])
+        assert result.exit_code == 2, f"{result.output}\n{result.exception!r}"
+        flat = " ".join(result.output.split())
+        assert "Traceback" not in result.output and all(" ".join(part.split()) in flat for part in said), flat
+        assert not output.exists()
+
+
 def test_data_variants_follow_the_recipes_requirements() -> None:
     assert data_variant({"positive": "mined", "pairs": "mined"})[0] == "mined"
     assert data_variant({"positive": "random", "pairs": "mined"}) == (

@@ -61,7 +61,7 @@ def compare(
     from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
     from xprt_st.compare.config import CompareConfigError, load_compare_config
     from xprt_st.compare.report import gain_table
-    from xprt_st.compare.run import run_compare
+    from xprt_st.compare.run import check_compare_inputs, run_compare
     from xprt_st.models import ModelLoadError
     from xprt_st.output_folder import hold_folder
 
@@ -86,6 +86,7 @@ def compare(
             check_model(resolved.model, "--model" if model else f"{config}: model")
             if resolved.mining_model is not None:
                 check_model(resolved.mining_model, f"{config}: mining_model")
+        check_compare_inputs(resolved, output, report_only)
         folder = hold_folder(output, "compare")
     except (OutputPathError, CompareConfigError, ModelLoadError) as error:
         console.print(f"[red]error:[/red] {error}", highlight=False)

@@ -17,6 +17,30 @@ logger = logging.getLogger(__name__)
 CORPUS_FILE = "corpus.jsonl.gz"
 
 
+def corpus_problems(config: CompareConfig, folder: Path) -> list[str]:
+    """One line per corpus source that cannot be read, found before any work (an empty list when all can).
+
+    A ``task`` source needs a BEIR folder with a corpus file; a ``path`` source is opened and its first record
+    checked for the text and id fields (:func:`xprt_st.mining.reader.check_sources`). A run whose corpus is
+    already built in ``folder`` reuses it, so nothing is checked then.
+    """
+    from xprt_st.mining.reader import CorpusError, check_sources
+
+    if (folder / "corpus_stats.json").is_file() and (folder / CORPUS_FILE).is_file():
+        return []
+    problems = []
+    for index, source in enumerate(config.corpus):
+        try:
+            if source.task is not None:
+                task_corpus_file(config, source.task)
+            else:
+                text_field = source.text_field or ("html" if source.html else "text")
+                check_sources([config.resolve(source.path)], text_field=text_field, id_field=source.id_field)
+        except (FileNotFoundError, CorpusError) as error:
+            problems.append(f"corpus[{index}]: {error}")
+    return problems
+
+
 def build_corpus(config: CompareConfig, folder: Path) -> dict[str, Any]:
     """Write the seeded document sample of every source to ``folder/corpus.jsonl.gz`` (once).
 

@@ -20,12 +20,14 @@ from xprt_st.compare.config import (
     CompareConfigError,
     resolve_compare_tasks,
 )
-from xprt_st.compare.corpus import CORPUS_FILE, build_corpus
+from xprt_st.compare.corpus import CORPUS_FILE, build_corpus, corpus_problems
 from xprt_st.compare.report import write_report
 from xprt_st.compare.results import START_LABEL, CompareResult, collect_results
 from xprt_st.compare.variants import data_variant, prepare_variant
 
 if TYPE_CHECKING:
+    from mteb.abstasks import AbsTask
+
     from xprt_st.evaluation.run import EvaluationReport
     from xprt_st.recipe import Recipe
 
@@ -213,6 +215,28 @@ def _train_and_evaluate(
         _record_timing(run, f"seed {seed} evaluate {label}", time.perf_counter() - started)
 
 
+def check_compare_inputs(config: CompareConfig, output: str | Path, report_only: bool = False) -> list[AbsTask]:
+    """Everything a comparison reads, checked before any work; returns the resolved evaluation tasks.
+
+    Raises:
+        CompareConfigError: ``output`` made with other settings (:func:`check_unchanged`), a task that cannot be
+            loaded, or (unless ``report_only``) a corpus source that cannot be read, each in one line.
+    """
+    from xprt_st.evaluation.readers import TaskLoadError
+
+    run = Path(output)
+    check_unchanged(config, run)
+    try:
+        tasks = resolve_compare_tasks(config)
+    except TaskLoadError as error:
+        raise CompareConfigError(f"tasks: {error}") from error
+    problems = [] if report_only else corpus_problems(config, run / "corpus")
+    if problems:
+        lines = "\n".join(f"  - {problem}" for problem in problems)
+        raise CompareConfigError(f"{len(problems)} problem(s) in the corpus:\n{lines}")
+    return tasks
+
+
 def run_compare(
     config: CompareConfig,
     output: str | Path,
@@ -233,7 +257,8 @@ def run_compare(
 
     Raises:
         CompareConfigError: before any work, when ``output`` was made with other :data:`MODEL_SHAPING_KEYS`
-            values, or holds a finished model of a recipe that resolves differently now.
+            values, or holds a finished model of a recipe that resolves differently now, or when a task or a
+            corpus source cannot be loaded (:func:`check_compare_inputs`).
     """
     from xprt_st.evaluation.tasks import task_label
     from xprt_st.mining import mine
@@ -241,11 +266,10 @@ def run_compare(
     from xprt_st.recipe import load_recipe
 
     run = Path(output)
-    check_unchanged(config, run)
+    tasks = check_compare_inputs(config, run, report_only)
     run.mkdir(parents=True, exist_ok=True)
     (run / CONFIG_FILE).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
     cache_dir = run / "eval-cache" / config.evaluation_key()
-    tasks = resolve_compare_tasks(config)
     labels = [task_label(task) for task in tasks]
 
     if not report_only:
