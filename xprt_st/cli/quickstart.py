@@ -131,8 +131,11 @@ def quickstart(
     except QuickstartInputError as error:  # fewer groups than one step: the mining is kept for the rerun
         console.print(f"[bold red]error:[/bold red] {error}", highlight=False)
         raise typer.Exit(1) from error
-    except (CorpusError, MiningError) as error:  # a bad record past the first, found while mining reads it
+    except CorpusError as error:  # a bad record past the first, found while mining reads it
         console.print(f"[bold red]error:[/bold red] --corpus: {error}", highlight=False)
+        raise typer.Exit(1) from error
+    except MiningError as error:  # e.g. an output folder that cannot be written; what was mined is kept
+        console.print(f"[bold red]error:[/bold red] {error}", highlight=False)
         raise typer.Exit(1) from error
     console.print(summary_table(summary["mining"]))
     if summary["scores"]:
