@@ -104,12 +104,16 @@ def test_without_a_task_the_label_free_check_is_the_comparison(
 ) -> None:
     corpus, _ = _write_user_data(tmp_path / "user")
     args = ["quickstart", "--corpus", str(corpus), "--text-field", "body", "--id-field", "doc_id", "-o", "out"]
-    args += ["--model", str(tiny_model_path), "--max-steps", "1", "--batch-size", "4", "--holdout", "0.3", "-q"]
+    args += ["--model", str(tiny_model_path), "--batch-size", "4", "--holdout", "0.3", "-q"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
     summary = json.loads((elsewhere / "out" / "summary.json").read_text())
     assert summary["scores"] == {} and summary["gained"] is None and summary["label_free"]["queries"] >= 2
     assert summary["config"]["tasks"] == []  # no labelled task was scored
+    # without --max-steps a small corpus trains one pass over its groups, not the default 300 steps
+    steps = summary["mining"]["groups"] // 4
+    assert 1 <= steps < 300 and summary["config"]["max_steps"] == steps
+    assert (elsewhere / "out" / "model" / f"checkpoint-{steps}").is_dir()
     assert "Retrieval before and after" not in result.output and "Label-free nDCG@10" in _flat(result.output)
 
 
@@ -276,9 +280,24 @@ def test_an_output_folder_mined_from_other_documents_is_named_and_kept(
 
 
 def test_a_user_corpus_trains_the_sweeps_best_step_count_and_the_demo_stays_short() -> None:
-    from xprt_st.quickstart import DEFAULTS, QuickstartConfig
+    from xprt_st.quickstart import DEFAULTS, QuickstartConfig, corpus_steps
 
     assert (DEFAULTS.recipe, DEFAULTS.max_steps, DEFAULTS.corpus_max_steps) == ("change-only-positive-hard", 20, 300)
     assert QuickstartConfig().max_steps == 20
-    assert QuickstartConfig(corpus=("my.jsonl",)).max_steps == 300
+    assert QuickstartConfig(corpus=("my.jsonl",)).max_steps is None  # set from the mined groups
     assert QuickstartConfig(corpus=("my.jsonl",), max_steps=7).max_steps == 7
+    # 300 steps, but never a second pass: ArguAna's 17,246 groups take 300, 600 NFCorpus documents' 1,324 take 82
+    assert [corpus_steps(groups, 16) for groups in (17_246, 4_800, 4_799, 1_324, 16, 3)] == [300, 300, 299, 82, 1, 1]
+
+
+def test_the_closing_note_names_a_loss_as_a_loss() -> None:
+    from xprt_st.quickstart import LOSS_NOTE, NO_GAIN_NOTE, closing_note
+
+    def summary(*verdicts: str) -> dict:
+        return {"gained": all(v == "gain" for v in verdicts), "interval": {f"t{i}": {"verdict": v} for i, v in
+                enumerate(verdicts)}}  # fmt: skip
+
+    assert closing_note(summary("gain", "gain")) is None
+    assert closing_note(summary("gain", "no clear difference")) == NO_GAIN_NOTE
+    assert closing_note(summary("gain", "loss", "loss")) == LOSS_NOTE.format(tasks="t1, t2")
+    assert "below 0 on t1, t2. Keep the starting model" in closing_note(summary("gain", "loss", "loss"))

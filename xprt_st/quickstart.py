@@ -19,7 +19,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,16 @@ from xprt_st.evaluation.bootstrap import GAIN, interval_fields, paired_interval,
 from xprt_st.evaluation.run import EvaluationReport, evaluate_models
 from xprt_st.mining import mine
 from xprt_st.mining.config import MiningConfigError
-from xprt_st.quickstart_defaults import DEFAULTS, HOLDOUT, LABEL_FREE_NOTE, NO_GAIN_NOTE, QuickstartDefaults
+from xprt_st.quickstart_defaults import (
+    DEFAULTS,
+    HOLDOUT,
+    LABEL_FREE_NOTE,
+    LOSS_NOTE,
+    NO_GAIN_NOTE,
+    QuickstartDefaults,
+    closing_note,
+    corpus_steps,
+)
 from xprt_st.recipe import Recipe, load_recipe
 from xprt_st.training import train_recipe
 
@@ -37,11 +46,14 @@ __all__ = [
     "DEFAULTS",
     "HOLDOUT",
     "LABEL_FREE_NOTE",
+    "LOSS_NOTE",
     "NO_GAIN_NOTE",
     "QuickstartConfig",
     "QuickstartDefaults",
     "QuickstartInputError",
     "check_inputs",
+    "closing_note",
+    "corpus_steps",
     "label_free_summary",
     "run_quickstart",
 ]
@@ -65,7 +77,9 @@ class QuickstartConfig:
     recipe: str = DEFAULTS.recipe
     threshold_quantile: float | None = DEFAULTS.threshold_quantile
     max_steps: int | None = None
-    """Training steps; None: ``DEFAULTS.corpus_max_steps`` with ``corpus``, else ``DEFAULTS.max_steps``."""
+    """Training steps; None: ``DEFAULTS.max_steps`` on the shipped pages, and with ``corpus``
+    :func:`~xprt_st.quickstart_defaults.corpus_steps` of the mined groups (``DEFAULTS.corpus_max_steps``, at most
+    one pass), set once mining has counted them."""
     batch_size: int = DEFAULTS.batch_size
     learning_rate: float = DEFAULTS.learning_rate
     max_seq_length: int = DEFAULTS.max_seq_length
@@ -91,8 +105,8 @@ class QuickstartConfig:
     """With ``corpus``: the text is raw HTML (extracted with trafilatura)."""
 
     def __post_init__(self) -> None:
-        if self.max_steps is None:
-            self.max_steps = DEFAULTS.corpus_max_steps if self.corpus else DEFAULTS.max_steps
+        if self.max_steps is None and not self.corpus:
+            self.max_steps = DEFAULTS.max_steps
         if self.task is not None:
             self.tasks = (str(self.task),)
         elif self.corpus:
@@ -178,18 +192,6 @@ def run_quickstart(config: QuickstartConfig, progress: bool = True) -> dict[str,
         corpus = list(config.corpus)
     elif config.max_documents is not None:
         corpus = [_first_documents(QUICKSTART_CORPUS, config.max_documents, output / "corpus-subset.jsonl")]
-    recipe = load_recipe(
-        config.recipe,
-        overrides={
-            "training.max_steps": config.max_steps,
-            "training.batch_size": config.batch_size,
-            "training.learning_rate": config.learning_rate,
-            "training.max_seq_length": config.max_seq_length,
-            "training.seed": config.seed,
-            "training.save_steps": config.max_steps,
-            **({"training.model": config.model} if config.model else {}),
-        },
-    )
     try:
         stats = mine(
             corpus,
@@ -216,6 +218,25 @@ def run_quickstart(config: QuickstartConfig, progress: bool = True) -> dict[str,
             f"(--batch-size); give more documents or --batch-size {max(2, groups)} (the same --output reuses "
             "the mining)"
         )
+    if config.max_steps is None:  # a user corpus without --max-steps: the default, at most one pass
+        config = replace(config, max_steps=corpus_steps(groups, config.batch_size))
+        if config.max_steps < DEFAULTS.corpus_max_steps:
+            logger.warning(
+                "%d groups were mined: training %d steps of %d, one pass over them, instead of the default %d "
+                "(--max-steps sets it)", groups, config.max_steps, config.batch_size, DEFAULTS.corpus_max_steps,
+            )  # fmt: skip
+    recipe = load_recipe(
+        config.recipe,
+        overrides={
+            "training.max_steps": config.max_steps,
+            "training.batch_size": config.batch_size,
+            "training.learning_rate": config.learning_rate,
+            "training.max_seq_length": config.max_seq_length,
+            "training.seed": config.seed,
+            "training.save_steps": config.max_steps,
+            **({"training.model": config.model} if config.model else {}),
+        },
+    )
     _add_hard_negatives(mined, recipe, config)
     if not trained:
         train_recipe(recipe, data=mined, output=model_dir, progress=progress)

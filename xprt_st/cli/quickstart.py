@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from xprt_st.cli import app
-from xprt_st.quickstart_defaults import DEFAULTS, HOLDOUT, LABEL_FREE_NOTE, NO_GAIN_NOTE
+from xprt_st.quickstart_defaults import DEFAULTS, HOLDOUT, LABEL_FREE_NOTE, closing_note
 
 console = Console()
 
@@ -52,7 +52,8 @@ def quickstart(
         int | None,
         typer.Option(
             help=f"Training steps of the recipe (default {DEFAULTS.max_steps} on the shipped pages, "
-            f"{DEFAULTS.corpus_max_steps} with --corpus: the in-domain sweep's best)."
+            f"{DEFAULTS.corpus_max_steps} with --corpus, the in-domain sweep's best, at most one pass over the mined "
+            "groups)."
         ),
     ] = None,
     batch_size: Annotated[int, typer.Option(help="Groups per step.")] = DEFAULTS.batch_size,
@@ -162,17 +163,18 @@ def _print_scores(summary: dict) -> None:
     table.add_row("gain", *[f"{summary['gain'][task]:+.4f}" for task in tasks], style="italic")
     table.add_row("gain, 95% CI", *[_bounds(summary["interval"][task]) for task in tasks], style="italic")
     console.print(table)
-    if not summary["gained"]:
-        console.print(NO_GAIN_NOTE, highlight=False)
+    note = closing_note(summary)
+    if note:
+        console.print(note, highlight=False)
 
 
-def check_quickstart_values(*, max_steps: int, batch_size: int, seed: int) -> None:
+def check_quickstart_values(*, max_steps: int | None, batch_size: int, seed: int) -> None:
     """Refuse quickstart's own flags before anything is mined (the recipe would refuse them only after mining).
 
     Raises:
         ValueError: one line naming the quickstart flag.
     """
-    if max_steps < 1:
+    if max_steps is not None and max_steps < 1:
         raise ValueError(f"--max-steps {max_steps}: the quickstart trains at least 1 step; give --max-steps 20")
     if batch_size < 2:
         raise ValueError(
