@@ -11,7 +11,7 @@ NO_GAIN_NOTE = (
     "No measurable gain: the gain's 95% interval is not above 0 on every task. The offline default "
     "(all-MiniLM-L6-v2) is already fine-tuned on about a billion labelled pairs: at this scale most objectives "
     "leave it where it was; pre-trained on the corpus it searches, it gained on ArguAna only "
-    "(change-only-positive-hard +0.8 in 30 steps, +2.9 in 300, two seeds; TSDAE +1.7 in 300), and none improves "
+    "(xprt +2.6 in 30 steps; change-only-positive-hard +0.8 in 30, +2.9 in 300; two seeds), and none improves "
     "an unsupervised retriever (docs/results.md, sections 1, 2, 7, 8 and 11). "
     "The objectives gain from a model that cannot retrieve yet: from BERT, on other text, 40-120 steps, "
     "sections 3b to 5 (xprt-st compare --config benchmarks/compare-from-bert-cpu.yaml)."
