@@ -86,13 +86,13 @@ def compare(
             check_model(resolved.model, "--model" if model else f"{config}: model")
             if resolved.mining_model is not None:
                 check_model(resolved.mining_model, f"{config}: mining_model")
-        check_compare_inputs(resolved, output, report_only)
+        tasks = check_compare_inputs(resolved, output, report_only)
         folder = hold_folder(output, "compare")
     except (OutputPathError, CompareConfigError, ModelLoadError) as error:
         console.print(f"[red]error:[/red] {error}", highlight=False)
         raise typer.Exit(2) from error
     with command_logging("compare", output, verbose=verbose, progress=progress, folder=folder):
-        result = run_compare(resolved, output, progress=progress, report_only=report_only)
+        result = run_compare(resolved, output, progress=progress, report_only=report_only, tasks=tasks)
 
     Console().print(gain_table(result))
     console.print(f"[green]done:[/green] {output}/compare.md, compare.csv, compare.png")

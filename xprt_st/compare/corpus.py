@@ -17,6 +17,11 @@ logger = logging.getLogger(__name__)
 CORPUS_FILE = "corpus.jsonl.gz"
 
 
+def _text_field(source: CorpusSource) -> str:
+    """The field a ``path`` source's text is read from: its own ``text_field``, else ``html`` or ``text``."""
+    return source.text_field or ("html" if source.html else "text")
+
+
 def corpus_problems(config: CompareConfig, folder: Path) -> list[str]:
     """One line per corpus source that cannot be read, found before any work (an empty list when all can).
 
@@ -34,7 +39,7 @@ def corpus_problems(config: CompareConfig, folder: Path) -> list[str]:
             if source.task is not None:
                 task_corpus_file(config, source.task)
             else:
-                text_field = source.text_field or ("html" if source.html else "text")
+                text_field = _text_field(source)
                 check_sources([config.resolve(source.path)], text_field=text_field, id_field=source.id_field)
         except (FileNotFoundError, CorpusError) as error:
             problems.append(f"corpus[{index}]: {error}")
@@ -62,7 +67,7 @@ def build_corpus(config: CompareConfig, folder: Path) -> dict[str, Any]:
                 sources.append(_write_task_documents(config, source, rng, handle))
                 continue
             path = config.resolve(source.path)
-            text_field = source.text_field or ("html" if source.html else "text")
+            text_field = _text_field(source)
             records = [r for r in iter_corpus([path], text_field=text_field, id_field=source.id_field) if r.text]
             chosen = (
                 sorted(rng.sample(range(len(records)), source.max_documents))

@@ -243,6 +243,7 @@ def run_compare(
     *,
     progress: bool = True,
     report_only: bool = False,
+    tasks: list[AbsTask] | None = None,
 ) -> CompareResult:
     """Run (or continue) the whole comparison into ``output`` and write the report; see the module doc.
 
@@ -251,6 +252,8 @@ def run_compare(
         output: run folder; reusing it continues a killed run (finished stages are skipped).
         progress: draw the mining and training progress displays.
         report_only: write the report from the scores present now, training and evaluating nothing.
+        tasks: what :func:`check_compare_inputs` returned for this config and output, when the caller checked
+            them already (the CLI, before it takes the folder); None checks them here.
 
     Returns:
         The scores of every finished model, also in ``output/compare.{md,csv,png}``.
@@ -266,7 +269,8 @@ def run_compare(
     from xprt_st.recipe import load_recipe
 
     run = Path(output)
-    tasks = check_compare_inputs(config, run, report_only)
+    if tasks is None:
+        tasks = check_compare_inputs(config, run, report_only)
     run.mkdir(parents=True, exist_ok=True)
     (run / CONFIG_FILE).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
     cache_dir = run / "eval-cache" / config.evaluation_key()
