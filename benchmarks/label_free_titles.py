@@ -16,8 +16,9 @@ Candidate signals, all from the held-out documents only, higher = better:
 Settings (each its own ranking):
 
 - ``own``: the start (all-MiniLM-L6-v2) and short runs trained here on the mined folder's training documents,
-  each with its middle checkpoint and its interpolations with the start; labelled score: nDCG@10 on a seeded
-  subsample of NFCorpus's test queries with every judged document kept (``--max-queries``/``--max-corpus``);
+  each with its middle checkpoint and its interpolations with the start; labelled score: nDCG@10 of ``--labelled``
+  (default NFCorpus) on a seeded subsample of its test queries with every judged document kept
+  (``--max-queries``/``--max-corpus``; 0 keeps every query);
 - ``indomain`` (``--indomain RUN...``): the models of in-domain ``xprt-st compare`` runs (NFCorpus, ArguAna, the
   Python docs: docs/results.md section 12b) with the labelled scores they recorded (every test query); the mined
   folder must hold out the same documents (same ``--holdout``, seed and id field), so none of those models
@@ -108,7 +109,7 @@ def _load_own(row: dict[str, Any], output: Path, start: Any, max_steps: int) -> 
 
 
 def score_own(rows: list[dict[str, Any]], output: Path, tasks: tuple[Any, Any], labelled: Any, max_steps: int) -> list:
-    """The own setting: signals and the labelled NFCorpus subsample score of every candidate."""
+    """The own setting: signals and the labelled score (``--labelled``, subsampled) of every candidate."""
     from xprt_st.evaluation.run import evaluate_models
     from xprt_st.models import load_model
 
@@ -220,6 +221,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="Trained model folders (from the start) to interpolate with the start instead of training here.",
     )
+    parser.add_argument(
+        "--labelled",
+        default="nfcorpus",
+        help="The own setting's labelled task: a task spec of `xprt-st evaluate` (a named task or a BEIR folder).",
+    )
     parser.add_argument("--max-queries", type=int, default=50)
     parser.add_argument("--max-corpus", type=int, default=1000)
     parser.add_argument(
@@ -238,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)  # on a shared, overloaded machine one thread per process wastes the least
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    from xprt_st.evaluation.catalog import beir_task
+    from xprt_st.evaluation.catalog import resolve_task
     from xprt_st.evaluation.label_free import load_heldout_task
     from xprt_st.evaluation.titles import load_titles_task
 
@@ -252,8 +258,8 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {},
     }
     if not args.skip_own:
-        labelled = beir_task(
-            args.data_dir / "nfcorpus", label="nfcorpus", max_queries=args.max_queries, max_corpus=args.max_corpus
+        labelled = resolve_task(
+            args.labelled, args.data_dir, max_queries=args.max_queries or None, max_corpus=args.max_corpus or None
         )
         alphas = [float(a) for a in args.alphas.split(",")]
         if args.endpoints:
