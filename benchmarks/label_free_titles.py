@@ -223,8 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--labelled",
-        default="nfcorpus",
-        help="The own setting's labelled task: a task spec of `xprt-st evaluate` (a named task or a BEIR folder).",
+        default=None,
+        help="The own setting's labelled task: a task spec of `xprt-st evaluate` (a named task or a BEIR folder; "
+        "default DATA_DIR/nfcorpus).",
     )
     parser.add_argument("--max-queries", type=int, default=50)
     parser.add_argument("--max-corpus", type=int, default=1000)
@@ -259,7 +260,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     if not args.skip_own:
         labelled = resolve_task(
-            args.labelled, args.data_dir, max_queries=args.max_queries or None, max_corpus=args.max_corpus or None
+            args.labelled or str(args.data_dir / "nfcorpus"),
+            args.data_dir,
+            max_queries=args.max_queries or None,
+            max_corpus=args.max_corpus or None,
         )
         alphas = [float(a) for a in args.alphas.split(",")]
         if args.endpoints:
