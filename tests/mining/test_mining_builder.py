@@ -25,7 +25,7 @@ from xprt_st.mining import (
     mine,
 )
 from xprt_st.mining.engines.base import ShardResult
-from xprt_st.mining.reader import input_differences
+from xprt_st.mining.reader import CorpusRecordError, input_differences
 from xprt_st.mining.scoring import TfidfScorer, tfidf_cosine
 
 TOPICS = ["river", "violin", "glacier", "tax", "comet", "bakery", "chess", "volcano", "orchid", "railway"]
@@ -345,11 +345,10 @@ def test_empty_sources_are_refused_before_any_work(tmp_path, tiny_model):
 @pytest.mark.parametrize(
     ("make", "html", "expected"),
     [
-        (_utf16_jsonl, False, ["skipped by reason: invalid_json", "UTF-16"]),
         (_single_passages, False, ["single_passage 5", "--max-tokens"]),
         (_corpus, True, ["html_no_main_text 10", "drop --html"]),
     ],
-    ids=["utf16-file", "single-passage-documents", "html-on-plain-text"],
+    ids=["single-passage-documents", "html-on-plain-text"],
 )
 def test_nothing_to_score_names_the_dominant_skip_and_its_fix(tmp_path, tiny_model, make, html, expected):
     corpus = make(tmp_path / "corpus.jsonl")
@@ -361,6 +360,17 @@ def test_nothing_to_score_names_the_dominant_skip_and_its_fix(tmp_path, tiny_mod
         assert part in message
     # Re-thresholding cannot help when nothing was scored: no such advice, and no made-up 0.825.
     assert "--threshold-quantile" not in message and "0.825" not in message
+
+
+def test_a_file_that_is_not_json_lines_is_refused_before_any_work(tmp_path, tiny_model):
+    """A UTF-16 file read as JSON Lines is nothing but unreadable lines: refused from its first records, before
+    the output folder records a run, with the re-encoding fix (it used to be mined to nothing first)."""
+    corpus = _utf16_jsonl(tmp_path / "corpus.jsonl")
+    with pytest.raises(CorpusRecordError) as error:
+        GroupBuilder([corpus], tmp_path / "out", _config(), model=tiny_model, progress=False).run()
+    message = " ".join(str(error.value).split())
+    assert "none of its first 11 record(s) can be read (invalid_json 11" in message and "UTF-16" in message
+    assert not (tmp_path / "out" / "mining_config.json").exists()
 
 
 def test_almost_nothing_scored_is_warned_about_even_with_groups(tmp_path, tiny_model, caplog):

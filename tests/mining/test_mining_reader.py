@@ -17,6 +17,7 @@ from tests.conftest import shared_data
 from xprt_st.mining.duplicates import _Hash64Set
 from xprt_st.mining.reader import (
     DEFAULT_MAX_DOCUMENT_CHARS,
+    MARKUP_SAMPLE,
     UNREADABLE_RECORD,
     CorpusColumnError,
     CorpusMarkupError,
@@ -211,6 +212,29 @@ def test_sources_are_checked_from_their_first_record(tmp_path):
     with pytest.raises(CorpusReadError, match=r"empty\.jsonl: no documents to read \(every source is empty\)"):
         check_sources([empty])
     assert check_sources([empty, good]) == [empty, good]  # one empty file among others: mining counts it
+
+
+def test_a_source_none_of_whose_first_records_is_a_document_is_refused_before_any_work(tmp_path):
+    csv_named_jsonl = _jsonl(tmp_path / "table.jsonl", ["id,text", "1,hello world", "2,more words"])
+    with pytest.raises(
+        CorpusRecordError,
+        match=r"table\.jsonl: none of its first 3 record\(s\) can be read \(invalid_json 3, from .*table\.jsonl:1\); "
+        r"they are lines that are not JSON objects",
+    ):
+        check_sources([csv_named_jsonl])
+    numbers = _jsonl(tmp_path / "numbers.jsonl", [{"text": 5}, {"text": ["a"]}, "[1, 2]"])
+    with pytest.raises(CorpusRecordError, match=r"\(text_not_a_string 2, invalid_json 1, .*pass --text-field"):
+        check_sources([numbers])
+    # one broken line before readable ones is counted and skipped by mining, not refused
+    mostly_good = _jsonl(tmp_path / "mostly.jsonl", ["not json", {"text": "fine"}, {"text": "also fine"}])
+    assert check_sources([mostly_good]) == [mostly_good]
+    assert [r.skip for r in iter_corpus([mostly_good])] == ["invalid_json", None, None]
+    # only the first MARKUP_SAMPLE records are read: a readable record further down still passes
+    late = _jsonl(tmp_path / "late.jsonl", ["bad"] * (MARKUP_SAMPLE - 1) + [{"text": "fine"}])
+    assert check_sources([late]) == [late]
+    too_late = _jsonl(tmp_path / "too-late.jsonl", ["bad"] * MARKUP_SAMPLE + [{"text": "fine"}])
+    with pytest.raises(CorpusRecordError, match=rf"none of its first {MARKUP_SAMPLE} record"):
+        check_sources([too_late])
 
 
 def test_input_identity_tells_other_input_from_the_same_bytes(tmp_path):

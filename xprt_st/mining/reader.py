@@ -59,6 +59,8 @@ from xprt_st.mining.html_text import (
 )
 from xprt_st.mining.markup import MARKUP_SAMPLE, MARKUP_SHARE, check_not_markup, looks_like_markup
 from xprt_st.mining.records import (
+    RECORD_SKIPS,
+    SKIP_FIXES,
     UNREADABLE_RECORD,
     CorpusColumnError,
     CorpusError,
@@ -280,6 +282,28 @@ def iter_corpus(
         counts["duplicate_ids"] += duplicates.ids
 
 
+def check_records_usable(sample: Sequence[RawRecord], source: str | Path) -> None:
+    """Refuse a source none of whose first records has the expected shape (not JSON objects, no text string).
+
+    ``sample`` is the source's first records (:data:`MARKUP_SAMPLE` of them when the first is unusable). A file
+    that is not JSON Lines, or whose text field holds no string, would be mined to nothing after the model
+    loaded; one bad record among good ones is counted and skipped as mining goes.
+
+    Raises:
+        CorpusRecordError: naming the source, the reasons and their fix, when every sampled record is skipped
+            for one of :data:`RECORD_SKIPS`.
+    """
+    if not sample or not all(record.skip in RECORD_SKIPS for record in sample):
+        return
+    reasons = Counter(str(record.skip) for record in sample)
+    dominant = reasons.most_common(1)[0][0]
+    listed = ", ".join(f"{reason} {count}" for reason, count in reasons.most_common())
+    raise CorpusRecordError(
+        f"{source}: none of its first {len(sample)} record(s) can be read ({listed}, from {sample[0].origin}); "
+        f"they are {SKIP_FIXES[dominant]}"
+    )
+
+
 def check_sources(
     sources: Sequence[str | Path],
     text_field: str = "text",
@@ -322,8 +346,11 @@ def check_sources(
                     f"{first.origin}: {first.problem}. Fix or remove this record, or pass --skip-unreadable to "
                     "count it and go on."
                 )
-            if html is False and first is not None:
-                sample = [first, *(record for _, record in zip(range(MARKUP_SAMPLE - 1), records, strict=False))]
+            sample = [first] if first is not None else []
+            if first is not None and (html is False or first.skip in RECORD_SKIPS):
+                sample += [record for _, record in zip(range(MARKUP_SAMPLE - 1), records, strict=False)]
+            check_records_usable(sample, source)
+            if html is False and sample:
                 check_not_markup(sample, source)
         except (CorpusColumnError, CorpusRecordError, CorpusMarkupError):
             raise

@@ -11,6 +11,23 @@ from dataclasses import dataclass
 UNREADABLE_RECORD = "unreadable_record"
 """Skip reason (``stats.json``'s ``skipped``) of a record that is JSON but not readable text (``skip_unreadable``)."""
 
+SKIP_FIXES = {
+    "invalid_json": "lines that are not JSON objects: give UTF-8 JSON Lines (a UTF-16 or binary file reads as "
+    "nothing but such lines; re-encode it, e.g. `iconv -f UTF-16 -t UTF-8`)",
+    "missing_text_field": "records without the text field: pass --text-field with the field that holds the text",
+    "text_not_a_string": "records whose text field is not a string: pass --text-field with the field that holds "
+    "the text",
+    "empty": "documents with no text: check --text-field (and --html)",
+    "single_passage": "documents of a single passage, while a group needs 2 passages of one document: give longer "
+    "documents, or cut shorter passages with a lower --max-tokens and --min-tokens",
+    "html_no_main_text": "pages where trafilatura found no main text: drop --html when the input is plain text",
+    "unreadable_source": "sources that could not be read (logged above): fix or remove them",
+}
+"""Each ``stats.json`` skip reason, said in words with its fix (the diagnosis when nothing survives)."""
+
+RECORD_SKIPS = ("invalid_json", "missing_text_field", "text_not_a_string")
+"""Skip reasons that say the record itself is not of the expected shape (a wrong format or field), not its text."""
+
 
 class CorpusError(ValueError):
     """Base class of the corpus reading errors; the message names the source and the fix."""

@@ -8,6 +8,7 @@ from typing import Any
 
 from xprt_st.mining.config import MiningConfig
 from xprt_st.mining.layout import INPUTS_KEY, describe_inputs
+from xprt_st.mining.records import SKIP_FIXES
 
 
 def sum_counts(counts: Iterable[dict[str, Any]]) -> dict[str, Any]:
@@ -91,21 +92,6 @@ def threshold_source(config: MiningConfig, threshold: float | None) -> str | Non
     if threshold is None and config.anchor_quantile is not None:
         return f"{config.threshold_source}: none, no passage was scored"
     return config.threshold_source
-
-
-SKIP_FIXES = {
-    "invalid_json": "lines that are not JSON objects: give UTF-8 JSON Lines (a UTF-16 or binary file reads as "
-    "nothing but such lines; re-encode it, e.g. `iconv -f UTF-16 -t UTF-8`)",
-    "missing_text_field": "records without the text field: pass --text-field with the field that holds the text",
-    "text_not_a_string": "records whose text field is not a string: pass --text-field with the field that holds "
-    "the text",
-    "empty": "documents with no text: check --text-field (and --html)",
-    "single_passage": "documents of a single passage, while a group needs 2 passages of one document: give longer "
-    "documents, or cut shorter passages with a lower --max-tokens and --min-tokens",
-    "html_no_main_text": "pages where trafilatura found no main text: drop --html when the input is plain text",
-    "unreadable_source": "sources that could not be read (logged above): fix or remove them",
-}
-"""Each ``stats.json`` skip reason, said in words with its fix (the diagnosis when nothing survives)."""
 
 
 def skip_diagnosis(stats: dict[str, Any], scored: int, stored: dict[str, Any]) -> str | None:
