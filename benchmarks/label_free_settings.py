@@ -21,7 +21,13 @@ Run (after the runs it reads have finished)::
       --results benchmarks/results/label-free-settings-cpu.json
 
 Stages are skipped when their output exists: the held-out corpus, its mining, each model's label-free score
-(``OUTPUT/scores.jsonl``).
+(``OUTPUT/scores.jsonl``). ``--titles`` keeps each held-out document's title and headings (:func:`titled_row`), so
+the folder also serves ``titles:DIR``; ``benchmarks/label_free_titles.py --mined OUTPUT/mined --indomain RUN``
+then scores every candidate signal of issue 26 on it::
+
+    python benchmarks/label_free_settings.py --output runs/titles-from-bert --titles
+    python benchmarks/label_free_titles.py --output runs/titles-from-bert --mined runs/titles-from-bert/mined \\
+      --skip-own --indomain runs/compare-from-bert-v3
 """
 
 from __future__ import annotations
@@ -61,8 +67,13 @@ def training_ids(config_path: Path, folder: Path) -> set[str]:
         return {json.loads(line)["id"] for line in handle}
 
 
-def build_heldout_corpus(output: Path, exclude: set[str], bbc: int, debian: int, seed: int) -> Path:
-    """A seeded sample of the comparisons' sources, every training document removed, as JSONL."""
+def build_heldout_corpus(
+    output: Path, exclude: set[str], bbc: int, debian: int, seed: int, titles: bool = False
+) -> Path:
+    """A seeded sample of the comparisons' sources, every training document removed, as JSONL.
+
+    With ``titles`` every row also carries what its author wrote (:func:`titled_row`), for ``titles:DIR``.
+    """
     from xprt_st.compare.config import CompareConfig
     from xprt_st.compare.corpus import build_corpus
 
@@ -77,24 +88,59 @@ def build_heldout_corpus(output: Path, exclude: set[str], bbc: int, debian: int,
     config = CompareConfig.from_dict({"corpus": sources, "corpus_seed": seed, "tasks": ["stsb"]})
     build_corpus(config, output / "source")
     kept: dict[str, list[str]] = defaultdict(list)
+    pages = debian_pages_html(config.resolve(debian_pages["path"])) if titles else {}
     with gzip.open(output / "source" / "corpus.jsonl.gz", "rt", encoding="utf-8") as handle:
         for line in handle:
             row = json.loads(line)
             source = "bbc" if row["id"].startswith("bbc") else "debian"
             if row["id"] not in exclude and len(kept[source]) < (bbc if source == "bbc" else debian):
-                kept[source].append(line)
+                kept[source].append(json.dumps(titled_row(row, pages), ensure_ascii=False) + "\n" if titles else line)
     output.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(kept["bbc"] + kept["debian"]), encoding="utf-8")
     logger.info("held-out corpus: %d BBC and %d Debian documents", len(kept["bbc"]), len(kept["debian"]))
     return path
 
 
-def mine_heldout(corpus: Path, mined: Path) -> None:
+def debian_pages_html(path: Path) -> dict[str, str]:
+    """The raw HTML of every Debian page, by the id the comparison's corpus gives it (``pages.jsonl.gz:ID``)."""
+    from xprt_st.mining import iter_corpus
+
+    return {f"{path.name}:{r.doc_id}": r.text for r in iter_corpus([path], text_field="html", id_field="id") if r.text}
+
+
+def titled_row(row: dict[str, Any], pages: dict[str, str]) -> dict[str, Any]:
+    """A held-out row with its author's title in ``title`` and, for a Debian page, its headings in its text.
+
+    The comparison's corpus keeps the main text of a Debian page and drops its headings; here the page's raw HTML
+    is read again (:func:`~xprt_st.mining.html_text.extract_main_text_with_headings`, as ``mine --html`` reads it)
+    and each ``<h1>``-``<h3>`` is written as a Markdown heading line at its place, so plain-text mining finds it
+    (:func:`~xprt_st.mining.headings.markdown_headings`); the page's title is its first ``<h1>``, else its
+    ``<title>``. A BBC article's title is its headline, the first line (:func:`~xprt_st.mining.headings.plain_title`).
+    A row without one gets an empty title (mining reads that as none).
+    """
+    from xprt_st.mining.headings import plain_title
+    from xprt_st.mining.html_text import extract_main_text_with_headings
+
+    html = pages.get(row["id"])
+    if html is None:
+        return {**row, "title": plain_title(row["text"]) or ""}
+    text, headings, title = extract_main_text_with_headings(html, row["id"])
+    if text is None:
+        return {**row, "title": title or ""}
+    pieces, offset = [], 0
+    for heading in headings:
+        pieces += [text[offset : heading.start], "#" * heading.level + " "]
+        offset = heading.start
+    return {**row, "text": "".join([*pieces, text[offset:]]), "title": title or ""}
+
+
+def mine_heldout(corpus: Path, mined: Path, title_field: str | None = None) -> None:
     """Mine the held-out corpus as the comparisons mine theirs, nearly all of it held out."""
     if (mined / "heldout" / "groups").is_dir():
         return
     command = [sys.executable, "-m", "xprt_st", "mine", str(corpus), "--output", str(mined), "--id-field", "id"]
-    subprocess.run([*command, *MINING, "--holdout", "0.95", "--quiet"], check=True)
+    titles = ["--title-field", title_field] if title_field else []
+    subprocess.run([*command, *MINING, *titles, "--holdout", "0.95", "--quiet"], check=True)
 
 
 def _labelled(payload: dict[str, Any]) -> float:
@@ -217,6 +263,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--debian", type=int, default=100)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--results", type=Path, default=None, help="Also copy the summary here.")
+    parser.add_argument(
+        "--titles",
+        action="store_true",
+        help="Keep each held-out document's title and headings (for titles:DIR, benchmarks/label_free_titles.py).",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -227,9 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         parser.error(f"not found: {', '.join(missing)} (run from the repository root, or pass the paths)")
     exclude = set().union(*(training_ids(c, args.output / "training-corpora" / c.stem) for c in args.train_configs))
-    corpus = build_heldout_corpus(args.output, exclude, args.bbc, args.debian, args.seed)
+    corpus = build_heldout_corpus(args.output, exclude, args.bbc, args.debian, args.seed, titles=args.titles)
     mined = args.output / "mined"
-    mine_heldout(corpus, mined)
+    mine_heldout(corpus, mined, title_field="title" if args.titles else None)
     experiments = {run.name: compare_models(run) for run in args.compare}
     experiments |= {run.name: switch_models(run) for run in args.switch}
     every = [row for rows in experiments.values() for row in rows]
