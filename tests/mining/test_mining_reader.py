@@ -178,6 +178,32 @@ def test_real_debian_pages_lose_their_navigation_and_footers():
     assert kept_hits == 0
 
 
+def test_markdown_and_html_pages_are_documents_in_a_folder_or_zip_of_pages(tmp_path):
+    docs = tmp_path / "docs"
+    (docs / "guide").mkdir(parents=True)
+    (docs / "guide" / "install.md").write_text("# Install\n\nRun the installer.\n\n## Upgrade\n\nRun it again.\n")
+    (docs / "faq.html").write_text("<html><head><title>FAQ</title></head><body><p>Answers.</p></body></html>")
+    (docs / "logo.png").write_bytes(b"\x89PNG")  # not a document: left out of the folder
+    records = list(iter_corpus([docs]))
+    assert [Path(r.doc_id).relative_to(docs).as_posix() for r in records] == ["faq.html", "guide/install.md"]
+    assert records[1].text.startswith("# Install\n") and records[0].text.startswith("<html>")
+    # beside other corpus files a page is the data's README, not a document (issue 20's mixed folder)
+    (docs / "notes.txt").write_text("Plain notes.")
+    assert expand_sources([docs]) == [docs / "notes.txt"]
+    assert expand_sources([docs / "faq.html"]) == [docs / "faq.html"]  # named, it is read
+    archive_path = tmp_path / "docs.zip"
+    with zipfile.ZipFile(archive_path, "w") as archive:
+        archive.writestr("a/page.htm", "<p>Page.</p>")
+        archive.writestr("a/readme.markdown", "# Readme")
+        archive.writestr("a/image.svg", "<svg/>")
+    assert [r.doc_id for r in iter_corpus([archive_path])] == ["a/page.htm", "a/readme.markdown"]
+    with pytest.raises(CorpusReadError, match=r"logo\.png: unsupported file type; give .*\*\.md or \*\.html file"):
+        check_sources([docs / "logo.png"])
+    # a page without --html is refused before any work, naming the fix
+    with pytest.raises(CorpusMarkupError, match=r"faq\.html.*Pass --html"):
+        check_sources([docs / "faq.html"], html=False)
+
+
 def test_bbc_zip_reads_every_article_with_one_latin1_repair():
     path = shared_data("bbc-news", "bbc-fulltext.zip")
     records = list(iter_corpus([path]))

@@ -31,8 +31,8 @@ def mine(
     corpus: Annotated[
         list[str] | None,
         typer.Argument(
-            help="JSONL/JSONL.gz/Parquet files, folders of them, .txt files or zips of .txt, or a dataset name "
-            "(required, except with --merge)."
+            help="JSONL/JSONL.gz/Parquet files, one-document .txt/.md/.html files (HTML with --html), folders or "
+            "zips of them, or a dataset name (required, except with --merge)."
         ),
     ] = None,
     output: Annotated[

@@ -24,8 +24,9 @@ def quickstart(
         list[str] | None,
         typer.Option(
             metavar="<file>",
-            help="Your documents, as xprt-st mine reads them (JSONL/JSONL.gz/Parquet files, folders, .txt or zips); "
-            "repeat for several. Default: the shipped Python-docs pages.",
+            help="Your documents, as xprt-st mine reads them (JSONL/JSONL.gz/Parquet files, one-document "
+            ".txt/.md/.html files, folders or zips of them); repeat for several. Default: the shipped "
+            "Python-docs pages.",
         ),
     ] = None,
     task: Annotated[

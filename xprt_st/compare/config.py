@@ -55,7 +55,7 @@ class CorpusSource:
     """One corpus source and how much of it to use."""
 
     path: str | None = None
-    """A file the miner reads (zip of .txt, JSONL[.gz], Parquet); relative paths are under ``data_dir``."""
+    """A file or folder the miner reads (JSONL[.gz], Parquet, documents, zips); relative to ``data_dir``."""
     task: str | None = None
     """Instead of ``path``: an evaluation task's own documents (in-domain pre-training), a BEIR folder name under
     ``data_dir`` (``nfcorpus``, ``arguana``) or a BEIR folder path. Only ``corpus.jsonl[.gz]`` is read; the task's

@@ -1,8 +1,11 @@
 """How each corpus file type is read into :class:`~xprt_st.mining.records.RawRecord` values.
 
 Accepted types: ``*.jsonl``, ``*.jsonl.gz``, ``*.json.gz``, ``*.ndjson`` (one JSON object a line), ``*.parquet``
-(one row a document), ``*.txt`` files and ``*.zip`` archives of ``.txt`` files (one document a file), a folder
-written by ``datasets.Dataset.save_to_disk``, or a Hugging Face dataset name.
+(one row a document), document files (:data:`DOCUMENT_SUFFIXES`: ``*.txt``, Markdown ``*.md``, HTML ``*.html``) and
+``*.zip`` archives of them (one document a file), a folder written by ``datasets.Dataset.save_to_disk``, or a
+Hugging Face dataset name. A document file is read as it is: an HTML page is raw HTML (``--html`` extracts its main
+text), a Markdown page keeps its ``#`` headings (:func:`~xprt_st.mining.headings.markdown_headings` finds them).
+Pages are documents in a folder or zip of pages only (:func:`without_readme_pages`).
 
 Bytes that are not UTF-8 (one BBC article is latin-1) are decoded as cp1252/latin-1 and counted under
 ``repairs.decoded_latin1``; they are not a reason to drop a document. Per-record problems (a line that
@@ -37,7 +40,14 @@ logger = logging.getLogger(__name__)
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json.gz", ".ndjson")
 PARQUET_SUFFIXES = (".parquet",)
 TEXT_SUFFIXES = (".txt",)
+PAGE_SUFFIXES = (".md", ".markdown", ".html", ".htm")
+"""Markdown and HTML pages: documents of a folder of pages, but a README beside a dataset's files is not one
+(:func:`~xprt_st.mining.reader.expand_sources`)."""
+DOCUMENT_SUFFIXES = (*TEXT_SUFFIXES, *PAGE_SUFFIXES)
+"""Files read as one document each (alone, in a folder or in a zip); HTML pages need ``--html``."""
 ZIP_SUFFIXES = (".zip",)
+SUPPORTED_FILES = "*.jsonl, *.jsonl.gz, *.parquet, *.zip, or one document per *.txt, *.md or *.html file"
+"""The accepted file types, as error messages name them."""
 _MAX_LOGGED_SKIPS = 20
 DEFAULT_MAX_DOCUMENT_CHARS = 1_000_000
 """Characters read from one ``.txt`` file or zip member; the rest is not read. About three times the prefix the
@@ -57,14 +67,24 @@ def decode_bytes(data: bytes) -> tuple[str, str | None]:
         return data.decode("latin-1"), "decoded_latin1"
 
 
+def without_readme_pages(items: list[Any], names: list[str]) -> list[Any]:
+    """``items`` without the Markdown and HTML pages, unless pages are all there is (``names``: each item's name).
+
+    In a folder or zip of pages every page is a document; beside other corpus files (a dataset's ``.txt``,
+    JSONL, Parquet or zip files) a ``README.md`` or an ``index.html`` describes the data and is not one.
+    """
+    pages = [name.lower().endswith(PAGE_SUFFIXES) for name in names]
+    return items if all(pages) else [item for item, page in zip(items, pages, strict=True) if not page]
+
+
 def source_kind(path: Path) -> str | None:
-    """``"jsonl"``, ``"parquet"``, ``"txt"`` or ``"zip"`` from the name of ``path``; None for another file."""
+    """``"jsonl"``, ``"parquet"``, ``"txt"`` (a document file) or ``"zip"`` from the name of ``path``; None else."""
     name = path.name.lower()
     if name.endswith(JSONL_SUFFIXES):
         return "jsonl"
     if name.endswith(PARQUET_SUFFIXES):
         return "parquet"
-    if name.endswith(TEXT_SUFFIXES):
+    if name.endswith(DOCUMENT_SUFFIXES):
         return "txt"
     if name.endswith(ZIP_SUFFIXES):
         return "zip"
@@ -194,9 +214,14 @@ def _iter_parquet(path: Path, fields: TextFields, id_field: str | None, start: i
 
 def _iter_zip(path: Path, start: int, max_chars: int) -> Iterator[RawRecord]:
     with zipfile.ZipFile(path) as archive:
-        names = sorted(n for n in archive.namelist() if n.lower().endswith(".txt") and not Path(n).name.startswith("."))
+        names = sorted(
+            n for n in archive.namelist() if n.lower().endswith(DOCUMENT_SUFFIXES) and not Path(n).name.startswith(".")
+        )
+        names = without_readme_pages(names, names)
         if not names:
-            raise CorpusReadError(f"{path}: the zip holds no .txt file; zips are read as one document per .txt")
+            raise CorpusReadError(
+                f"{path}: the zip holds no .txt, .md or .html file; zips are read as one document per such file"
+            )
         for ordinal, name in enumerate(names, start=start):
             origin = f"{path}!{name}"
             with archive.open(name) as member:

@@ -1,4 +1,4 @@
-"""Corpus input: JSONL / JSONL.gz / Parquet files, folders or zips of .txt files, datasets, and HTML extraction.
+"""Corpus input: JSONL / JSONL.gz / Parquet files, document files (.txt, .md, .html), folders, zips, datasets.
 
 Every source is read in a fixed order (files sorted by path, records in file order), and each record
 gets an ``ordinal``: its position in the whole input. Sharding takes ``ordinal % num_shards ==
@@ -9,8 +9,10 @@ Accepted sources (several may be given; a folder is searched recursively):
 - ``*.jsonl``, ``*.jsonl.gz``, ``*.json.gz``: one JSON object a line; ``text_field`` holds the text,
   the optional ``id_field`` the document id (default ``"<file>:<line>"``);
 - ``*.parquet``: one row a document, same fields;
-- ``*.txt`` files and ``*.zip`` archives of ``.txt`` files (e.g. the BBC News zip): one document a file,
-  id = the path of the file (inside the zip); the first line (headline) is kept as a block;
+- document files, ``*.txt``, ``*.md`` and ``*.html`` (raw HTML: give ``--html``), and ``*.zip`` archives of them
+  (e.g. the BBC News zip): one document a file, id = the path of the file (inside the zip); the first line
+  (headline) is kept as a block. Markdown and HTML files are read from a folder (or zip) of pages only: beside
+  other corpus files they are a dataset's README, not documents (:func:`~xprt_st.mining.formats.without_readme_pages`);
 - a folder written by ``datasets.Dataset.save_to_disk``, or a Hugging Face dataset name (``split``).
 
 
@@ -42,6 +44,7 @@ from xprt_st.mining.formats import (
     DEFAULT_MAX_DOCUMENT_CHARS,
     JSONL_SUFFIXES,
     PARQUET_SUFFIXES,
+    SUPPORTED_FILES,
     TEXT_SUFFIXES,
     ZIP_SUFFIXES,
     TextFields,
@@ -49,6 +52,7 @@ from xprt_st.mining.formats import (
     iter_source,
     read_capped,
     source_kind,
+    without_readme_pages,
 )
 from xprt_st.mining.html_text import (
     PARSER_DEPTH_LIMIT,
@@ -125,16 +129,13 @@ def expand_sources(sources: Sequence[str | Path]) -> list[str | Path]:
                 expanded.append(path)
                 continue
             files = sorted(p for p in path.rglob("*") if p.is_file() and source_kind(p) is not None)
+            files = without_readme_pages(files, [p.name for p in files])
             if not files:
-                raise CorpusReadError(
-                    f"folder {path} holds no corpus file; expected *.jsonl, *.jsonl.gz, *.parquet, *.txt or *.zip"
-                )
+                raise CorpusReadError(f"folder {path} holds no corpus file; expected {SUPPORTED_FILES}")
             expanded.extend(files)
         elif path.is_file():
             if source_kind(path) is None:
-                raise CorpusReadError(
-                    f"{path}: unsupported file type; give *.jsonl, *.jsonl.gz, *.parquet, *.txt or *.zip"
-                )
+                raise CorpusReadError(f"{path}: unsupported file type; give {SUPPORTED_FILES}")
             expanded.append(path)
         elif _looks_like_dataset_name(str(source)):
             expanded.append(str(source))
