@@ -145,6 +145,14 @@ def test_mining_keeps_the_titles_and_headings_of_held_out_documents_only(tmp_pat
     stats = GroupBuilder([corpus], plain, _config(holdout=0.3), model=tiny_model, progress=False).run()
     assert "title" not in datasets.load_from_disk(str(plain / "heldout" / "titles"))["kind"]
     assert stats["holdout"]["titles"] == 0
+    # a Markdown page's first "# ..." is its title when the record has none, as an HTML page's first <h1>
+    pages = [{**row, "text": f"# {row['title']}\n\n{row['text']}"} for row in _articles(20, markdown=True)]
+    md = tmp_path / "md"
+    stats = GroupBuilder([_jsonl(tmp_path / "md.jsonl", pages)], md, _config(holdout=0.3), model=tiny_model).run()
+    found = datasets.load_from_disk(str(md / "heldout" / "titles")).to_pandas()
+    assert stats["holdout"]["titles"] == len(held) and (found["kind"] == "title").sum() == len(held)
+    assert all(text.startswith("All about the") for text in found[found["kind"] == "title"]["text"])
+    assert not any(found[found["kind"] == "heading"]["text"].str.startswith("All about the"))  # not a heading too
 
 
 def test_a_corpus_without_titles_is_mined_as_before(tmp_path, tiny_model):

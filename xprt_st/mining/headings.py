@@ -9,7 +9,8 @@ neighbourhoods. Where they come from:
   ``<h1>``-``<h3>`` headings of the main text are section headings (:mod:`xprt_st.mining.html_text` keeps their
   positions);
 - Markdown: ATX headings (``#``, ``##``, ``###`` at the start of a line, outside fenced code blocks) are section
-  headings (:func:`markdown_headings`);
+  headings (:func:`markdown_headings`), and the first ``#`` heading is the title when the record has none (as an
+  HTML page's first ``<h1>``);
 - plain text: a first line that reads as a headline (short, no closing punctuation, a blank line after it, as
   in the BBC News files) is the title (:func:`plain_title`), and only when nothing above found one.
 

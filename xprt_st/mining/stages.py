@@ -153,8 +153,8 @@ class SplitStage:
             title = title or page_title
         else:
             marks = markdown_headings(text)
-            if title is None and not marks:
-                title = plain_title(text)
+            if title is None:  # a Markdown page's first "# ..." is its title, as an HTML page's first <h1>
+                title = next((m.text for m in marks if m.level == 1), None) if marks else plain_title(text)
         split = self.splitter.split(text)
         self._counts["duplicate_passages_removed"] += split.duplicates_removed
         if split.truncated:
