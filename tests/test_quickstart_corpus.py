@@ -99,6 +99,29 @@ def test_quickstart_runs_the_whole_loop_on_a_user_corpus_and_beir_folder(
     assert (elsewhere / "out" / "model" / "modules.json").is_file()
 
 
+def test_a_folder_of_markdown_pages_is_a_corpus_with_its_titles_kept(
+    elsewhere: Path, tmp_path: Path, tiny_model_path: Path
+) -> None:
+    _, beir = _write_user_data(tmp_path / "user")
+    pages = tmp_path / "user" / "pages"
+    for document in _documents():
+        topic = document["doc_id"].split("-")[0]
+        (pages / topic).mkdir(parents=True, exist_ok=True)
+        text = f"# {document['heading'].title()}\n\n{document['body']}\n"
+        (pages / topic / f"{document['doc_id']}.md").write_text(text, encoding="utf-8")
+    (tmp_path / "user" / "pages" / "logo.png").write_bytes(b"\x89PNG")  # not a page: not read
+    args = ["quickstart", "--corpus", str(pages), "--task", str(beir), "-o", "out", "--model", str(tiny_model_path)]
+    args += ["--max-steps", "1", "--batch-size", "4", "--holdout", "0.3", "-q"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
+    stats = json.loads((elsewhere / "out" / "mined" / "stats.json").read_text())
+    assert stats["documents"] == 24  # the 24 pages, and not the picture beside them
+    # every held-out page has its "# Heading" as its title
+    assert stats["holdout"]["documents"] > 0 and stats["holdout"]["titles"] == stats["holdout"]["documents"]
+    summary = json.loads((elsewhere / "out" / "summary.json").read_text())
+    assert summary["config"]["corpus"] == [str(pages)] and "helpdesk-beir" in summary["gain"]
+
+
 def test_without_a_task_the_label_free_check_is_the_comparison(
     elsewhere: Path, tmp_path: Path, tiny_model_path: Path
 ) -> None:
