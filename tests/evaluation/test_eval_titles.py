@@ -63,6 +63,19 @@ def test_the_task_and_its_score_by_hand(tmp_path):
     assert per_query["t0-0"] == pytest.approx(0.906025, abs=1e-6)
 
 
+def test_a_title_shared_by_documents_is_one_query_answered_by_each_of_them(tmp_path):
+    # ArguAna titles every argument of a debate with the debate's topic: both documents answer "Doc A"
+    rows = [(0, "title", 0, "Doc A", [0, 1, 2]), (1, "title", 0, "doc  a", [0, 1, 2]), (1, "heading", 2, "B end", [2])]
+    task = load_titles_task(write_titles(tmp_path, rows))
+    assert task.query_ids == ["t0-0", "t1-0"] and task.queries == ["Doc A", "B end"]
+    assert task.qrels()["t0-0"] == {f"{label}-{p}": 1 for label in (0, 1) for p in range(3)}
+    per_query = score_embeddings(task, _unit([18, 62]), _unit([ANGLES[i] for i in task.ids]))
+    d = [1 / math.log2(r + 1) for r in range(1, 7)]
+    # every passage of both documents answers "Doc A": its top 6 are all relevant (alone, doc 0 read 0.906 above)
+    assert per_query["t0-0"] == pytest.approx(1.0, abs=1e-12)
+    assert per_query["t1-0"] == pytest.approx(d[3], abs=1e-12)
+
+
 def test_ndcg_agrees_with_trec_eval_on_random_binary_data():
     pytrec_eval = pytest.importorskip("pytrec_eval")
     rng = np.random.default_rng(1)

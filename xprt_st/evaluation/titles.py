@@ -8,9 +8,13 @@ preference for the model that mined the folder: it is a known-item search of the
 
 **The task.** Each held-out title or heading is a query. Candidates are every held-out passage (all held-out
 documents). The relevant passages are those of the query's document (a title) or section (a heading), each with
-grade 1; every other passage has 0. The score is nDCG@10 per query (trec_eval's linear gain, as mteb computes
-it), averaged over queries. Query ids are ``t<label>-<n>`` (the ``n``-th title or heading of document
-``label``), passage ids ``<label>-<passage>`` as in ``mined:DIR``.
+grade 1; every other passage has 0. A text that names several documents or sections (ArguAna's debate topics
+title every argument of a debate; many pages have an "Installation" heading) is one query, answered by each of
+them: asked once per document, each copy would count its twins' passages as wrong answers. Texts are the same
+when they are equal after case folding and whitespace squashing. The score is nDCG@10 per query (trec_eval's
+linear gain, as mteb computes it), averaged over queries. Query ids are ``t<label>-<n>`` (the ``n``-th distinct
+title or heading of document ``label``, the first document to use the text), passage ids ``<label>-<passage>``
+as in ``mined:DIR``.
 
 **What it can say.** Whether a model finds a document's passages from what its author called it. A heading
 that the page repeats in its own text (HTML and Markdown headings start their section) is matched word for
@@ -134,6 +138,7 @@ def load_titles_task(folder: str | Path) -> TitlesTask:
     table = titles.select_columns(list(_COLUMNS)).to_dict()
     queries, query_ids, kinds, relevance = [], [], [], []
     per_document: dict[int, int] = {}
+    seen: dict[str, int] = {}  # a text already asked: its query
     for number, (label, kind, _, text, covered) in enumerate(zip(*(table[c] for c in _COLUMNS), strict=True)):
         label = int(label)
         unknown = [index for index in covered if (label, int(index)) not in row_of]
@@ -142,12 +147,18 @@ def load_titles_task(folder: str | Path) -> TitlesTask:
                 f"{titles_path}, row {number}: document {label} has no passage {unknown[0] if unknown else '(none)'} "
                 f"in {folder / HELDOUT_PASSAGES}; the held-out part is inconsistent, mine the folder again"
             )
+        rows = frozenset(row_of[(label, int(index))] for index in covered)
+        key = " ".join(str(text).casefold().split())
+        if key in seen:  # the same words name several documents or sections: each of them answers the query
+            relevance[seen[key]] |= rows
+            continue
         n = per_document.get(label, 0)
         per_document[label] = n + 1
+        seen[key] = len(queries)
         queries.append(str(text))
         query_ids.append(f"t{label}-{n}")
         kinds.append(str(kind))
-        relevance.append(frozenset(row_of[(label, int(index))] for index in covered))
+        relevance.append(rows)
     if len(queries) < 2:
         raise NoTitlesError(
             f"{titles_path} holds {len(queries)} title(s) or heading(s); the task needs at least 2 for its interval "
