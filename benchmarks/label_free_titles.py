@@ -253,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         if not path.is_dir():
             parser.error(f"{what} {path} is not a folder")
     tasks = (load_heldout_task(args.mined), load_titles_task(args.mined))
+    args.output.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {
         "command": " ".join(sys.argv),
         "heldout": {"passages": len(tasks[0].texts), "anchors": len(tasks[0].queries), "titles": len(tasks[1].queries)},
