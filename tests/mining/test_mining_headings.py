@@ -9,7 +9,7 @@ import datasets
 import pytest
 
 from xprt_st.mining import GroupBuilder, MiningConfig, is_held_out
-from xprt_st.mining.headings import Section, TextHeading, markdown_headings, plain_title, sections
+from xprt_st.mining.headings import Section, TextHeading, clean_heading, markdown_headings, plain_title, sections
 from xprt_st.mining.html_text import extract_main_text, extract_main_text_with_headings
 from xprt_st.mining.passages import PassageSplitter
 from xprt_st.mining.reader import CorpusColumnError, check_sources, iter_corpus
@@ -85,6 +85,26 @@ def test_html_extraction_keeps_heading_positions_and_the_title():
     assert title == "The Big Title"  # the first <h1>, before <title>
     no_h1 = PAGE.replace("<h1>The Big Title</h1>", "")
     assert extract_main_text_with_headings(no_h1)[2] == "Site & Page"
+
+
+def test_a_sphinx_permalink_mark_is_not_part_of_a_heading():
+    sphinx = (
+        '<html><head><title>json - Python docs</title></head><body><div class="body">'
+        '<h1>json \u2014 JSON encoder<a class="headerlink" href="#json">\u00b6</a></h1>'
+        "<p>JSON is a lightweight data interchange format inspired by JavaScript object literal syntax.</p>"
+        '<h2>Basic Usage<a class="headerlink" href="#usage">\u00b6</a></h2>'
+        "<p>Serialize an object as a JSON formatted stream to a file-like object with dump and dumps.</p>"
+        "</div></body></html>"
+    )
+    _, marks, title = extract_main_text_with_headings(sphinx)
+    assert title == "json \u2014 JSON encoder" and [h.text for h in marks] == [title, "Basic Usage"]
+    assert [clean_heading(t) for t in ("Notes \U0001f517", "Install #", "C#", "F# and C# \u00b6")] == [
+        "Notes",
+        "Install",
+        "C#",
+        "F# and C#",
+    ]
+    assert clean_heading("\u00b6") is None
 
 
 def _jsonl(path: Path, rows: list[dict]) -> Path:

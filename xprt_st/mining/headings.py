@@ -46,6 +46,9 @@ MAX_HEADLINE_WORDS = 20
 _ATX = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(```|~~~)")
 _HEADLINE_END = (".", ",", ";", ":")
+_PERMALINKS = "¶🔗"
+"""Marks that documentation generators append to a heading as a link to it (Sphinx, MkDocs); a ``#`` is one only
+when set apart by a space."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,10 +76,17 @@ class Section:
 
 
 def clean_heading(text: str | None) -> str | None:
-    """``text`` with its whitespace squashed; None when empty, or longer than :data:`MAX_HEADING_CHARS`."""
+    """``text`` with its whitespace squashed and a trailing permalink mark (``¶``, ``🔗``, `` #``) dropped; None
+    when empty, or longer than :data:`MAX_HEADING_CHARS`.
+
+    Sphinx and MkDocs end every heading with a ``¶`` link to itself, which trafilatura keeps as text: it is no
+    word of the heading.
+    """
     if text is None:
         return None
-    squashed = " ".join(str(text).split())
+    squashed = " ".join(str(text).split()).rstrip(_PERMALINKS).rstrip()
+    if squashed.endswith(" #"):  # a "#" link set apart from the words ("C#" keeps its own)
+        squashed = squashed[:-2].rstrip()
     return squashed if squashed and len(squashed) <= MAX_HEADING_CHARS else None
 
 
