@@ -120,6 +120,12 @@ def test_a_folder_of_markdown_pages_is_a_corpus_with_its_titles_kept(
     assert stats["holdout"]["documents"] > 0 and stats["holdout"]["titles"] == stats["holdout"]["documents"]
     summary = json.loads((elsewhere / "out" / "summary.json").read_text())
     assert summary["config"]["corpus"] == [str(pages)] and "helpdesk-beir" in summary["gain"]
+    # the titles and headings are a second check without labels, start against trained, with its interval
+    titles = summary["titles"]
+    assert titles["queries"] == stats["holdout"]["titles"] + stats["holdout"]["headings"]
+    assert titles["difference"] == pytest.approx(titles["model"] - titles["start"], abs=1e-12)
+    assert titles["ci_low"] <= titles["difference"] <= titles["ci_high"]
+    assert f"Titles and headings nDCG@10 on {titles['queries']} held-out" in _flat(result.output)
 
 
 def test_without_a_task_the_label_free_check_is_the_comparison(
@@ -132,6 +138,7 @@ def test_without_a_task_the_label_free_check_is_the_comparison(
     assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
     summary = json.loads((elsewhere / "out" / "summary.json").read_text())
     assert summary["scores"] == {} and summary["gained"] is None and summary["label_free"]["queries"] >= 2
+    assert summary["titles"] is None and "Titles and headings" not in result.output  # the corpus has no titles
     assert summary["config"]["tasks"] == []  # no labelled task was scored
     # without --max-steps a small corpus trains one pass over its groups, not the default 300 steps
     steps = summary["mining"]["groups"] // 4

@@ -56,6 +56,7 @@ __all__ = [
     "corpus_steps",
     "label_free_summary",
     "run_quickstart",
+    "titles_summary",
 ]
 
 PACKAGED_DATA = Path(__file__).resolve().parent / "data"
@@ -182,7 +183,8 @@ def run_quickstart(config: QuickstartConfig, progress: bool = True) -> dict[str,
         ``OUTPUT/summary.json``; the report files are in ``OUTPUT/evaluation``. ``interval`` is the gain's
         paired bootstrap 95% interval over the task's queries; ``gained`` is True only when every task's
         interval lies above 0. ``label_free`` is :func:`label_free_summary` on the pages held out of
-        training (None with ``holdout`` 0).
+        training (None with ``holdout`` 0), ``titles`` :func:`titles_summary` on their titles and headings
+        (None without).
     """
     check_inputs(config)
     output = Path(config.output)
@@ -254,8 +256,30 @@ def run_quickstart(config: QuickstartConfig, progress: bool = True) -> dict[str,
         report.write(output / "evaluation")
     summary = _summary(report, stats, config)
     summary["label_free"] = label_free_summary(mined, config.model, model_dir)
+    summary["titles"] = titles_summary(mined, config.model, model_dir)
     (output / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
     return summary
+
+
+def titles_summary(mined: Path, start: str | None, trained: Path) -> dict[str, Any] | None:
+    """``titles:DIR`` of ``trained`` against ``start``: the held-out titles and headings as queries, or None.
+
+    The record of :func:`xprt_st.evaluation.titles.comparison_record` (both nDCG@10 scores, the difference and
+    its paired interval over queries); None when mining kept fewer than 2 titles or headings (a corpus without
+    them). People wrote these texts, not the mining model, so unlike the label-free check of
+    :func:`label_free_summary` the task does not favour the miner (docs/results.md, section 12).
+    """
+    from xprt_st.evaluation.label_free import HeldOutError
+    from xprt_st.evaluation.titles import comparison_record, load_titles_task, score_model
+    from xprt_st.models import load_model
+
+    try:
+        task = load_titles_task(mined)
+    except HeldOutError:  # no held-out part, or no titles in it (NoTitlesError)
+        return None
+    before = score_model(load_model(start), task)
+    after = score_model(load_model(trained), task)
+    return comparison_record(after.per_query, before.per_query)
 
 
 def label_free_summary(mined: Path, start: str | None, trained: Path) -> dict[str, Any] | None:

@@ -147,6 +147,8 @@ def quickstart(
         console.print(label_free_line(record), highlight=False)
         if "skipped" not in record:
             console.print(LABEL_FREE_NOTE, highlight=False)
+    if summary.get("titles"):
+        console.print(titles_line(summary["titles"]), highlight=False)
     console.print(
         f"Everything is in [bold]{output}[/bold]; the trained model loads with SentenceTransformer('{output}/model')."
     )
@@ -192,6 +194,15 @@ def label_free_line(record: dict) -> str:
     if "skipped" in record:
         return f"No label-free check: {record['skipped']}"
     return f"Label-free nDCG@10 on {record['queries']} held-out anchors: {format_comparison(record)}"
+
+
+def titles_line(record: dict) -> str:
+    """The quickstart's ``titles:DIR`` line: the held-out titles and headings as queries, start against trained."""
+    return (
+        f"Titles and headings nDCG@10 on {record['queries']} held-out titles/headings (written by people, not by the "
+        f"mining model): start {record['start']:.4f}, trained {record['model']:.4f}, difference "
+        f"{record['difference']:+.4f} [{record['ci_low']:+.4f}, {record['ci_high']:+.4f}]"
+    )
 
 
 def _bounds(fields: dict[str, str]) -> str:
