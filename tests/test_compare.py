@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -131,6 +132,18 @@ def test_compare_cli_end_to_end_and_resume(tmp_path: Path, tiny_model_path: Path
     assert result.exit_code == 0, result.output
     assert (run / "timings.json").read_text() == timings
     assert {p: p.stat().st_mtime_ns for p in (run / "seed-1").rglob("model.safetensors")} == stamps
+
+    # a run folder seeded by copying another's corpus/ and mined/ is refused in one line (mined/ records the
+    # corpus file's path), before anything is trained; linking corpus/ instead is the way the line gives
+    copied = tmp_path / "copied"
+    copied.mkdir()
+    for name in ("corpus", "mined"):
+        shutil.copytree(run / name, copied / name)
+    result = runner.invoke(app, ["compare", "--config", str(config), "--output", str(copied), "--quiet"])
+    assert result.exit_code == 1 and result.exception is not None and "Traceback" not in result.output
+    flat = " ".join(result.output.split())
+    assert "error:" in flat and "mined from other input" in flat and "link its corpus/" in flat
+    assert not (copied / "seed-1").exists()
 
     # a recipe folder without COMPLETE (a killed run) resumes from its last complete checkpoint;
     # the starting model's scores are kept

@@ -62,6 +62,7 @@ def compare(
     from xprt_st.compare.config import CompareConfigError, load_compare_config
     from xprt_st.compare.report import gain_table
     from xprt_st.compare.run import check_compare_inputs, run_compare
+    from xprt_st.mining.config import MiningInputError
     from xprt_st.models import ModelLoadError
     from xprt_st.output_folder import hold_folder
 
@@ -91,8 +92,17 @@ def compare(
     except (OutputPathError, CompareConfigError, ModelLoadError) as error:
         console.print(f"[red]error:[/red] {error}", highlight=False)
         raise typer.Exit(2) from error
-    with command_logging("compare", output, verbose=verbose, progress=progress, folder=folder):
-        result = run_compare(resolved, output, progress=progress, report_only=report_only, tasks=tasks)
+    try:
+        with command_logging("compare", output, verbose=verbose, progress=progress, folder=folder):
+            result = run_compare(resolved, output, progress=progress, report_only=report_only, tasks=tasks)
+    except MiningInputError as error:  # OUTPUT/mined is another corpus's (a copied run folder): kept, not mixed
+        console.print(
+            f"[red]error:[/red] {error.reason} Give a new --output, or delete {output / 'mined'} to mine again; to "
+            "seed a run folder with another run's mining, link its corpus/ (mined/ records the corpus file's path) "
+            "and copy mined/ and data/.",
+            highlight=False,
+        )
+        raise typer.Exit(1) from error
 
     Console().print(gain_table(result))
     console.print(f"[green]done:[/green] {output}/compare.md, compare.csv, compare.png")
