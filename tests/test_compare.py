@@ -142,7 +142,7 @@ def test_compare_cli_end_to_end_and_resume(tmp_path: Path, tiny_model_path: Path
     result = runner.invoke(app, ["compare", "--config", str(config), "--output", str(copied), "--quiet"])
     assert result.exit_code == 1 and result.exception is not None and "Traceback" not in result.output
     flat = " ".join(result.output.split())
-    assert "error:" in flat and "mined from other input" in flat and "link its corpus/" in flat
+    assert "error:" in flat and "mined from other input" in flat and "link its corpus/" in flat, flat
     assert not (copied / "seed-1").exists()
 
     # a recipe folder without COMPLETE (a killed run) resumes from its last complete checkpoint;

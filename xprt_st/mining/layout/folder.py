@@ -38,7 +38,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from xprt_st.mining.config import MiningConfigError, MiningError, MiningInputError, MiningOutputError
+from xprt_st.mining.config import (
+    MiningConfigError,
+    MiningError,
+    MiningInputError,
+    MiningOutputError,
+    stored_model_name,
+)
 from xprt_st.mining.layout.split import DF_FILE, SPLIT_FILE, SPLIT_ROW_GROUP, SPLIT_STATS_FILE, SplitFolder
 from xprt_st.mining.reader import input_differences, input_identity
 from xprt_st.mining.stages import PASSAGE_SCHEMA
@@ -188,6 +194,8 @@ class MiningLayout:
         if stored is None:
             atomic_write_json(self.config_path, {**settings, INPUTS_KEY: input_identity(corpus, split)})
             return
+        if "model" in stored:  # a run recorded before the default's spellings were made one
+            stored = {**stored, "model": stored_model_name(stored["model"])}
         changed = {k: (stored.get(k), v) for k, v in settings.items() if stored.get(k) != v}
         if changed:
             details = ", ".join(f"{k}: stored {a!r}, now {b!r}" for k, (a, b) in changed.items())
