@@ -22,7 +22,11 @@ Settings (each its own ranking):
 - ``indomain`` (``--indomain RUN...``): the models of in-domain ``xprt-st compare`` runs (NFCorpus, ArguAna, the
   Python docs: docs/results.md section 12b) with the labelled scores they recorded (every test query); the mined
   folder must hold out the same documents (same ``--holdout``, seed and id field), so none of those models
-  trained on them.
+  trained on them;
+- ``switch`` (``--switch RUN...``): every model of switch-experiment runs (``benchmarks/switch_experiment.py``:
+  the fork checkpoint, the trunk continued and each branch, per seed) with the labelled means they recorded; the
+  mined folder holds documents none of them trained on (``label_free_settings.py --titles`` leaves out the
+  switch config's documents).
 
 Run (stages are skipped when their output exists; ``OUTPUT/scores.jsonl`` keeps every scored model)::
 
@@ -43,7 +47,7 @@ from typing import Any
 
 import numpy as np
 from label_free_evidence import candidates, kendall, load_candidate, selection_gap, train_runs
-from label_free_settings import compare_models
+from label_free_settings import compare_models, switch_models
 
 logger = logging.getLogger("label_free_titles")
 
@@ -147,6 +151,20 @@ def _starting_model(run: Path) -> str | None:
     return None if model is None or str(model) in DEFAULT_ALIASES else str(model)
 
 
+def _score_folder(folder: str | None, row: dict[str, Any], path: Path, tasks: tuple[Any, Any], setting: str) -> dict:
+    """The signals of the model in ``folder`` (None: the offline default) added to ``row``, appended to ``path``."""
+    from sentence_transformers import SentenceTransformer
+
+    from xprt_st.models import load_model
+
+    model = load_model(None, device="cpu") if folder is None else SentenceTransformer(folder, device="cpu")
+    model.max_seq_length = EVAL_MAX_SEQ_LENGTH
+    record = {**row, **signals(model, *tasks)}
+    _append(path, record)
+    logger.info("%s %s: titles %.4f labelled %.4f", setting, row["name"], record["titles"], row["labelled_mean"])
+    return record
+
+
 def score_indomain(runs: list[Path], output: Path, tasks: tuple[Any, Any]) -> list[dict[str, Any]]:
     """The in-domain setting: signals of every model of compare runs, beside the labelled scores they recorded.
 
@@ -154,10 +172,6 @@ def score_indomain(runs: list[Path], output: Path, tasks: tuple[Any, Any]) -> li
     seeded with its mined folder); the start is counted once, and a model of any run after the first is named
     after its folder (``change-only-positive-hard@seed42@in-domain-nfcorpus-sweep-lr2e-5-s300``).
     """
-    from sentence_transformers import SentenceTransformer
-
-    from xprt_st.models import load_model
-
     path = output / "scores-indomain.jsonl"
     done = _done(path)
     # the start and any final model the own setting already scored have the same signals: not encoded twice
@@ -184,12 +198,26 @@ def score_indomain(runs: list[Path], output: Path, tasks: tuple[Any, Any]) -> li
         if name not in done:
             # the start is the comparison's own starting model (the offline default, the small BERT, ...)
             folder = row["folder"] if row["folder"] is not None else _starting_model(runs[index])
-            model = load_model(None, device="cpu") if folder is None else SentenceTransformer(folder, device="cpu")
-            model.max_seq_length = EVAL_MAX_SEQ_LENGTH
-            done[name] = {"name": name, **row, **signals(model, *tasks)}
-            _append(path, done[name])
-            logger.info("indomain %s: titles %.4f labelled %.4f", name, done[name]["titles"], row["labelled_mean"])
+            done[name] = _score_folder(folder, {"name": name, **row}, path, tasks, "indomain")
         records.append(done[name])
+    return records
+
+
+def score_switch(runs: list[Path], output: Path, tasks: tuple[Any, Any]) -> list[dict[str, Any]]:
+    """The switch setting: signals of every model of switch runs, beside the labelled means they recorded.
+
+    A model is named ``label@seedN`` (``fork@seed42``, ``change-only-positive@seed43``), with ``@RUN`` after it for
+    any run after the first.
+    """
+    path = output / "scores-switch.jsonl"
+    done = _done(path)
+    records = []
+    for index, run in enumerate(runs):
+        for row in switch_models(run):
+            name = f"{row['model']}@seed{row['seed']}" + (f"@{run.name}" if index else "")
+            if name not in done:
+                done[name] = _score_folder(row["folder"], {"name": name, **row}, path, tasks, "switch")
+            records.append(done[name])
     return records
 
 
@@ -236,7 +264,10 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="In-domain compare runs holding out the same documents (a comparison and its sweep folders).",
     )
-    parser.add_argument("--skip-own", action="store_true", help="Only the --indomain setting.")
+    parser.add_argument(
+        "--switch", type=Path, nargs="*", default=None, help="Switch-experiment run folders (switch_experiment.py)."
+    )
+    parser.add_argument("--skip-own", action="store_true", help="Only the --indomain and --switch settings.")
     parser.add_argument("--results", type=Path, default=None, help="Also copy the summary here.")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -249,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     from xprt_st.evaluation.label_free import load_heldout_task
     from xprt_st.evaluation.titles import load_titles_task
 
-    for path, what in ((args.mined, "--mined"), *((run, "--indomain") for run in args.indomain or [])):
+    runs = [*((run, "--indomain") for run in args.indomain or []), *((run, "--switch") for run in args.switch or [])]
+    for path, what in ((args.mined, "--mined"), *runs):
         if not path.is_dir():
             parser.error(f"{what} {path} is not a folder")
     tasks = (load_heldout_task(args.mined), load_titles_task(args.mined))
@@ -278,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.indomain:
         records = score_indomain(args.indomain, args.output, tasks)
         summary["settings"]["indomain"] = {**summarize(records), "models_scored": [_brief(r) for r in records]}
+    if args.switch:
+        records = score_switch(args.switch, args.output, tasks)
+        summary["settings"]["switch"] = {**summarize(records), "models_scored": [_brief(r) for r in records]}
     text = json.dumps(summary, indent=2) + "\n"
     (args.output / "titles-evidence.json").write_text(text, encoding="utf-8")
     if args.results is not None:
