@@ -28,7 +28,7 @@ Settings (each its own ranking):
   mined folder holds documents none of them trained on (``label_free_settings.py --titles`` leaves out the
   switch config's documents).
 
-Run (stages are skipped when their output exists; ``OUTPUT/scores.jsonl`` keeps every scored model)::
+Run (stages are skipped when their output exists; ``OUTPUT/scores-*.jsonl`` keep every scored model)::
 
     nice -n 10 python benchmarks/label_free_titles.py --output runs/titles-nf --mined runs/titles-nf/mined \\
         --recipes change-only-positive,tsdae --max-steps 20 --alphas 0.5 --indomain RUN --results FILE
@@ -151,7 +151,9 @@ def _starting_model(run: Path) -> str | None:
     return None if model is None or str(model) in DEFAULT_ALIASES else str(model)
 
 
-def _score_folder(folder: str | None, row: dict[str, Any], path: Path, tasks: tuple[Any, Any], setting: str) -> dict:
+def _score_folder(
+    folder: str | None, row: dict[str, Any], path: Path, tasks: tuple[Any, Any], setting: str
+) -> dict[str, Any]:
     """The signals of the model in ``folder`` (None: the offline default) added to ``row``, appended to ``path``."""
     from sentence_transformers import SentenceTransformer
 
@@ -280,8 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     from xprt_st.evaluation.label_free import load_heldout_task
     from xprt_st.evaluation.titles import load_titles_task
 
-    runs = [*((run, "--indomain") for run in args.indomain or []), *((run, "--switch") for run in args.switch or [])]
-    for path, what in ((args.mined, "--mined"), *runs):
+    given = [*((run, "--indomain") for run in args.indomain or []), *((run, "--switch") for run in args.switch or [])]
+    for path, what in ((args.mined, "--mined"), *given):
         if not path.is_dir():
             parser.error(f"{what} {path} is not a folder")
     tasks = (load_heldout_task(args.mined), load_titles_task(args.mined))
