@@ -99,3 +99,46 @@ def test_bad_hard_negative_flags_are_named_before_any_work(tmp_path: Path, flags
     assert result.exit_code != 0
     assert message in " ".join(result.output.split())
     assert not (tmp_path / "out" / "stats.json").exists()
+
+
+@pytest.mark.parametrize("documents", ["one document of several passages", "one passage"])
+def test_a_one_document_corpus_ends_with_one_line_instead_of_looping(
+    tmp_path: Path, tiny_model_path: Path, documents: str
+) -> None:
+    """The stand-in negative was drawn in a `while True` that never ends without a second document."""
+    import subprocess
+    import sys
+
+    corpus = tmp_path / "c.jsonl"
+    text = (
+        "\n\n".join(f"The river story part {j} tells river facts and history number {j}." for j in range(6))
+        if documents.startswith("one document")
+        else "A single short passage about rivers."
+    )
+    corpus.write_text(json.dumps({"text": text, "id": "d0"}) + "\n", encoding="utf-8")
+    command = [sys.executable, "-m", "xprt_st", "mine", str(corpus), "-o", str(tmp_path / "out"), "-q"]
+    command += ["--mining-model", str(tiny_model_path), "--hard-negatives", "2", "--max-tokens", "16"]
+    command += ["--min-tokens", "4"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=Path(__file__).parents[2])
+    assert done.returncode in (1, 2), done.stderr[-2000:]
+    said = " ".join(done.stderr.split())
+    assert "Traceback" not in said
+    assert ("1 training document(s)" in said) or ("no groups" in said)
+    assert not (tmp_path / "out" / ".xprt-st.lock").exists()
+
+
+def test_more_hard_negatives_than_other_passages_are_refused_before_the_model_loads(
+    tmp_path: Path, tiny_model
+) -> None:
+    from xprt_st.mining.hard_negatives import HardNegativesError
+
+    corpus = _corpus(tmp_path / "c.jsonl", 6)
+    out = tmp_path / "mined"
+    mine(corpus, out, model=tiny_model, progress=False, max_tokens=32, min_tokens=8, id_field="id")
+    before = (out / "stats.json").read_text()
+    passages = pq.read_table(out / "passages.parquet", columns=["label"]).column("label").to_pylist()
+    limit = len(passages) - max(passages.count(label) for label in set(passages))
+    with pytest.raises(HardNegativesError, match=f"at most {limit} distinct negatives per group"):
+        add_hard_negatives(out, 1000, model="/no/such/model")  # the check runs before any model is loaded
+    assert (out / "stats.json").read_text() == before
+    assert not any(c.startswith("negative_") for c in datasets.load_from_disk(str(out)).column_names)

@@ -25,8 +25,13 @@ from typing import Any
 import numpy as np
 
 from xprt_st.columns import ANCHOR, negative_columns
+from xprt_st.mining.config import MiningError
 
 logger = logging.getLogger(__name__)
+
+
+class HardNegativesError(MiningError, ValueError):
+    """A folder that cannot give the hard negatives asked for (too few training documents or passages)."""
 
 DEFAULT_MAX_RATIO = 0.95
 """NV-Retriever's TopK-PercPos: a candidate above 95% of the positive's score is dropped as a false negative."""
@@ -119,6 +124,36 @@ def positive_aware_filter(
     return chosen, found
 
 
+def check_candidates(folder: Path, count: int, pool_labels: np.ndarray) -> None:
+    """Refuse ``count`` hard negatives that the training passages of ``folder`` cannot give without repeats.
+
+    A group's negatives come from the training passages of *other* documents; the anchors of the largest
+    training document have the fewest, so ``count`` may not exceed them (more would fill the columns with
+    repeats), and a folder with one training document has none at all.
+
+    Example:
+        >>> check_candidates(Path("mined"), 2, np.array([0, 0, 1, 2]))
+        >>> check_candidates(Path("mined"), 3, np.array([0, 0, 1, 2]))
+        Traceback (most recent call last):
+        ...
+        xprt_st.mining.hard_negatives.HardNegativesError: --hard-negatives 3: mined has 4 training passages, ...
+    """
+    documents, sizes = np.unique(pool_labels, return_counts=True)
+    if len(documents) < 2:
+        raise HardNegativesError(
+            f"--hard-negatives {count}: {folder} has {len(documents)} training document(s) and hard negatives "
+            "are passages of OTHER documents; mine a corpus of 2 or more documents (the mined groups are kept "
+            "and train without --hard-negatives)"
+        )
+    limit = int(len(pool_labels) - sizes.max())
+    if count > limit:
+        raise HardNegativesError(
+            f"--hard-negatives {count}: {folder} has {len(pool_labels)} training passages, {limit} outside its "
+            f"largest training document, so at most {limit} distinct negatives per group; give "
+            f"--hard-negatives {limit} or fewer (the mined groups are kept)"
+        )
+
+
 def _passage_table(folder: Path) -> Any:
     import pyarrow.parquet as pq
 
@@ -202,6 +237,7 @@ def add_hard_negatives(
         raise ValueError(f"{folder}: groups_meta.jsonl does not match the dataset's anchors; merge the folder again")
 
     pool_rows = np.flatnonzero(~held_out)
+    check_candidates(folder, count, labels[pool_rows])
     sentence_model = model if model is not None and not isinstance(model, str | Path) else load_model(model)
     with tempfile.TemporaryDirectory(prefix="xprt-hard-negatives-") as scratch:
         dim = (
@@ -237,11 +273,8 @@ def add_hard_negatives(
             scores, indices = nearest_other_documents(queries, pool_labels[a], pool, pool_labels, depth, pool_chunk)
             chosen, found = positive_aware_filter(scores, indices, positive_scores, count, max_ratio)
             for row in np.flatnonzero(found == 0):  # every candidate filtered: a random other document's passage
-                while True:
-                    pick = int(rng.integers(len(pool_rows)))
-                    if pool_labels[pick] != pool_labels[a[row]]:
-                        chosen[row] = pick
-                        break
+                others = np.flatnonzero(pool_labels != pool_labels[a[row]])  # not empty: check_candidates
+                chosen[row] = others[rng.integers(len(others))]
             for row in np.flatnonzero(found > 0):
                 scores_kept += [float(np.dot(queries[row], pool[i])) for i in chosen[row, : found[row]]]
             positives_seen += positive_scores.tolist()
