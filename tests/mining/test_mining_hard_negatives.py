@@ -127,9 +127,7 @@ def test_a_one_document_corpus_ends_with_one_line_instead_of_looping(
     assert not (tmp_path / "out" / ".xprt-st.lock").exists()
 
 
-def test_more_hard_negatives_than_other_passages_are_refused_before_the_model_loads(
-    tmp_path: Path, tiny_model
-) -> None:
+def test_more_hard_negatives_than_other_passages_are_refused_before_the_model_loads(tmp_path: Path, tiny_model) -> None:
     from xprt_st.mining.hard_negatives import HardNegativesError
 
     corpus = _corpus(tmp_path / "c.jsonl", 6)

@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 class HardNegativesError(MiningError, ValueError):
     """A folder that cannot give the hard negatives asked for (too few training documents or passages)."""
 
+
 DEFAULT_MAX_RATIO = 0.95
 """NV-Retriever's TopK-PercPos: a candidate above 95% of the positive's score is dropped as a false negative."""
 
