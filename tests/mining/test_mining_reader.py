@@ -187,9 +187,11 @@ def test_markdown_and_html_pages_are_documents_in_a_folder_or_zip_of_pages(tmp_p
     records = list(iter_corpus([docs]))
     assert [Path(r.doc_id).relative_to(docs).as_posix() for r in records] == ["faq.html", "guide/install.md"]
     assert records[1].text.startswith("# Install\n") and records[0].text.startswith("<html>")
-    # beside other corpus files a page is the data's README, not a document (issue 20's mixed folder)
+    # beside data files a page is the data's README, not a document; beside .txt pages it is one (issue 41)
     (docs / "notes.txt").write_text("Plain notes.")
-    assert expand_sources([docs]) == [docs / "notes.txt"]
+    assert expand_sources([docs]) == [docs / "faq.html", docs / "guide" / "install.md", docs / "notes.txt"]
+    _jsonl(docs / "data.jsonl", [{"text": "A record."}])
+    assert expand_sources([docs]) == [docs / "data.jsonl", docs / "notes.txt"]
     assert expand_sources([docs / "faq.html"]) == [docs / "faq.html"]  # named, it is read
     archive_path = tmp_path / "docs.zip"
     with zipfile.ZipFile(archive_path, "w") as archive:
@@ -478,3 +480,115 @@ def test_cases_that_already_held_stay_held(tmp_path):
     assert [r.doc_id for r in records] == ["7", f"{folder / 'a.jsonl'}:2", "../../etc/x"]  # a null id: file:line
     assert all(r.skip is None for r in records)
     assert list(iter_corpus([folder / "empty.jsonl"])) == []
+
+
+def test_a_mixed_folder_of_pages_is_read_whole_and_skipped_files_are_named(tmp_path, caplog):
+    """Issue 41: 4 .txt, 4 .md and 4 .html pages read as the 4 .txt ones, with no word about the other 8."""
+    folder = tmp_path / "pages"
+    folder.mkdir()
+    for i in range(4):
+        (folder / f"t{i}.txt").write_text(f"Text page {i}.")
+        (folder / f"m{i}.md").write_text(f"# Markdown page {i}\n\nBody.")
+        (folder / f"h{i}.html").write_text(f"<html><body><p>HTML page {i}.</p></body></html>")
+    (folder / "scan.pdf").write_bytes(b"%PDF-1.4")
+    with caplog.at_level("WARNING"):
+        records = list(iter_corpus([folder]))
+    assert len(records) == 12
+    assert "scan.pdf" in caplog.text and "skipped" in caplog.text
+    # a README beside data files is still not a document, and the log says so and why
+    readme_folder = tmp_path / "dataset"
+    readme_folder.mkdir()
+    _jsonl(readme_folder / "corpus.jsonl", [{"text": "One record."}])
+    (readme_folder / "README.md").write_text("# About this data")
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        assert [r.text for r in iter_corpus([readme_folder])] == ["One record."]
+    assert "README.md: a page beside data files (corpus.jsonl) is read as the data's README" in caplog.text
+
+
+def test_html_extracts_the_html_pages_of_a_mixed_folder_and_reads_the_others_as_text(tmp_path, tiny_model):
+    """Issue 41: with --html, .txt pages went through trafilatura and were blamed on --html."""
+    from xprt_st.mining.passages import PassageSplitter
+    from xprt_st.mining.stages import SplitStage
+
+    folder = tmp_path / "pages"
+    folder.mkdir()
+    words = " ".join(f"word{i}" for i in range(40))
+    (folder / "a.txt").write_text(f"Plain text page. {words}.\n\nA second paragraph. {words}.")
+    (folder / "b.md").write_text(f"# Markdown\n\nBody text. {words}.\n\nMore body. {words}.")
+    paragraphs = "".join(f"<p>Paragraph {j} of the article. {words}.</p>" for j in range(3))
+    (folder / "c.html").write_text(f"<html><body><article>{paragraphs}</article></body></html>")
+    stage = SplitStage(PassageSplitter(tiny_model.tokenizer, max_tokens=32, min_tokens=8), html=True)
+    documents = list(stage.run(iter_corpus([folder], text_field="html", fallback_text_field="text")))
+    assert len(documents) == 3 and not stage.skipped
+    assert not any("<p>" in passage for document in documents for passage in document.passages)
+
+
+def test_a_page_cut_at_the_cap_before_its_main_text_says_so(tmp_path, tiny_model):
+    """Issue 41: a 5 MB attribute was cut and then called "no main text: drop --html"."""
+    from xprt_st.mining.passages import PassageSplitter
+    from xprt_st.mining.records import SKIP_FIXES
+    from xprt_st.mining.stages import SplitStage
+
+    page = tmp_path / "big.html"
+    body = "".join(f"<p>Paragraph {j} of the article, with enough words to count as text.</p>" for j in range(5))
+    page.write_text(f'<html><body><div data-blob="{"x" * 5_000_000}"></div><article>{body}</article></body></html>')
+    stage = SplitStage(PassageSplitter(tiny_model.tokenizer, max_tokens=32, min_tokens=8), html=True)
+    assert list(stage.run(iter_corpus([page], text_field="html", fallback_text_field="text"))) == []
+    assert dict(stage.skipped) == {"html_cut_before_main_text": 1}
+    assert "read cap" in SKIP_FIXES["html_cut_before_main_text"]
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32", "utf-8-sig"])
+def test_a_text_file_with_a_byte_order_mark_is_decoded_by_it(tmp_path, encoding):
+    """Issue 41: UTF-16 .txt files (Notepad's "Unicode") were decoded as latin-1 and trained on as garbage."""
+    text = "Café crème: naïve façade, 東京 and ünïcödé.\n\nA second paragraph."
+    path = tmp_path / "page.txt"
+    data = text.encode(encoding)
+    if encoding == "utf-16-be":
+        data = "\ufeff".encode(encoding) + data  # the -be codec writes no mark itself
+    path.write_bytes(data)
+    (record,) = iter_corpus([path])
+    assert record.text == text and record.repair is None
+    archive_path = tmp_path / "pages.zip"
+    with zipfile.ZipFile(archive_path, "w") as archive:
+        archive.writestr("page.txt", data)
+    (member,) = iter_corpus([archive_path])
+    assert member.text == text and member.repair is None
+
+
+def test_a_zip_inside_a_zip_is_read_to_a_bounded_depth(tmp_path, caplog):
+    """Issue 41: a zip inside a zip was skipped without a word."""
+    from xprt_st.mining.formats import MAX_ZIP_DEPTH
+
+    def zipped(members: dict[str, bytes]) -> bytes:
+        import io
+
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w") as archive:
+            for name, data in members.items():
+                archive.writestr(name, data)
+        return buffer.getvalue()
+
+    inner = zipped({"b.txt": b"Inner page.", "c.txt": b"Second inner page."})
+    outer = tmp_path / "outer.zip"
+    outer.write_bytes(zipped({"a.txt": b"Outer page.", "more/inner.zip": inner, "photo.jpg": b"\xff\xd8"}))
+    with caplog.at_level("WARNING"):
+        records = list(iter_corpus([outer]))
+    assert [(r.doc_id, r.text) for r in records] == [
+        ("a.txt", "Outer page."),
+        ("more/inner.zip!b.txt", "Inner page."),
+        ("more/inner.zip!c.txt", "Second inner page."),
+    ]
+    assert [r.ordinal for r in records] == [0, 1, 2] and "photo.jpg" in caplog.text
+    deep = b"Deepest page."
+    nested = {"deep.txt": deep}
+    for level in range(MAX_ZIP_DEPTH):
+        nested = {f"level{level}.zip": zipped(nested), "top.txt": b"Top page."}
+    too_deep = tmp_path / "deep.zip"
+    too_deep.write_bytes(zipped(nested))
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        texts = [r.text for r in iter_corpus([too_deep])]
+    assert "Deepest page." not in texts and texts.count("Top page.") == MAX_ZIP_DEPTH
+    assert f"zips deep is skipped (at most {MAX_ZIP_DEPTH})" in caplog.text

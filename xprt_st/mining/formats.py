@@ -5,9 +5,12 @@ Accepted types: ``*.jsonl``, ``*.jsonl.gz``, ``*.json.gz``, ``*.ndjson`` (one JS
 ``*.zip`` archives of them (one document a file), a folder written by ``datasets.Dataset.save_to_disk``, or a
 Hugging Face dataset name. A document file is read as it is: an HTML page is raw HTML (``--html`` extracts its main
 text), a Markdown page keeps its ``#`` headings (:func:`~xprt_st.mining.headings.markdown_headings` finds them).
-Pages are documents in a folder or zip of pages only (:func:`without_readme_pages`).
+A folder or zip of ``.txt``, Markdown and HTML files is read whole; a page beside data files (JSONL, Parquet, a
+zip) is their README, not a document (:func:`without_readme_pages`), and files of other types are skipped; both
+are logged with their names. A zip inside a zip is read too, :data:`MAX_ZIP_DEPTH` levels deep.
 
-Bytes that are not UTF-8 (one BBC article is latin-1) are decoded as cp1252/latin-1 and counted under
+A document file with a UTF-16 or UTF-32 byte-order mark is decoded by it (:func:`bom_codec`). Bytes that are not
+UTF-8 (one BBC article is latin-1) are decoded as cp1252/latin-1 and counted under
 ``repairs.decoded_latin1``; they are not a reason to drop a document. Per-record problems (a line that
 is not JSON, a missing or non-string text field) are counted skips with the file and line logged; a
 source that cannot be read at all, or whose first record lacks the text field, raises an error that
@@ -46,6 +49,10 @@ PAGE_SUFFIXES = (".md", ".markdown", ".html", ".htm")
 DOCUMENT_SUFFIXES = (*TEXT_SUFFIXES, *PAGE_SUFFIXES)
 """Files read as one document each (alone, in a folder or in a zip); HTML pages need ``--html``."""
 ZIP_SUFFIXES = (".zip",)
+DATA_SUFFIXES = (*JSONL_SUFFIXES, *PARQUET_SUFFIXES, *ZIP_SUFFIXES)
+"""Files of many documents: a Markdown or HTML page beside them is their README."""
+MAX_ZIP_DEPTH = 3
+"""Zips read inside zips: a zip member of a zip is read, down to this many levels (then skipped and said)."""
 SUPPORTED_FILES = "*.jsonl, *.jsonl.gz, *.parquet, *.zip, or one document per *.txt, *.md or *.html file"
 """The accepted file types, as error messages name them."""
 _MAX_LOGGED_SKIPS = 20
@@ -68,13 +75,51 @@ def decode_bytes(data: bytes) -> tuple[str, str | None]:
 
 
 def without_readme_pages(items: list[Any], names: list[str]) -> list[Any]:
-    """``items`` without the Markdown and HTML pages, unless pages are all there is (``names``: each item's name).
+    """``items`` without the pages that describe the data rather than belong to it (``names``: each item's name).
 
-    In a folder or zip of pages every page is a document; beside other corpus files (a dataset's ``.txt``,
-    JSONL, Parquet or zip files) a ``README.md`` or an ``index.html`` describes the data and is not one.
+    A folder (or zip) of pages only is read whole. Beside data files (JSONL, Parquet or a zip) every Markdown or
+    HTML page (a ``README.md``, an ``index.html``) describes the data and is not a document. Beside ``.txt``
+    documents, pages are documents too, except a page named ``README``: the BBC zip's ``README.md``. Each page
+    dropped is logged once with the reason (give it by name to read it).
     """
     pages = [name.lower().endswith(PAGE_SUFFIXES) for name in names]
-    return items if all(pages) else [item for item, page in zip(items, pages, strict=True) if not page]
+    if all(pages):
+        return items
+    data = [name for name in names if name.lower().endswith(DATA_SUFFIXES)]
+    beside = f"data files ({data[0]}{' ...' if len(data) > 1 else ''})" if data else "other documents"
+    kept = []
+    for item, name, page in zip(items, names, pages, strict=True):
+        if page and (data or Path(name).stem.lower() == "readme"):
+            _warn_once(
+                f"readme:{name}",
+                f"{name}: a page beside {beside} is read as the data's README, not a document; give the page by "
+                "name to mine it",
+            )
+        else:
+            kept.append(item)
+    return kept
+
+
+_WARNED: set[str] = set()
+"""Notes already logged: a source read twice (the checks, then the corpus) is reported once."""
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _WARNED:
+        _WARNED.add(key)
+        logger.warning(message)
+
+
+def warn_unread_files(where: str, names: list[str]) -> None:
+    """Log once which files of ``where`` (a folder or zip) are not read, by type: the reader skips them."""
+    shown = [name for name in names if not Path(name).name.startswith(".")]
+    if shown:
+        listed = ", ".join(shown[:5]) + (f" and {len(shown) - 5} more" if len(shown) > 5 else "")
+        _warn_once(
+            f"unread:{where}:{len(shown)}",
+            f"{where}: {len(shown)} file(s) of a type the reader does not read are skipped ({listed}); "
+            f"it reads {SUPPORTED_FILES}",
+        )
 
 
 def source_kind(path: Path) -> str | None:
@@ -214,67 +259,109 @@ def _iter_parquet(path: Path, fields: TextFields, id_field: str | None, start: i
 
 def _iter_zip(path: Path, start: int, max_chars: int) -> Iterator[RawRecord]:
     with zipfile.ZipFile(path) as archive:
-        names = sorted(
-            n for n in archive.namelist() if n.lower().endswith(DOCUMENT_SUFFIXES) and not Path(n).name.startswith(".")
-        )
-        names = without_readme_pages(names, names)
-        if not names:
+        records = _iter_archive(archive, str(path), "", start, max_chars, 1)
+        first = next(records, None)
+        if first is None:
             raise CorpusReadError(
                 f"{path}: the zip holds no .txt, .md or .html file; zips are read as one document per such file"
             )
-        for ordinal, name in enumerate(names, start=start):
-            origin = f"{path}!{name}"
-            with archive.open(name) as member:
-                text, repair, unread = read_capped(member, archive.getinfo(name).file_size, max_chars, origin)
-            yield RawRecord(ordinal, name, text, origin, repair=repair, bytes_not_read=unread)
+        yield first
+        yield from records
+
+
+def _iter_archive(
+    archive: zipfile.ZipFile, origin: str, prefix: str, start: int, max_chars: int, depth: int
+) -> Iterator[RawRecord]:
+    """The documents of ``archive`` and of the zips inside it (to :data:`MAX_ZIP_DEPTH`), members sorted by name.
+
+    A member's id is its path inside the zip, a nested zip's members ``inner.zip!doc.txt``; each member is read
+    with the same character cap as a file.
+    """
+    members = sorted(n for n in archive.namelist() if not n.endswith("/") and not Path(n).name.startswith("."))
+    kept = [n for n in members if n.lower().endswith((*DOCUMENT_SUFFIXES, *ZIP_SUFFIXES))]
+    warn_unread_files(origin, [n for n in members if n not in kept])
+    ordinal = start
+    for name in without_readme_pages(kept, kept):
+        inner = f"{origin}!{name}"
+        if name.lower().endswith(ZIP_SUFFIXES):
+            if depth >= MAX_ZIP_DEPTH:
+                _warn_once(f"deep:{inner}", f"{inner}: a zip {depth} zips deep is skipped (at most {MAX_ZIP_DEPTH})")
+                continue
+            with archive.open(name) as member, zipfile.ZipFile(member) as nested:
+                for record in _iter_archive(nested, inner, f"{prefix}{name}!", ordinal, max_chars, depth + 1):
+                    yield record
+                    ordinal += 1
+            continue
+        with archive.open(name) as member:
+            text, repair, unread = read_capped(member, archive.getinfo(name).file_size, max_chars, inner)
+        yield RawRecord(ordinal, f"{prefix}{name}", text, inner, repair=repair, bytes_not_read=unread)
+        ordinal += 1
 
 
 _READ_BLOCK = 1 << 16
+
+
+def bom_codec(head: bytes) -> str:
+    """The codec a byte-order mark at the start of ``head`` names (``utf-32``, ``utf-16``), else ``utf-8``.
+
+    Example:
+        >>> bom_codec("text".encode("utf-16")), bom_codec(codecs.BOM_UTF8 + b"text"), bom_codec(b"text")
+        ('utf-16', 'utf-8', 'utf-8')
+    """
+    if head.startswith((codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)):
+        return "utf-32"
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return "utf-16"
+    return "utf-8"
 
 
 def read_capped(handle: IO[bytes], size: int, max_chars: int, origin: str = "") -> tuple[str, str | None, int]:
     """The text of the binary stream ``handle`` (``size`` bytes), read in blocks up to ``max_chars`` characters.
 
     At most ``4 * max_chars`` bytes (plus one block) are read, whatever ``size`` is: a 300 MB zip member costs a
-    few MB. Decoding is UTF-8, falling back to cp1252/latin-1 for the whole read prefix as :func:`decode_bytes`
-    does (a UTF-8 character cut by a block end is not mistaken for bad bytes).
+    few MB. Decoding is UTF-8, or UTF-16/UTF-32 when a byte-order mark says so (:func:`bom_codec`; Windows
+    Notepad's "Unicode"), falling back to cp1252/latin-1 for the whole read prefix as :func:`decode_bytes` does
+    (a character cut by a block end is not mistaken for bad bytes).
 
     Returns:
         The text (at most ``max_chars`` characters), the repair (``"decoded_latin1"`` or None), and the bytes of
         the stream that were not read (0 when it was read whole). A cut is logged with ``origin``.
     """
-    decoder = codecs.getincrementaldecoder("utf-8")()
+    first = handle.read(_READ_BLOCK)
+    codec = bom_codec(first)
+    decoder = codecs.getincrementaldecoder(codec)()
+    pending = [first]
     blocks: list[bytes] = []
     pieces: list[str] = []
     chars = 0
     read = 0
-    utf8 = True
+    decoding = True
     while chars <= max_chars:
-        block = handle.read(_READ_BLOCK)
+        block = pending.pop() if pending else handle.read(_READ_BLOCK)
         if not block:
             break
         read += len(block)
         blocks.append(block)
-        if utf8:
+        if decoding:
             try:
                 piece = decoder.decode(block)
             except UnicodeDecodeError:
-                utf8 = False
+                decoding = False
             else:
                 pieces.append(piece)
                 chars += len(piece)
                 continue
         chars = read  # cp1252 and latin-1 are one character a byte
     text, repair = "", None
-    if utf8:
+    if decoding:
         try:
             text = "".join(pieces) + decoder.decode(b"", final=read >= size)
-        except UnicodeDecodeError:  # the stream ends inside a UTF-8 character
-            utf8 = False
-    if not utf8:
+        except UnicodeDecodeError:  # the stream ends inside a character
+            decoding = False
+    if not decoding:
         text, repair = decode_bytes(b"".join(blocks))
     if text.startswith("\ufeff"):
-        text = text[1:]  # a UTF-8 byte-order mark (utf-8-sig) is not text
+        text = text[1:]  # a byte-order mark (utf-8-sig, or one the utf-16 codec kept) is not text
     unread = max(0, size - read)
     if len(text) > max_chars or unread:
         logger.warning(

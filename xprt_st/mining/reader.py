@@ -11,8 +11,9 @@ Accepted sources (several may be given; a folder is searched recursively):
 - ``*.parquet``: one row a document, same fields;
 - document files, ``*.txt``, ``*.md`` and ``*.html`` (raw HTML: give ``--html``), and ``*.zip`` archives of them
   (e.g. the BBC News zip): one document a file, id = the path of the file (inside the zip); the first line
-  (headline) is kept as a block. Markdown and HTML files are read from a folder (or zip) of pages only: beside
-  other corpus files they are a dataset's README, not documents (:func:`~xprt_st.mining.formats.without_readme_pages`);
+  (headline) is kept as a block. A folder (or zip) of ``.txt``, Markdown and HTML files is read whole; beside data
+  files (JSONL, Parquet, zips) a page is the data's README, not a document
+  (:func:`~xprt_st.mining.formats.without_readme_pages`); skipped files are logged by name;
 - a folder written by ``datasets.Dataset.save_to_disk``, or a Hugging Face dataset name (``split``).
 
 
@@ -52,6 +53,7 @@ from xprt_st.mining.formats import (
     iter_source,
     read_capped,
     source_kind,
+    warn_unread_files,
     without_readme_pages,
 )
 from xprt_st.mining.html_text import (
@@ -128,8 +130,10 @@ def expand_sources(sources: Sequence[str | Path]) -> list[str | Path]:
             if (path / "state.json").is_file() or (path / "dataset_dict.json").is_file():
                 expanded.append(path)
                 continue
-            files = sorted(p for p in path.rglob("*") if p.is_file() and source_kind(p) is not None)
-            files = without_readme_pages(files, [p.name for p in files])
+            every = sorted(p for p in path.rglob("*") if p.is_file())
+            files = [p for p in every if source_kind(p) is not None]
+            warn_unread_files(str(path), [str(p.relative_to(path)) for p in every if source_kind(p) is None])
+            files = without_readme_pages(files, [str(p.relative_to(path)) for p in files])
             if not files:
                 raise CorpusReadError(f"folder {path} holds no corpus file; expected {SUPPORTED_FILES}")
             expanded.extend(files)

@@ -21,6 +21,8 @@ SKIP_FIXES = {
     "single_passage": "documents of a single passage, while a group needs 2 passages of one document: give longer "
     "documents, or cut shorter passages with a lower --max-tokens and --min-tokens",
     "html_no_main_text": "pages where trafilatura found no main text: drop --html when the input is plain text",
+    "html_cut_before_main_text": "pages cut at the read cap of 1,000,000 characters (logged above) before their "
+    "main text began, e.g. by a huge inline attribute or data: URI: strip it from the page",
     "unreadable_source": "sources that could not be read (logged above): fix or remove them",
 }
 """Each ``stats.json`` skip reason, said in words with its fix (the diagnosis when nothing survives)."""
@@ -76,3 +78,9 @@ class RawRecord:
     repeats_text: bool = False
     repeats_id: bool = False
     title: str | None = None
+
+
+def is_plain_document(record: RawRecord) -> bool:
+    """True for a ``.txt`` or Markdown file (or zip member): read as text even with ``--html``, which extracts
+    the main text of HTML pages and of records' text fields only."""
+    return record.text_field is None and record.doc_id.lower().endswith((".txt", ".md", ".markdown"))

@@ -28,7 +28,7 @@ from xprt_st.mining.groups import MIN_PASSAGES, rank_all_passages
 from xprt_st.mining.headings import Section, markdown_headings, plain_title, sections
 from xprt_st.mining.html_text import extract_main_text_with_headings
 from xprt_st.mining.passages import PassageSplitter
-from xprt_st.mining.records import RawRecord
+from xprt_st.mining.records import RawRecord, is_plain_document
 from xprt_st.mining.scoring import TfidfScorer, tfidf_cosines
 
 
@@ -145,10 +145,11 @@ class SplitStage:
         self._counts["duplicate_documents"] += record.repeats_text
         self._counts["duplicate_ids"] += record.repeats_id
         text, title = record.text, record.title
-        if self.html:
+        if self.html and not is_plain_document(record):
             text, marks, page_title = extract_main_text_with_headings(text, record.origin)
             if text is None:
-                self.skipped["html_no_main_text"] += 1
+                # a page cut at the read cap (a huge inline attribute or data: URI) lost its text to the cut
+                self.skipped["html_cut_before_main_text" if record.bytes_not_read else "html_no_main_text"] += 1
                 return None
             title = title or page_title
         else:
