@@ -186,3 +186,59 @@ def test_mteb_name_offline_falls_back_to_the_local_copy(tmp_path: Path, beir_wri
     assert isinstance(task, LocalRetrievalTask) and type(task).label == "arguana"
     with pytest.raises(TaskLoadError, match="needs the Hugging Face hub, which is not reachable"):
         resolve_tasks(["SciFact"], tmp_path)
+
+
+def _append(path: Path, line: bytes) -> None:
+    with path.open("ab") as handle:
+        handle.write(line)
+
+
+@pytest.mark.parametrize(
+    ("file", "line", "message"),
+    [
+        (
+            "queries.jsonl",
+            b'{"_id": "q-null", "text": null}\n',
+            r"queries\.jsonl, line 6: record 'q-null' has text null",
+        ),
+        ("corpus.jsonl", b'{"_id": "d-null", "text": null}\n', r"corpus\.jsonl, line 8: record 'd-null' has text null"),
+        (
+            "queries.jsonl",
+            b'{"_id": "q-x", "text": "caf\xe9"}\n',
+            r"queries\.jsonl, line 6: byte b'\\xe9' .* not UTF-8",
+        ),
+        ("qrels/test.tsv", b"q-cats\td-dogs\t1.7\n", r"test\.tsv, line 8: score '1\.7' is not a whole number"),
+        ("qrels/test.tsv", b"q-cats\td-dogs\tinf\n", r"test\.tsv, line 8: score 'inf' is not a whole number"),
+        ("qrels/test.tsv", b"q-cats\td-dogs\tnan\n", r"test\.tsv, line 8: score 'nan' is not a whole number"),
+        ("qrels/test.tsv", b"q-cats\td-dogs\t0.5\n", r"test\.tsv, line 8: score '0\.5' is not a whole number"),
+    ],
+)
+def test_a_bad_beir_value_is_one_line_naming_the_file_and_line(
+    beir_folder: Path, file: str, line: bytes, message: str
+) -> None:
+    """Issue 41: null texts read as "None", 1.7 truncated to 1, inf an OverflowError, latin-1 naming no file."""
+    _append(beir_folder / file, line)
+    with pytest.raises(TaskLoadError, match=message):
+        read_beir_folder(beir_folder)
+
+
+def test_a_whole_number_written_as_a_float_is_its_grade(beir_folder: Path) -> None:
+    _append(beir_folder / "qrels" / "test.tsv", b"q-cats\td-dogs\t2.0\n")
+    assert read_beir_folder(beir_folder).qrels["q-cats"] == {"d-cats": 1, "d-dogs": 2}
+
+
+def test_empty_queries_and_repeated_ids_are_counted_and_said(beir_folder: Path, caplog) -> None:
+    """Issue 41: empty queries were scored, and a repeated id's last record won without a word."""
+    _append(beir_folder / "queries.jsonl", b'{"_id": "q-empty", "text": "  "}\n')
+    _append(beir_folder / "queries.jsonl", b'{"_id": "q-tea", "text": "How hot should green tea water be?"}\n')
+    _append(beir_folder / "corpus.jsonl", b'{"_id": "d-tea", "title": "Tea", "text": "Brew it at 80 degrees."}\n')
+    _append(beir_folder / "qrels" / "test.tsv", b"q-empty\td-cats\t1\n")
+    with caplog.at_level(logging.WARNING, logger="xprt_st.evaluation.readers"):
+        data = read_beir_folder(beir_folder)
+    assert "q-empty" not in data.queries and "q-empty" not in data.qrels
+    assert "1 quer(y/ies) with empty text are left out" in caplog.text
+    assert "queries.jsonl: 1 id(s) appear more than once; the last record of each is kept" in caplog.text
+    assert "'q-tea' (lines 3 and 7)" in caplog.text
+    assert "corpus.jsonl: 1 id(s) appear more than once" in caplog.text
+    assert data.queries["q-tea"] == "How hot should green tea water be?"
+    assert data.document_text("d-tea") == "Tea Brew it at 80 degrees."

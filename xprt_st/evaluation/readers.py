@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import math
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -69,18 +70,70 @@ def _open_text(path: Path) -> IO[str]:
     return path.open("r", encoding="utf-8", newline="")
 
 
-def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    with _open_text(path) as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """The numbered lines of a UTF-8 file (plain or ``.gz``); a byte that is not UTF-8 names the file and line."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as handle:
+        for line_number, raw in enumerate(handle, start=1):
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise TaskLoadError(f"{path}, line {line_number}: not valid JSON ({error.msg})") from error
-            if not isinstance(record, dict) or "_id" not in record or "text" not in record:
-                raise TaskLoadError(f"{path}, line {line_number}: a BEIR record needs '_id' and 'text' fields")
-            yield line_number, record
+                yield line_number, raw.decode("utf-8-sig" if line_number == 1 else "utf-8")
+            except UnicodeDecodeError as error:
+                raise TaskLoadError(
+                    f"{path}, line {line_number}: byte {raw[error.start : error.start + 1]!r} at column "
+                    f"{error.start + 1} is not UTF-8; save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+                ) from error
+
+
+def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    for line_number, line in _lines(path):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise TaskLoadError(f"{path}, line {line_number}: not valid JSON ({error.msg})") from error
+        if not isinstance(record, dict) or "_id" not in record or "text" not in record:
+            raise TaskLoadError(f"{path}, line {line_number}: a BEIR record needs '_id' and 'text' fields")
+        if not isinstance(record["text"], str):
+            raise TaskLoadError(
+                f"{path}, line {line_number}: record {record['_id']!r} has text {json.dumps(record['text'])}, "
+                'not a string; give its text (or "" for none), or remove the record'
+            )
+        yield line_number, record
+
+
+def _by_id(path: Path) -> dict[str, tuple[int, dict[str, Any]]]:
+    """The records of a BEIR JSONL file by id; a repeated id keeps its last record (as BEIR's loader does), said
+    once with the count."""
+    records: dict[str, tuple[int, dict[str, Any]]] = {}
+    repeated: list[str] = []
+    for line_number, record in _read_jsonl(path):
+        key = str(record["_id"])
+        if key in records:
+            repeated.append(f"{key!r} (lines {records[key][0]} and {line_number})")
+        records[key] = (line_number, record)
+    if repeated:
+        logger.warning(
+            "%s: %d id(s) appear more than once; the last record of each is kept, as BEIR's loader does (e.g. %s)",
+            path,
+            len(repeated),
+            ", ".join(repeated[:3]),
+        )
+    return records
+
+
+def _grade(value: str, path: Path, line_number: int) -> int:
+    """A qrels score as the whole-number grade mteb and pytrec_eval score (``1`` and ``1.0`` alike)."""
+    try:
+        number = float(value)
+    except ValueError as error:
+        raise TaskLoadError(f"{path}, line {line_number}: score {value!r} is not a number") from error
+    if not math.isfinite(number) or number != int(number):
+        raise TaskLoadError(
+            f"{path}, line {line_number}: score {value!r} is not a whole number; BEIR relevance grades are "
+            "0, 1, 2, ... (mteb's scorer, pytrec_eval, takes integers only): map the grades to whole numbers"
+        )
+    return int(number)
 
 
 def read_beir_folder(folder: str | Path, split: str = "test") -> BEIRData:
@@ -88,10 +141,13 @@ def read_beir_folder(folder: str | Path, split: str = "test") -> BEIRData:
 
     Judgements whose document or query is absent are dropped with one warning that counts them
     (BEIR ArguAna has 5 judgements pointing to documents missing from its corpus). Queries without
-    any remaining judgement are left out, as mteb does.
+    any remaining judgement are left out, as mteb does; so are queries whose text is empty, counted in a
+    warning. An id given twice keeps its last record, as BEIR's loader does, with a warning that counts them.
 
     Raises:
-        TaskLoadError: a missing file (named), a malformed line (file and line), or no usable judgement.
+        TaskLoadError: a missing file (named), a malformed line (file and line): not UTF-8, not JSON, a text that
+            is not a string (``null``), a qrels score that is not a finite whole number (pytrec_eval, mteb's
+            scorer, takes integer grades only); or no usable judgement.
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -106,32 +162,39 @@ def read_beir_folder(folder: str | Path, split: str = "test") -> BEIRData:
         )
 
     corpus = {
-        str(r["_id"]): {"title": str(r.get("title") or ""), "text": str(r["text"])} for _, r in _read_jsonl(corpus_path)
+        key: {"title": str(r.get("title") or ""), "text": r["text"]} for key, (_, r) in _by_id(corpus_path).items()
     }
-    query_records = {str(r["_id"]): r for _, r in _read_jsonl(queries_path)}
+    query_records = {key: r for key, (_, r) in _by_id(queries_path).items()}
+    empty = {key for key, r in query_records.items() if not r["text"].strip()}
+    if empty:
+        logger.warning(
+            "%s: %d quer(y/ies) with empty text are left out with their judgements (e.g. %s)",
+            queries_path,
+            len(empty),
+            ", ".join(repr(key) for key in sorted(empty)[:3]),
+        )
+        query_records = {key: r for key, r in query_records.items() if key not in empty}
 
     qrels: dict[str, dict[str, int]] = {}
     missing_docs: list[str] = []
     missing_queries: list[str] = []
-    with qrels_path.open("r", encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            fields = line.rstrip("\n\r").split("\t")
-            if not line.strip() or (line_number == 1 and fields[0] == "query-id"):
-                continue
-            if len(fields) < 3:
-                raise TaskLoadError(f"{qrels_path}, line {line_number}: expected query-id<TAB>corpus-id<TAB>score")
-            query_id, doc_id = fields[0], fields[1]
-            try:
-                score = int(float(fields[2]))
-            except ValueError as error:
-                raise TaskLoadError(f"{qrels_path}, line {line_number}: score {fields[2]!r} is not a number") from error
-            if doc_id not in corpus:
-                missing_docs.append(doc_id)
-                continue
-            if query_id not in query_records:
-                missing_queries.append(query_id)
-                continue
-            qrels.setdefault(query_id, {})[doc_id] = score
+    for line_number, line in _lines(qrels_path):
+        fields = line.rstrip("\n\r").split("\t")
+        if not line.strip() or (line_number == 1 and fields[0] == "query-id"):
+            continue
+        if len(fields) < 3:
+            raise TaskLoadError(f"{qrels_path}, line {line_number}: expected query-id<TAB>corpus-id<TAB>score")
+        query_id, doc_id = fields[0], fields[1]
+        score = _grade(fields[2], qrels_path, line_number)
+        if query_id in empty:
+            continue  # left out above, with its judgements
+        if doc_id not in corpus:
+            missing_docs.append(doc_id)
+            continue
+        if query_id not in query_records:
+            missing_queries.append(query_id)
+            continue
+        qrels.setdefault(query_id, {})[doc_id] = score
     if missing_docs:
         logger.warning(
             "%s: dropped %d judgement(s) whose document is not in the corpus (e.g. %s)",
@@ -149,7 +212,7 @@ def read_beir_folder(folder: str | Path, split: str = "test") -> BEIRData:
     qrels = {qid: docs for qid, docs in qrels.items() if any(score > 0 for score in docs.values())}
     if not qrels:
         raise TaskLoadError(f"{qrels_path}: no judgement with a positive score refers to a known query and document")
-    queries = {qid: str(query_records[qid]["text"]) for qid in qrels}
+    queries = {qid: query_records[qid]["text"] for qid in qrels}
     return BEIRData(
         corpus=corpus,
         queries=queries,
