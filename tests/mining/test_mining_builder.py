@@ -147,11 +147,11 @@ def test_resume_after_a_kill_recomputes_nothing_finished(tmp_path, tiny_model, m
     original = GroupBuilder.write_chunk
     calls = {"n": 0}
 
-    def dying_write(self, shard, num_shards, chunk, table, encode_seconds):
+    def dying_write(self, shard, num_shards, chunk, table, encode_seconds, vectors=None):
         calls["n"] += 1
         if calls["n"] == 3:
             raise KeyboardInterrupt("simulated kill while writing chunk 2")
-        original(self, shard, num_shards, chunk, table, encode_seconds)
+        original(self, shard, num_shards, chunk, table, encode_seconds, vectors)
 
     monkeypatch.setattr(GroupBuilder, "write_chunk", dying_write)
     with pytest.raises(KeyboardInterrupt):
@@ -441,7 +441,7 @@ def test_resuming_after_the_corpus_was_edited_is_refused(tmp_path, tiny_model, m
     corpus = _corpus(tmp_path / "corpus.jsonl", documents=6)
     out = tmp_path / "out"
 
-    def dying_write(self, shard, num_shards, chunk, table, encode_seconds):
+    def dying_write(self, shard, num_shards, chunk, table, encode_seconds, vectors=None):
         raise KeyboardInterrupt("simulated kill")
 
     with monkeypatch.context() as patch:

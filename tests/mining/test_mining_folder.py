@@ -149,12 +149,12 @@ def test_a_full_disk_is_named_with_its_free_space_and_the_rerun_resumes(tmp_path
     calls = {"n": 0}
     original = MiningLayout.write_chunk
 
-    def full_disk(self, shard, num_shards, chunk, table, counts):
+    def full_disk(self, shard, num_shards, chunk, table, counts, embeddings=None):
         calls["n"] += 1
         if calls["n"] == 2:
             path = self.chunk_dir(shard, num_shards, chunk) / "passages.parquet"
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
-        original(self, shard, num_shards, chunk, table, counts)
+        original(self, shard, num_shards, chunk, table, counts, embeddings)
 
     with monkeypatch.context() as patch:
         patch.setattr(MiningLayout, "write_chunk", full_disk)

@@ -35,6 +35,7 @@ class MiningEncoder:
         self._plan: TokenPlan | None = None
         self._planned = False
         self._checked = False
+        self._identity: dict[str, Any] | None = None
 
     @property
     def model(self) -> Any:
@@ -78,6 +79,14 @@ class MiningEncoder:
             keep_token_ids=keep_ids,
             unsafe_characters=unsafe_characters(tokenizer) if keep_ids else (),
         )
+
+    def identity(self) -> dict[str, Any]:
+        """What the vectors depend on besides the text (:func:`~xprt_st.mining.layout.embeddings.encoder_identity`)."""
+        if self._identity is None:
+            from xprt_st.mining.layout.embeddings import encoder_identity
+
+            self._identity = encoder_identity(self.model, self.prompt_text())
+        return self._identity
 
     def plan(self) -> TokenPlan | None:
         """How passage ids become the model's batches; None where the text must be tokenized again."""

@@ -1,12 +1,13 @@
 """Hard negatives from other documents: each anchor's nearest passages elsewhere in the corpus, false ones filtered.
 
 Mining ranks passages within one document; a hard negative needs the whole corpus. This second pass reads a
-merged mining folder, embeds its training passages once with the mining model (into a memory-mapped file, chunk
-by chunk), and for every training group keeps the ``depth`` nearest passages of *other* documents to its anchor,
-scanning the passages chunk by chunk with a running top-``depth`` per anchor: memory is bounded by one
-(anchors x passages) chunk of scores, never by the corpus. NV-Retriever's positive-aware filter then drops every
-candidate whose cosine to the anchor exceeds ``max_ratio`` x the positive's (likely an unlabelled positive), and
-the first ``count`` left become the columns ``negative_1 .. negative_K`` of the training dataset.
+merged mining folder, takes its training passages' vectors from mining's stored ones (encoding only those mining
+did not: :mod:`xprt_st.mining.passage_vectors`) into a memory-mapped file, and for every training group keeps the
+``depth`` nearest passages of *other* documents to its anchor, scanning the passages chunk by chunk with a running
+top-``depth`` per anchor: memory is bounded by one (anchors x passages) chunk of scores, never by the corpus.
+NV-Retriever's positive-aware filter then drops every candidate whose cosine to the anchor exceeds ``max_ratio`` x
+the positive's (likely an unlabelled positive), and the first ``count`` left become the columns
+``negative_1 .. negative_K`` of the training dataset.
 
 Held-out documents (``holdout``) are never candidates. The math is in the pure functions
 :func:`nearest_other_documents` and :func:`positive_aware_filter`; :func:`add_hard_negatives` does the I/O.
@@ -26,6 +27,7 @@ import numpy as np
 
 from xprt_st.columns import ANCHOR, negative_columns
 from xprt_st.mining.config import MiningError
+from xprt_st.mining.passage_vectors import fill_passage_vectors
 
 logger = logging.getLogger(__name__)
 
@@ -190,6 +192,7 @@ def add_hard_negatives(
     query_chunk: int = 1024,
     pool_chunk: int = 8192,
     seed: int = 0,
+    reuse_embeddings: bool = True,
 ) -> dict[str, Any]:
     """Add ``negative_1 .. negative_{count}`` to the training groups of the merged mining folder ``folder``.
 
@@ -203,6 +206,8 @@ def add_hard_negatives(
         query_chunk, pool_chunk: anchors and passages scored at once (the memory bound).
         seed: draws the stand-in of a group whose every candidate was filtered: a random passage of another
             training document.
+        reuse_embeddings: copy the vectors mining stored where they fit (:mod:`xprt_st.mining.passage_vectors`);
+            false encodes every passage again.
 
     Returns:
         The statistics also written under ``hard_negatives`` in ``stats.json`` (whose ``settings`` then record
@@ -247,16 +252,9 @@ def add_hard_negatives(
         pool = np.lib.format.open_memmap(
             Path(scratch) / "pool.npy", mode="w+", dtype=np.float32, shape=(len(pool_rows), dim)
         )
-        step = 4096
-        for start in range(0, len(pool_rows), step):
-            rows = pool_rows[start : start + step]
-            pool[start : start + len(rows)] = sentence_model.encode(
-                [texts[int(r)].as_py() for r in rows],
-                batch_size=batch_size,
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-            )
+        reused = fill_passage_vectors(
+            folder, texts.to_pylist(), pool_rows, sentence_model, pool, batch_size, reuse=reuse_embeddings
+        )
         pool.flush()
         position = np.full(len(labels), -1, dtype=np.int64)
         position[pool_rows] = np.arange(len(pool_rows))
@@ -305,6 +303,7 @@ def add_hard_negatives(
         "groups_padded": int(((survived > 0) & (survived < count)).sum()),
         "mean_negative_cosine": float(np.mean(scores_kept)) if scores_kept else None,
         "mean_positive_cosine": float(np.mean(positives_seen)) if positives_seen else None,
+        "reused_vectors": reused,
         "model": str(model) if isinstance(model, str | Path) or model is None else "given",
     }
     stats.setdefault("settings", {})["hard_negatives"] = count

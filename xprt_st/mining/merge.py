@@ -54,6 +54,7 @@ from xprt_st.mining.layout import (
     publish_passages,
     write_arrow,
 )
+from xprt_st.mining.layout.embeddings import publish_embeddings
 from xprt_st.mining.quantiles import exact_quantiles
 from xprt_st.mining.stages import sections_of
 from xprt_st.mining.stats import build_stats, skip_diagnosis, sum_counts
@@ -323,6 +324,9 @@ def finish_merge(plan: MergePlan, stored: dict[str, Any], part_counts: list[dict
         shutil.rmtree(heldout)  # re-merged without --holdout: every document is a training document again
     if config.holdout > 0:
         stats["holdout"]["contamination"] = _contamination(output_dir)
+    texts = (t for table in layout.iter_passages(plan.num_shards, ["text"]) for t in table.column("text").to_pylist())
+    record = publish_embeddings(layout.chunk_dirs(plan.num_shards), texts, output_dir)
+    stats["embeddings"] = None if record is None else {k: record[k] for k in ("rows", "dimension", "dtype")}
     layout.write_stats(stats)
     shutil.rmtree(staging, ignore_errors=True)
     _raise_without_groups(stats, int(merged.get("scored_documents", 0)), stored, plan, output_dir)

@@ -216,6 +216,8 @@ class ScoredBatch:
     table: pa.Table
     documents: int
     encode_seconds: float
+    vectors: np.ndarray | None = None
+    """One L2-normalised vector per row of ``table`` (NaN rows: passages not encoded); None when none was."""
 
 
 def score_chunk(
@@ -255,6 +257,7 @@ def score_chunk(
             rankings[doc.label] = rank_all_passages(vectors[offset : offset + n], doc_tfidf, top_k, rank_by)
             offset += n
         rows: dict[str, list[Any]] = {name: [] for name in PASSAGE_SCHEMA.names}
+        kept = _row_vectors(batch_docs, scored, vectors) if flat else None
         for doc in batch_docs:
             scores, ranked = rankings.get(doc.label, (None, []))
             for i, text in enumerate(doc.passages):
@@ -271,4 +274,18 @@ def score_chunk(
                 rows["tfidf_scores"].append(ranking.tfidf_scores if ranking else [])
                 rows["fused_scores"].append(ranking.fused_scores if ranking else [])
                 rows["headings"].extend(headings_column([doc]) if i == 0 else [[]])
-        yield ScoredBatch(pa.table(rows, schema=PASSAGE_SCHEMA), len(batch_docs), seconds)
+        yield ScoredBatch(pa.table(rows, schema=PASSAGE_SCHEMA), len(batch_docs), seconds, kept)
+
+
+def _row_vectors(batch_docs: Sequence[Document], scored: Sequence[Document], vectors: np.ndarray) -> np.ndarray:
+    """The encoded vectors placed at their documents' rows of the batch; NaN rows for documents not encoded."""
+    encoded = {doc.label for doc in scored}
+    out = np.full((sum(len(d.passages) for d in batch_docs), vectors.shape[1]), np.nan, dtype=np.float32)
+    row = offset = 0
+    for doc in batch_docs:
+        n = len(doc.passages)
+        if doc.label in encoded:
+            out[row : row + n] = vectors[offset : offset + n]
+            offset += n
+        row += n
+    return out

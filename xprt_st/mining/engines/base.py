@@ -97,9 +97,10 @@ def score_documents(
     scorer: TfidfScorer,
     config: MiningConfig,
     on_batch: Callable[[int], None] | None = None,
-) -> tuple[pa.Table, float]:
-    """Score a chunk's documents (:func:`~xprt_st.mining.stages.score_chunk`): its rows and seconds in the encoder."""
-    tables, seconds = [], 0.0
+) -> tuple[pa.Table, float, np.ndarray | None]:
+    """Score a chunk's documents (:func:`~xprt_st.mining.stages.score_chunk`): its rows, seconds in the encoder,
+    and the rows' vectors (NaN rows where not encoded; None when nothing was encoded)."""
+    tables, seconds, vectors = [], 0.0, []
     batches = score_chunk(
         documents,
         encode,
@@ -113,9 +114,23 @@ def score_documents(
     for batch in batches:
         tables.append(batch.table)
         seconds += batch.encode_seconds
+        vectors.append(batch.vectors)
         if on_batch is not None:
             on_batch(batch.documents)
-    return (pa.concat_tables(tables) if tables else PASSAGE_SCHEMA.empty_table()), seconds
+    table = pa.concat_tables(tables) if tables else PASSAGE_SCHEMA.empty_table()
+    return table, seconds, _chunk_vectors(vectors, [t.num_rows for t in tables])
+
+
+def _chunk_vectors(parts: list[np.ndarray | None], rows: list[int]) -> np.ndarray | None:
+    """The batches' vectors stacked (a batch with none encoded: NaN rows); None when no batch encoded any."""
+    dims = {p.shape[1] for p in parts if p is not None}
+    if not dims:
+        return None
+    dim = dims.pop()
+    filled = [
+        p if p is not None else np.full((n, dim), np.nan, dtype=np.float32) for p, n in zip(parts, rows, strict=True)
+    ]
+    return np.concatenate(filled, axis=0)
 
 
 def check_output_outside_inputs(output_dir: Path, corpus: Sequence[str | Path]) -> None:
@@ -226,11 +241,22 @@ class Engine:
         """The chunks of a shard not yet stored (a killed run resumes at these)."""
         return [c for c in range(num_chunks) if not self.layout.chunk_done(shard, num_shards, c)]
 
-    def score(self, documents: Sequence[Document], scorer: TfidfScorer, on_batch: Any = None) -> tuple[pa.Table, float]:
+    def score(
+        self, documents: Sequence[Document], scorer: TfidfScorer, on_batch: Any = None
+    ) -> tuple[pa.Table, float, np.ndarray | None]:
         return score_documents(documents, self.encode, scorer, self.config, on_batch)
 
-    def write_chunk(self, shard: int, num_shards: int, chunk: int, table: pa.Table, encode_seconds: float) -> None:
-        self.layout.write_chunk(shard, num_shards, chunk, table, {"encode_seconds": encode_seconds})
+    def write_chunk(
+        self,
+        shard: int,
+        num_shards: int,
+        chunk: int,
+        table: pa.Table,
+        encode_seconds: float,
+        vectors: np.ndarray | None = None,
+    ) -> None:
+        embeddings = (vectors, self.encoder.identity()) if vectors is not None else None
+        self.layout.write_chunk(shard, num_shards, chunk, table, {"encode_seconds": encode_seconds}, embeddings)
 
     def finish_shard(self, shard: int, num_shards: int, counts: dict[str, Any], num_chunks: int) -> dict[str, Any]:
         """Add the chunks' counts to the split's and write the shard's ``COMPLETE`` marker (last)."""

@@ -124,8 +124,8 @@ class GroupBuilder(Engine):
                         progress.advance(task, min(size, total - c * size))
                         continue
                     chunk_docs = folder.read_documents(c * size, min((c + 1) * size, total))
-                    table, seconds = self.score(chunk_docs, scorer, lambda k: progress.advance(task, k))
-                    self.write_chunk(shard_index, n, c, table, seconds)
+                    table, seconds, vectors = self.score(chunk_docs, scorer, lambda k: progress.advance(task, k))
+                    self.write_chunk(shard_index, n, c, table, seconds, vectors)
                     result.chunks_computed.append(c)
         result.counts = self.finish_shard(shard_index, n, counts, num_chunks)
         return result

@@ -422,8 +422,9 @@ class ChunkWorker:
         for chunk, spans in zip(batch["chunk"], batch["spans"], strict=True):
             tick = time.perf_counter()
             documents = self.documents(json.loads(spans))
-            table, encode_seconds = score_documents(documents, self.encoder.encode, self.scorer, self.config)
-            self.layout.write_chunk(0, 1, int(chunk), table, {"encode_seconds": encode_seconds})
+            table, encode_seconds, vectors = score_documents(documents, self.encoder.encode, self.scorer, self.config)
+            embeddings = (vectors, self.encoder.identity()) if vectors is not None else None
+            self.layout.write_chunk(0, 1, int(chunk), table, {"encode_seconds": encode_seconds}, embeddings)
             chunks.append(int(chunk))
             counts.append(len(documents))
             seconds.append(time.perf_counter() - tick)

@@ -17,11 +17,15 @@ leaves is either whole or ignored (and its temporary files are removed by the ne
     DIR/heldout/passages/         with --holdout: every passage of the held-out documents (a datasets folder)
     DIR/heldout/titles/           with --holdout, when the held-out documents have any: their titles and headings,
                                   each with the passages it covers (a datasets folder)
+    DIR/embeddings.npy            the passages' vectors from mining's encoder in passages.parquet's row order (NaN
+                                  rows: not encoded), with DIR/embeddings.json (encoder identity, text hash); reused
+                                  by the hard-negative pass (:mod:`xprt_st.mining.layout.embeddings`)
     DIR/mining_config.json        the run manifest: settings that shaped the scores and the input's identity
     DIR/.xprt-mine-run.lock       while a run writes: its pid, host and start (``.xprt-mine-shard-IIIII.lock``
                                   for a shard job)
     DIR/shards/shard-SSSSS-of-NNNNN/{split.parquet, split_stats.json, document_frequencies.npz,
-                                     chunk-CCCCC/{passages.parquet, stats.json}, COMPLETE}
+                                     chunk-CCCCC/{passages.parquet, stats.json,
+                                     embeddings.npy, embeddings.json}, COMPLETE}
     DIR/shards/ray-units/unit-UUUUU/{split.parquet, split_stats.json, document_frequencies.npz}
 """
 
@@ -45,6 +49,7 @@ from xprt_st.mining.config import (
     MiningOutputError,
     stored_model_name,
 )
+from xprt_st.mining.layout.embeddings import EMBEDDINGS_FILE, EMBEDDINGS_RECORD
 from xprt_st.mining.layout.split import DF_FILE, SPLIT_FILE, SPLIT_ROW_GROUP, SPLIT_STATS_FILE, SplitFolder
 from xprt_st.mining.reader import input_differences, input_identity
 from xprt_st.mining.stages import PASSAGE_SCHEMA
@@ -125,6 +130,8 @@ OWNED_NAMES = (
     DATASET_INFO,
     HELDOUT_DIR,
     LOG_FILE,
+    EMBEDDINGS_FILE,
+    EMBEDDINGS_RECORD,
 )
 """Top-level names mining writes (with ``data-*.arrow``, temporary folders, locks and ``shards/`` parts)."""
 CHUNK_PATTERN = "chunk-[0-9][0-9][0-9][0-9][0-9]"
@@ -326,12 +333,27 @@ class MiningLayout:
     def chunk_done(self, shard_index: int, num_shards: int, chunk: int) -> bool:
         return self.chunk_dir(shard_index, num_shards, chunk).is_dir()
 
-    def write_chunk(self, shard_index: int, num_shards: int, chunk: int, table: pa.Table, counts: dict) -> None:
-        """Write a scored chunk into a temporary folder and rename it into place (the chunk's marker)."""
+    def write_chunk(
+        self,
+        shard_index: int,
+        num_shards: int,
+        chunk: int,
+        table: pa.Table,
+        counts: dict,
+        embeddings: tuple[Any, dict[str, Any]] | None = None,
+    ) -> None:
+        """Write a scored chunk into a temporary folder and rename it into place (the chunk's marker).
+
+        ``embeddings``: the rows' vectors and their encoder's identity, kept for the later stages
+        (:mod:`xprt_st.mining.layout.embeddings`)."""
         final = self.chunk_dir(shard_index, num_shards, chunk)
         tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
         tmp.mkdir(parents=True)
         pq.write_table(table, tmp / PASSAGES_FILE)
+        if embeddings is not None:
+            from xprt_st.mining.layout.embeddings import write_chunk_embeddings
+
+            write_chunk_embeddings(tmp, *embeddings)
         (tmp / STATS_FILE).write_text(json.dumps(counts))
         os.replace(tmp, final)
 
@@ -359,6 +381,10 @@ class MiningLayout:
         path = self.chunk_dir(shard, num_shards, chunk) / PASSAGES_FILE
         schema = PASSAGE_SCHEMA if columns is None else pa.schema([PASSAGE_SCHEMA.field(c) for c in columns])
         return pq.read_table(path, columns=columns, schema=schema)
+
+    def chunk_dirs(self, num_shards: int) -> list[Path]:
+        """The folder of every stored chunk of the complete shards, in shard and chunk order."""
+        return [self.chunk_dir(shard, num_shards, chunk) for shard, chunk in self.chunks(num_shards)]
 
     def iter_passages(self, num_shards: int, columns: list[str] | None = None) -> Iterator[pa.Table]:
         """The stored passages chunk by chunk (bounded memory), in shard and chunk order."""

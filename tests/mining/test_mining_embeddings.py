@@ -1,0 +1,81 @@
+"""Mining keeps its passage vectors; the hard-negative pass reuses them and encodes no passage mining encoded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import datasets
+import numpy as np
+import pyarrow.parquet as pq
+from sentence_transformers import SentenceTransformer
+
+from tests.mining.test_mining_merge import _corpus
+from xprt_st.mining import mine
+from xprt_st.mining.hard_negatives import add_hard_negatives
+from xprt_st.mining.merge import merge
+
+SETTINGS = {"max_tokens": 32, "min_tokens": 8, "batch_size": 16, "id_field": "id", "holdout": 0.25}
+
+
+def _negatives(folder: Path) -> dict[str, list[str]]:
+    groups = datasets.load_from_disk(str(folder))
+    return {c: groups[c] for c in groups.column_names if c.startswith("negative_")}
+
+
+def test_hard_negatives_reuse_mining_vectors_and_match_a_fresh_encoding(
+    tmp_path: Path, tiny_model, monkeypatch
+) -> None:
+    corpus = _corpus(tmp_path / "c.jsonl", 16)
+    out = tmp_path / "mined"
+    mine(corpus, out, model=tiny_model, progress=False, **SETTINGS)
+    record = json.loads((out / "embeddings.json").read_text())
+    passages = pq.read_table(out / "passages.parquet").to_pylist()
+    stored = np.load(out / "embeddings.npy")
+    assert record["rows"] == len(passages) == stored.shape[0]
+    # a row is NaN exactly where its document has one passage (mining does not encode those)
+    sizes: dict[int, int] = {}
+    for row in passages:
+        sizes[row["label"]] = sizes.get(row["label"], 0) + 1
+    single = np.array([sizes[row["label"]] == 1 for row in passages])
+    assert single.any() or np.isfinite(stored).all()
+    assert (np.isnan(stored[:, 0]) == single).all()
+    # the stored vectors are those the model gives these texts
+    encoded = ~single
+    fresh = tiny_model.encode([r["text"] for r in passages], normalize_embeddings=True, convert_to_numpy=True)
+    assert np.abs(stored[encoded] - fresh[encoded]).max() < 1e-5
+
+    seen: list[str] = []
+    original = SentenceTransformer.encode
+
+    def counting(self, sentences, *args, **kwargs):
+        seen.extend([sentences] if isinstance(sentences, str) else list(sentences))
+        return original(self, sentences, *args, **kwargs)
+
+    monkeypatch.setattr(SentenceTransformer, "encode", counting)
+    summary = add_hard_negatives(out, 2, model=tiny_model, batch_size=16)
+    mined_texts = {r["text"] for r, e in zip(passages, encoded, strict=True) if e}
+    training_single = {r["text"] for r, s in zip(passages, single, strict=True) if s and not r["held_out"]}
+    assert not set(seen) & mined_texts, "the hard-negative pass encoded a passage mining had encoded"
+    assert set(seen) == training_single
+    assert summary["reused_vectors"] == int((encoded & ~np.array([r["held_out"] for r in passages])).sum()) > 0
+    reused = _negatives(out)
+
+    seen.clear()
+    add_hard_negatives(out, 2, model=tiny_model, batch_size=16, reuse_embeddings=False)
+    assert len(seen) == sum(not r["held_out"] for r in passages)  # today's path: every training passage again
+    assert _negatives(out) == reused  # the same hard negatives as a fresh encoding
+
+    # a re-merge changes nothing about passages: the same vectors, nothing encoded
+    seen.clear()
+    merge(out)
+    assert np.array_equal(np.load(out / "embeddings.npy"), stored, equal_nan=True)
+    assert seen == []
+
+
+def test_stored_vectors_are_not_reused_for_another_model(tmp_path: Path, tiny_model, minilm) -> None:
+    corpus = _corpus(tmp_path / "c.jsonl", 12)
+    out = tmp_path / "mined"
+    mine(corpus, out, model=tiny_model, progress=False, **SETTINGS)
+    summary = add_hard_negatives(out, 1, model=minilm, batch_size=16)
+    assert summary["reused_vectors"] == 0
