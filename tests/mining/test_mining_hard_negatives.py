@@ -140,3 +140,31 @@ def test_more_hard_negatives_than_other_passages_are_refused_before_the_model_lo
         add_hard_negatives(out, 1000, model="/no/such/model")  # the check runs before any model is loaded
     assert (out / "stats.json").read_text() == before
     assert not any(c.startswith("negative_") for c in datasets.load_from_disk(str(out)).column_names)
+
+
+def test_a_re_merge_keeps_the_folders_hard_negatives_unless_told_to_drop_them(tmp_path: Path, tiny_model_path) -> None:
+    from typer.testing import CliRunner
+
+    from xprt_st.cli import app
+
+    corpus = _corpus(tmp_path / "c.jsonl", 10)
+    out = tmp_path / "mined"
+    common = ["--model", str(tiny_model_path), "--max-tokens", "32", "--min-tokens", "8", "-q"]
+    first = CliRunner().invoke(
+        app, ["mine", str(corpus), "-o", str(out), "--id-field", "id", "--hard-negatives", "2"] + common
+    )
+    assert first.exit_code == 0, first.output
+
+    def negatives() -> list[str]:
+        return [c for c in datasets.load_from_disk(str(out)).column_names if c.startswith("negative_")]
+
+    assert negatives() == ["negative_1", "negative_2"]
+    # README step 2's re-merge, with no --hard-negatives: the recipe that read this folder still can
+    again = CliRunner().invoke(app, ["mine", "--merge", str(out), "--threshold-quantile", "0.3"] + common)
+    assert again.exit_code == 0, again.output
+    assert "keeping the 2 hard negatives per group" in again.output
+    assert negatives() == ["negative_1", "negative_2"]
+    assert json.loads((out / "stats.json").read_text())["settings"]["hard_negatives"] == 2
+    dropped = CliRunner().invoke(app, ["mine", "--merge", str(out), "--hard-negatives", "0"] + common)
+    assert dropped.exit_code == 0, dropped.output
+    assert negatives() == []

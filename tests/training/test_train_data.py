@@ -49,3 +49,16 @@ def test_random_positive_data_is_refused_by_a_recipe_for_mined_positives(tmp_pat
     assert load_mined(folder, requires={"positive": "random"}).stats["settings"]["positive"] == "random"
     with pytest.raises(MinedDataError, match="positive='mined'"):
         load_mined(folder, requires={"positive": "mined"})
+
+
+def test_the_fix_for_other_mined_data_names_a_real_command_and_a_short_column_list(tmp_path):
+    # data mined with 20 hard negatives given to a recipe that reads 2: the fix is a real `mine --merge` command
+    # with the option as the CLI spells it, and the columns are summarised, not listed
+    folder = write_mined(tmp_path / "many", stats={"settings": {"hard_negatives": 20}}, negatives=20)
+    with pytest.raises(MinedDataError) as caught:
+        load_mined(folder, requires={"hard_negatives": 2}, min_rows=10**6)
+    message = str(caught.value)
+    assert f"xprt-st mine --merge {folder} --hard-negatives 2" in message
+    assert "--hard_negatives" not in message
+    columns = len(Dataset.load_from_disk(str(folder)).column_names)
+    assert "negative_20" not in message and f"and {columns - 8} more." in message

@@ -122,13 +122,14 @@ def mine(
         ),
     ] = DEFAULTS.holdout,
     hard_negatives: Annotated[
-        int,
+        int | None,
         typer.Option(
             help="After the merge, add K hard negatives per group (columns negative_1..K): the anchor's nearest "
             "passages of OTHER documents, embedded by the mining model, minus likely false negatives "
-            "(--hard-negative-max-ratio). Default 0: none (the paper's data). Read by recipe change-only-positive-hard."
+            "(--hard-negative-max-ratio). Default 0: none (the paper's data); with --merge, the folder's own K, so a "
+            "re-merge keeps its negatives (--hard-negatives 0 drops them). Read by recipe change-only-positive-hard."
         ),
-    ] = 0,
+    ] = None,
     hard_negative_max_ratio: Annotated[
         float,
         typer.Option(help="Drop a candidate whose cosine to the anchor exceeds this x the positive's (NV-Retriever)."),
@@ -172,6 +173,13 @@ def mine(
         try:
             if threshold is not None and threshold_quantile is not None:
                 raise typer.BadParameter("give --threshold or --threshold-quantile, not both")
+            if hard_negatives is None:
+                hard_negatives = _stored_hard_negatives(merge_dir) if merge_dir is not None else 0
+                if hard_negatives:
+                    console.print(
+                        f"keeping the {hard_negatives} hard negatives per group that {merge_dir} was mined with "
+                        "(--hard-negatives 0 drops them)"
+                    )
             _check_hard_negatives(hard_negatives, hard_negative_max_ratio, pairs)
             config = MiningConfig(
                 text_field=text_field,
@@ -252,6 +260,14 @@ def mine(
         Console().print(summary_table(stats))
         if report:
             console.print(f"report: {write_report(folder)}")
+
+
+def _stored_hard_negatives(folder: Path) -> int:
+    """The hard negatives per group a mined folder holds (0 when it holds none or has no stats yet)."""
+    try:
+        return int((read_stats(folder) or {}).get("settings", {}).get("hard_negatives", 0) or 0)
+    except (TypeError, ValueError, AttributeError):
+        return 0
 
 
 def _check_hard_negatives(count: int, max_ratio: float, pairs: str) -> None:

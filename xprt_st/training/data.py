@@ -122,14 +122,25 @@ def load_mined(
         if found is None:
             logger.warning("%s/%s does not record %r; assuming it was mined with %r", folder, STATS_FILE, key, expected)
         elif str(found) != str(expected):
+            option = "--" + key.replace("_", "-")
             problems.append(
                 f"the recipe needs data mined with {key}={expected!r} but {STATS_FILE} says {key}={found!r} "
-                f"(mine again with `--{key} {expected}` or pick the recipe made for this data)"
+                f"(add them to this folder with `xprt-st mine --merge {folder} {option} {expected}`, "
+                "or pick the recipe made for this data)"
             )
     if problems:
         raise MinedDataError(
             f"{folder} cannot be used by this recipe: "
             + "; ".join(problems)
-            + f". Columns found: {', '.join(loaded.column_names)}."
+            + f". Columns found: {_shown_columns(loaded.column_names)}."
         )
     return MinedData(dataset=loaded.select_columns([*dict.fromkeys([*columns, LABEL])]), stats=stats, path=folder)
+
+
+SHOWN_COLUMNS = 8
+"""Column names listed in a refusal before "and N more" (data mined with 1,000 hard negatives has 1,006)."""
+
+
+def _shown_columns(names: list[str]) -> str:
+    shown = ", ".join(names[:SHOWN_COLUMNS])
+    return shown + (f" and {len(names) - SHOWN_COLUMNS} more" if len(names) > SHOWN_COLUMNS else "")
