@@ -482,3 +482,16 @@ def test_prompt_is_passed_to_the_encoder_and_prompt_names_are_checked(tmp_path, 
     assert rows and all(row[: len(prompt_ids)] == prompt_ids for row in rows)
     with pytest.raises(MiningConfigError, match="prompt_name='passage' is not a prompt of the model"):
         GroupBuilder([corpus], tmp_path / "b", _config(prompt_name="passage"), model=tiny_model, progress=False).run()
+
+
+def test_the_summary_says_how_many_documents_the_draw_really_held_out() -> None:
+    # two documents with --holdout 0.5: the hash draw may hold out none, and "50.0% of documents" said otherwise
+    from rich.console import Console
+
+    from xprt_st.mining.stats import summary_table
+
+    console = Console(width=200, record=True)
+    console.print(summary_table({"documents": 2, "holdout": {"fraction": 0.5, "documents": 0, "groups": 0}}))
+    shown = console.export_text()
+    assert "0 of 2 documents (--holdout 50.0%)" in shown
+    assert "50.0% of documents" not in shown

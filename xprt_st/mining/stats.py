@@ -158,7 +158,7 @@ def summary_table(stats: dict[str, Any]) -> Any:
         table.add_row(f"text read from field: {name}", str(count), "")
     holdout = stats.get("holdout")
     if holdout:
-        table.add_row("held out (never trained on)", f"{holdout['fraction']:.1%} of documents", "")
+        table.add_row("held out (never trained on)", _held_out_share(holdout, stats.get("documents")), "")
         for key in ("documents", "groups", "passages", "titles", "headings"):
             if key in holdout:
                 table.add_row(f"held out: {key}", str(holdout[key]), "")
@@ -167,3 +167,14 @@ def summary_table(stats: dict[str, Any]) -> Any:
             shown = f"{found.get('documents', 0)} documents, {found.get('passages', 0)} passages"
             table.add_row("held out but also in training (same text, other id)", shown, "")
     return table
+
+
+def _held_out_share(holdout: dict[str, Any], documents: Any) -> str:
+    """The documents the draw really held out, beside the fraction asked for: on a small corpus the hash draw of
+    ``--holdout 0.5`` can hold out none of 2 documents, and "50.0% of documents" would say otherwise."""
+    asked = f"--holdout {holdout['fraction']:.1%}"
+    held = holdout.get("documents")
+    if not isinstance(held, int):
+        return f"{holdout['fraction']:.1%} of documents"
+    of_total = f" of {documents}" if isinstance(documents, int) else ""
+    return f"{held}{of_total} documents ({asked})"
