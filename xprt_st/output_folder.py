@@ -44,6 +44,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from xprt_st.fingerprint import FINGERPRINT_FILE
 from xprt_st.paths import output_folder_problem, path_length_problem
 
 logger = logging.getLogger(__name__)
@@ -88,15 +89,14 @@ COMMAND_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
         "finetune_compare.csv/json and its trainer folders",
         ("finetune_compare.csv", "finetune_compare.json", "trainer-*", "*+ft", "pretrained"),
     ),
-    "quickstart": (
-        "its mined data, model and evaluation",
-        ("mined", "model", "evaluation", "corpus-subset.jsonl", "summary.json"),
-    ),
+    "quickstart": ("its mined data, model and evaluation", ()),
 }
 """Per command: what it writes (for the refusal) and the top-level names that are its own without a manifest.
 
 The names are ones no user would choose for their own files, so folders written before manifests existed are
-recognised; a model's ``README.md`` or ``config.json`` is a command's only through its manifest. ``compare`` keeps
+recognised; a model's ``README.md`` or ``config.json`` is a command's only through its manifest. The quickstart has
+none: ``model``, ``mined`` and ``evaluation`` are names a user gives their own folders, and its stages are its own
+only through its manifest and fingerprints (:mod:`xprt_st.fingerprint`). ``compare`` keeps
 no manifest (several processes share its folder), so its names must cover everything it writes.
 """
 SHARED_FOLDERS = frozenset({"compare"})
@@ -270,7 +270,8 @@ class FolderLock:
 
 
 def _infrastructure(name: str) -> bool:
-    return name in (LOCK_FILE, MANIFEST_FILE) or any(fnmatch.fnmatchcase(name, p) for p in LOG_PATTERNS)
+    own_records = (LOCK_FILE, MANIFEST_FILE, FINGERPRINT_FILE)
+    return name in own_records or any(fnmatch.fnmatchcase(name, p) for p in LOG_PATTERNS)
 
 
 def _shown(names: Sequence[str]) -> str:
@@ -456,6 +457,7 @@ class OutputFolder:
             remove_path(self.path / name)
         if self.exclusive:
             self._write_manifest(set())
+            (self.path / FINGERPRINT_FILE).unlink(missing_ok=True)  # what made the deleted run's stages
 
     def _write_manifest(self, files: set[str], pending: set[str] | None = None) -> None:
         record: dict[str, Any] = {"command": self.command, "files": sorted(files)}
