@@ -93,15 +93,46 @@ def test_a_second_writer_is_refused_naming_the_holder_and_a_dead_holder_is_taken
     )
     assert json.loads((out / LOCK_FILE).read_text())["pid"] == live_pid  # the holder's lock is left alone
 
-    # a killed run of the same command: its lock is taken over with a line, and what it wrote becomes ours
+    # a killed run of the same command: its lock is taken over with a line; what it recorded is ours, nothing else
     (out / "checkpoint-1").mkdir()
-    (out / "README.md").write_text("written by the killed run")
-    stale = {**record, "pid": _dead_pid(), "names": []}
+    (out / "notes.md").write_text("the user's, added after the kill")
+    stale = {**record, "pid": _dead_pid()}
     (out / LOCK_FILE).write_text(json.dumps(stale))
-    with caplog.at_level(logging.WARNING), command_folder(out, "train"):
+    with caplog.at_level(logging.WARNING), command_folder(out, "train", overwrite=True):
         pass
     assert f"taking over the stale lock {out / LOCK_FILE}" in caplog.text and "no longer running" in caplog.text
-    assert json.loads((out / MANIFEST_FILE).read_text())["files"] == ["README.md", "checkpoint-1"]
+    assert (out / "notes.md").exists() and not (out / "checkpoint-1").exists()
+    assert not (out / MANIFEST_FILE).exists() or json.loads((out / MANIFEST_FILE).read_text())["files"] == []
+
+
+def test_a_killed_save_leaves_its_names_to_the_rerun_and_a_users_files_stay_foreign(tmp_path):
+    """Round 5: adoption of a killed run takes only what it recorded: names it listed (:meth:`record`) and what
+    appeared during the save it declared (:meth:`writing`); a user's file from before that save is never its."""
+    out = tmp_path / "run"
+    folder = command_folder(out, "train").acquire()
+    folder.record("checkpoint-1")
+    (out / "checkpoint-1").mkdir()
+    (out / "notes.md").write_text("the user's, written while the run trained")
+    with pytest.raises(KeyboardInterrupt), folder.writing():
+        (out / "model.safetensors").write_bytes(b"half")
+        manifest = json.loads((out / MANIFEST_FILE).read_text())  # what a kill -9 here would leave
+        assert manifest["files"] == ["checkpoint-1"] and manifest["writing_beside"] == ["checkpoint-1", "notes.md"]
+        raise KeyboardInterrupt
+    (out / MANIFEST_FILE).write_text(json.dumps(manifest))
+    (out / LOCK_FILE).write_text(json.dumps({"pid": _dead_pid(), "host": socket.gethostname(), "command": "train"}))
+    with command_folder(out, "train") as again:
+        assert again.own() == {"checkpoint-1", "model.safetensors"}
+    assert command_folder(out, "train").foreign() == ["notes.md"]
+
+
+def test_an_unreadable_lock_is_called_unreadable_not_a_process_that_ended(tmp_path, caplog):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / LOCK_FILE).write_text("{half-writ")
+    with caplog.at_level(logging.WARNING), command_folder(out, "train"):
+        pass
+    assert "an unreadable lock file: its holder cannot be named or checked" in caplog.text
+    assert "no longer running" not in caplog.text
 
 
 def test_mining_uses_the_same_lock(tmp_path, live_pid):

@@ -292,8 +292,8 @@ def test_a_bad_record_past_the_first_ends_in_one_line_naming_its_line(
 def test_an_output_folder_mined_from_other_documents_is_named_and_kept(
     elsewhere: Path, tmp_path: Path, tiny_model_path: Path
 ) -> None:
-    """A second corpus into the first's --output: refused in one line with the quickstart's own advice (it has no
-    --overwrite), and the first mining is left as it was."""
+    """A second corpus into the first's --output: refused in one line, before any work, naming the corpus that
+    differs and the ways on (--overwrite or a new -o), and the first mining is left as it was."""
     first, _ = _write_user_data(tmp_path / "first")
     second, _ = _write_user_data(tmp_path / "second")
     user = ["--text-field", "body", "--id-field", "doc_id", "-o", "out", "--model", str(tiny_model_path), "-q"]
@@ -301,11 +301,12 @@ def test_an_output_folder_mined_from_other_documents_is_named_and_kept(
     CliRunner().invoke(app, ["quickstart", "--corpus", str(first), *user, "--batch-size", "500"])
     stats = (elsewhere / "out" / "mined" / "stats.json").read_text()
     result = CliRunner().invoke(app, ["quickstart", "--corpus", str(second), *user])
-    assert result.exit_code == 1, f"{result.output}\n{result.exception!r}"
+    assert result.exit_code == 2, f"{result.output}\n{result.exception!r}"
     assert "Traceback" not in result.output and result.output.count("error:") == 1, result.output
     flat = _Said(result.output)
-    assert "error: --output out: out/mined holds a run mined from other input" in flat
-    assert "Give a new --output folder, or delete out/mined" in flat and "--overwrite" not in flat
+    assert f"error: --output out: out/mined was made with other settings (--corpus [{first.resolve()}" in flat
+    assert f"-> [{second.resolve()}" in flat
+    assert "Pass --overwrite to delete that run and start again, or give a new -o folder." in flat
     assert (elsewhere / "out" / "mined" / "stats.json").read_text() == stats
 
 

@@ -7,8 +7,11 @@ A command that writes into a folder (``train``, ``interpolate``, ``evaluate``, `
   start). A second command gets one line naming the holder; a lock whose holder ran on this host and is gone (a
   ``kill -9``) is taken over with a line saying so;
 - **a manifest** (``DIR/.xprt-st-manifest.json``): the command and the top-level names it wrote. What the command
-  wrote is what appeared in the folder while it held the lock (the lock records the names present when it was
-  taken, so a killed run's files are adopted by the command that takes its stale lock over);
+  wrote is what appeared in the folder while it held the lock, recorded when it ends; a command that may be killed
+  midway records its names as it goes (:meth:`OutputFolder.record` before it writes a name,
+  :meth:`OutputFolder.writing` around a save whose names it cannot list in advance). The command that takes a killed
+  run's stale lock over adopts only what that run recorded: a user's ``notes.md`` added after the kill is never
+  deleted by ``--overwrite``;
 - **a refusal**, before any work, of a folder that holds files the command did not write (a user's ``README.md``,
   a mined folder given as a model's output, another command's folder): the command would write beside or over them;
 - **``--overwrite``** deletes only the names the manifest (or the command's own name patterns) lists, and
@@ -28,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import logging
@@ -35,17 +39,20 @@ import os
 import shutil
 import socket
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from xprt_st.fingerprint import FINGERPRINT_FILE
 from xprt_st.paths import output_folder_problem, path_length_problem
 
 logger = logging.getLogger(__name__)
 
 LOCK_FILE = ".xprt-st.lock"
 MANIFEST_FILE = ".xprt-st-manifest.json"
+PENDING = "writing_beside"
+"""The manifest key of a save under way (:meth:`OutputFolder.writing`): the names present before it began."""
 LOG_PATTERNS = ("xprt-st.log", "xprt-st.rank*.log")
 """The log every command appends to in its folder (:mod:`xprt_st.cli.common`): nobody's files, never refused."""
 SHOWN = 5
@@ -82,15 +89,14 @@ COMMAND_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
         "finetune_compare.csv/json and its trainer folders",
         ("finetune_compare.csv", "finetune_compare.json", "trainer-*", "*+ft", "pretrained"),
     ),
-    "quickstart": (
-        "its mined data, model and evaluation",
-        ("mined", "model", "evaluation", "corpus-subset.jsonl", "summary.json"),
-    ),
+    "quickstart": ("its mined data, model and evaluation", ()),
 }
 """Per command: what it writes (for the refusal) and the top-level names that are its own without a manifest.
 
 The names are ones no user would choose for their own files, so folders written before manifests existed are
-recognised; a model's ``README.md`` or ``config.json`` is a command's only through its manifest. ``compare`` keeps
+recognised; a model's ``README.md`` or ``config.json`` is a command's only through its manifest. The quickstart has
+none: ``model``, ``mined`` and ``evaluation`` are names a user gives their own folders, and its stages are its own
+only through its manifest and fingerprints (:mod:`xprt_st.fingerprint`). ``compare`` keeps
 no manifest (several processes share its folder), so its names must cover everything it writes.
 """
 SHARED_FOLDERS = frozenset({"compare"})
@@ -173,7 +179,7 @@ class FolderLock:
         what: the folder in words, for the messages (``"the mining folder m"``).
         command: the command taking it, recorded for the next one's message.
         error: the exception raised when the lock is held (mining raises its own ``MiningOutputError``).
-        extra: more JSON fields to record (the guard records the names present in the folder).
+        extra: more JSON fields to record.
     """
 
     def __init__(
@@ -211,9 +217,11 @@ class FolderLock:
                     return  # this process holds it already
                 if holder is None or self._stale(holder):
                     logger.warning(
-                        "taking over the stale lock %s (%s): that process is no longer running",
+                        "taking over the stale lock %s (%s)",
                         self.path,
-                        describe_holder(holder),
+                        "an unreadable lock file: its holder cannot be named or checked"
+                        if holder is None
+                        else f"{describe_holder(holder)}: that process is no longer running",
                     )
                     self.taken_over = holder or {}
                     self.path.unlink(missing_ok=True)
@@ -262,7 +270,8 @@ class FolderLock:
 
 
 def _infrastructure(name: str) -> bool:
-    return name in (LOCK_FILE, MANIFEST_FILE) or any(fnmatch.fnmatchcase(name, p) for p in LOG_PATTERNS)
+    own_records = (LOCK_FILE, MANIFEST_FILE, FINGERPRINT_FILE)
+    return name in own_records or any(fnmatch.fnmatchcase(name, p) for p in LOG_PATTERNS)
 
 
 def _shown(names: Sequence[str]) -> str:
@@ -377,16 +386,11 @@ class OutputFolder:
         self._created = not self.path.exists()
         if self.exclusive:
             self.path.mkdir(parents=True, exist_ok=True)
-            lock = FolderLock(
-                self.path / LOCK_FILE,
-                f"{self.option} {self.path}",
-                command=self.command,
-                extra={"names": sorted(self.names())},
-            )
+            lock = FolderLock(self.path / LOCK_FILE, f"{self.option} {self.path}", command=self.command)
             lock.acquire()
             self._lock = lock
             if lock.taken_over is not None:
-                self._adopt(lock.taken_over)
+                self._adopt()
         try:
             self.check()
             if self.overwrite:
@@ -397,13 +401,32 @@ class OutputFolder:
         self._before = self.names()
         return self
 
-    def _adopt(self, stale: dict[str, Any]) -> None:
-        """Record in the manifest what a killed holder of the same command wrote (what appeared after its start)."""
-        if stale.get("command") != self.command or not isinstance(stale.get("names"), list):
+    def _adopt(self) -> None:
+        """Finish the record of a killed run of this command: what appeared during the save it had declared
+        (:meth:`writing`), and nothing else (its other names it recorded itself; a user's files are not its)."""
+        record = self.manifest()
+        if record is None or record.get("command") != self.command or not isinstance(record.get(PENDING), list):
             return
-        written = self.names() - set(stale["names"])
-        if written:
-            self._write_manifest(self._listed() | written)
+        self._write_manifest(self._listed() | (self.names() - set(record[PENDING])))
+
+    def record(self, *names: str) -> None:
+        """Add ``names`` to the manifest now, before the command writes them, so a killed run's rerun knows them."""
+        if self.exclusive and self.path.is_dir():
+            self._write_manifest(self._listed() | set(names))
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """Around a save whose names cannot be listed before it runs (a model's files): the names present before
+        are recorded first, so the names that appear during the block are this command's even when it is killed."""
+        if not (self.exclusive and self.path.is_dir()):
+            yield
+            return
+        before = self.names()
+        self._write_manifest(self._listed(), pending=before)
+        try:
+            yield
+        finally:
+            self._write_manifest(self._listed() | (self.names() - before))
 
     def release(self, record: bool = True) -> None:
         """Record the names that appeared since :meth:`acquire` in the manifest, then release the lock.
@@ -434,9 +457,12 @@ class OutputFolder:
             remove_path(self.path / name)
         if self.exclusive:
             self._write_manifest(set())
+            (self.path / FINGERPRINT_FILE).unlink(missing_ok=True)  # what made the deleted run's stages
 
-    def _write_manifest(self, files: set[str]) -> None:
-        record = {"command": self.command, "files": sorted(files)}
+    def _write_manifest(self, files: set[str], pending: set[str] | None = None) -> None:
+        record: dict[str, Any] = {"command": self.command, "files": sorted(files)}
+        if pending is not None:
+            record[PENDING] = sorted(pending)
         tmp = self.path / f"{MANIFEST_FILE}.tmp-{os.getpid()}"
         tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         os.replace(tmp, self.path / MANIFEST_FILE)

@@ -23,10 +23,13 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from xprt_st import quickstart_reuse as reuse
 from xprt_st.evaluation.bootstrap import GAIN, interval_fields, paired_interval, retrieval_items
 from xprt_st.evaluation.run import EvaluationReport, evaluate_models
+from xprt_st.fingerprint import FingerprintError
 from xprt_st.mining import mine
 from xprt_st.mining.config import MiningConfigError
+from xprt_st.output_folder import OutputFolder, command_folder
 from xprt_st.quickstart_defaults import (
     DEFAULTS,
     HOLDOUT,
@@ -174,8 +177,14 @@ def _add_hard_negatives(mined: Path, recipe: Recipe, config: QuickstartConfig) -
         add_hard_negatives(mined, count, model=config.model, seed=config.seed)
 
 
-def run_quickstart(config: QuickstartConfig, progress: bool = True) -> dict[str, Any]:
+def run_quickstart(
+    config: QuickstartConfig, progress: bool = True, folder: OutputFolder | None = None
+) -> dict[str, Any]:
     """Mine the shipped corpus, train ``config.recipe`` briefly, evaluate before and after.
+
+    ``folder`` is the held output folder (the CLI takes it before any work); without it the folder is taken here. A
+    rerun into the same folder reuses ``mined/`` and ``model/`` only when they were made with the same settings
+    (:mod:`xprt_st.quickstart_reuse`), and stops before any work otherwise.
 
     Returns:
         ``{"mining": stats, "scores": {model: {task: score}}, "gain": {task: after - before},
@@ -187,12 +196,39 @@ def run_quickstart(config: QuickstartConfig, progress: bool = True) -> dict[str,
         (None without).
     """
     check_inputs(config)
+    if folder is None:
+        with command_folder(config.output, "quickstart") as held:
+            return _run(config, progress, held)
+    return _run(config, progress, folder)
+
+
+def quickstart_sources(config: QuickstartConfig) -> list[str | Path]:
+    """The documents the quickstart mines, as given: the user's corpus, or the shipped pages."""
+    return list(config.corpus) if config.corpus else [QUICKSTART_CORPUS]
+
+
+def check_reuse(config: QuickstartConfig, folder: OutputFolder) -> None:
+    """Refuse, before any work, a rerun that would reuse a stage made with other settings (one line naming each
+    difference and the ways on: ``--overwrite`` or a new ``-o``) or a ``mined/``/``model/`` it did not write.
+
+    Raises:
+        QuickstartInputError: naming ``--output`` and the stage.
+    """
+    try:
+        reuse.check_reuse(config, folder, quickstart_sources(config))
+    except FingerprintError as error:
+        raise QuickstartInputError(f"--output {config.output}: {error}") from error
+
+
+def _run(config: QuickstartConfig, progress: bool, folder: OutputFolder) -> dict[str, Any]:
+    """:func:`run_quickstart` once the output folder is held."""
+    check_reuse(config, folder)
     output = Path(config.output)
     mined = output / "mined"
-    corpus: list[str | Path] = [QUICKSTART_CORPUS]
-    if config.corpus:
-        corpus = list(config.corpus)
-    elif config.max_documents is not None:
+    corpus = quickstart_sources(config)
+    reuse.start_stage(config, folder, reuse.MINED, reuse.mining_fingerprint(config, corpus))
+    if not config.corpus and config.max_documents is not None:
+        folder.record("corpus-subset.jsonl")
         corpus = [_first_documents(QUICKSTART_CORPUS, config.max_documents, output / "corpus-subset.jsonl")]
     try:
         stats = mine(
@@ -220,6 +256,7 @@ def run_quickstart(config: QuickstartConfig, progress: bool = True) -> dict[str,
             f"(--batch-size); give more documents or --batch-size {max(2, groups)} (the same --output reuses "
             "the mining)"
         )
+    config_given = config  # the fingerprint records the steps as given; their default follows from mined/
     if config.max_steps is None:  # a user corpus without --max-steps: the default, at most one pass
         config = replace(config, max_steps=corpus_steps(groups, config.batch_size))
         if config.max_steps < DEFAULTS.corpus_max_steps:
@@ -241,10 +278,12 @@ def run_quickstart(config: QuickstartConfig, progress: bool = True) -> dict[str,
     )
     _add_hard_negatives(mined, recipe, config)
     if not trained:
+        reuse.start_stage(config, folder, reuse.MODEL, reuse.training_fingerprint(config_given))
         train_recipe(recipe, data=mined, output=model_dir, progress=progress)
     tasks = list(config.tasks)
     report = None
     if tasks:
+        folder.record("evaluation")
         report = evaluate_models(
             [config.model, model_dir],
             tasks,
@@ -257,6 +296,7 @@ def run_quickstart(config: QuickstartConfig, progress: bool = True) -> dict[str,
     summary = _summary(report, stats, config)
     summary["label_free"] = label_free_summary(mined, config.model, model_dir)
     summary["titles"] = titles_summary(mined, config.model, model_dir)
+    folder.record("summary.json")
     (output / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
     return summary
 

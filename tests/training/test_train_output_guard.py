@@ -4,6 +4,7 @@ label-free history across resumes, forks that would train nothing, --eval-steps 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from typer.testing import CliRunner
 import xprt_st.training.recipe_setup as recipe_setup
 from tests.heldout_helpers import write_heldout
 from xprt_st.cli import app
-from xprt_st.output_folder import LOCK_FILE
+from xprt_st.output_folder import LOCK_FILE, MANIFEST_FILE
 from xprt_st.recipe import load_recipe
 from xprt_st.training import train_recipe
 from xprt_st.training.label_free import RESULT_FILE
@@ -228,3 +229,49 @@ def test_a_256_character_output_name_is_one_line_naming_the_flag(tmp_path, tiny_
     text = _text(result)
     assert "is 256 bytes long" in text and "at most 255 bytes per name" in text
     assert "--output" in text and "Traceback" not in result.output and "Errno 36" not in text
+
+
+KILLED_TRAIN = """
+import os, sys
+from transformers import TrainerCallback
+from xprt_st.recipe import load_recipe
+from xprt_st.training import train_recipe
+
+class Kill(TrainerCallback):  # kill -9 once checkpoint-1 is written: no finally block, no manifest, the lock stays
+    def on_save(self, args, state, control, **kwargs):
+        os._exit(137)
+
+data, output, model = sys.argv[1:]
+overrides = {"training.model": model, "training.max_steps": 3, "training.batch_size": 4, "training.save_steps": 1,
+             "training.max_seq_length": 32}
+train_recipe(load_recipe("self-only", overrides=overrides), data, output, progress=False, callbacks=[Kill()])
+"""
+
+
+def test_overwrite_after_a_killed_run_keeps_the_files_the_user_added_since(tmp_path, tiny_model_path):
+    """Round 5: the run taking a killed run's stale lock over adopted every name that appeared after the killed run
+    started, so ``--overwrite`` deleted the user's notes.md and my_analysis/; a refused ``--resume last`` wrote them
+    into the manifest too."""
+    data = write_mined(tmp_path / "mined", n_groups=8)
+    output = tmp_path / "run"
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_TRAIN, str(data), str(output), str(tiny_model_path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert killed.returncode == 137, killed.stderr
+    assert (output / LOCK_FILE).exists() and (output / "checkpoint-1").is_dir()
+    (output / "notes.md").write_text("the user's")
+    (output / "my_analysis").mkdir()
+    (output / "my_analysis" / "plot.csv").write_text("step,loss\n")
+    refused = _train(*_args(data, output, tiny_model_path, "--max-steps", "3", "--seed", "7", "--resume", "last"))
+    assert refused.exit_code != 0 and "training.seed was 42" in _text(refused), refused.output  # another seed
+    manifest = json.loads((output / MANIFEST_FILE).read_text()) if (output / MANIFEST_FILE).exists() else None
+    assert manifest is None or not {"notes.md", "my_analysis"} & set(manifest["files"]), manifest
+    fresh = _train(*_args(data, output, tiny_model_path, "--max-steps", "1", "--overwrite"))
+    assert fresh.exit_code == 0, fresh.output
+    assert "notes.md" not in _text(fresh) and "my_analysis" not in _text(fresh)
+    assert (output / "notes.md").read_text() == "the user's"
+    assert (output / "my_analysis" / "plot.csv").read_text() == "step,loss\n"
+    assert (output / "modules.json").is_file()

@@ -225,6 +225,9 @@ def mine(
                         f"resuming the mining run stored in {output}: {stored.stored_chunks()} scored chunks are "
                         "kept, only the missing work is done (--overwrite mines again from scratch)"
                     )
+                    remerge = remerge_note(output, config)
+                    if remerge is not None:
+                        console.print(remerge, highlight=False, markup=False)
                 result = run_mining(
                     corpus,
                     output,
@@ -304,3 +307,21 @@ def inspect(
             raise typer.Exit(2) from error
     if not quiet:
         console.print(f"report: {path}")
+
+
+def remerge_note(output: Path, config: MiningConfig) -> str | None:
+    """The line a resumed run prints when it merges again with other merge settings than its ``stats.json``
+    records (:data:`MiningConfig.MERGE_FIELDS`, e.g. ``--holdout`` or ``--seed``): the groups and the held-out draw
+    are replaced, so a model trained on the earlier merge no longer matches the folder. None when they are equal."""
+    from xprt_st.fingerprint import describe_differences, differences
+
+    previous = (read_stats(output) or {}).get("settings", {})
+    merged = {key: previous[key] for key in MiningConfig.MERGE_FIELDS if key in previous}
+    found = differences(merged, {key: getattr(config, key) for key in merged})
+    if not found:
+        return None
+    return (
+        f"re-merging {output} with other merge settings ({describe_differences(found)}): its groups and held-out "
+        f"draw are replaced, and a model trained on the earlier merge is refused on mined:{output} by the held-out "
+        "contract (mine into a new --output to keep both)"
+    )

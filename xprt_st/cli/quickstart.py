@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from xprt_st.cli import app
@@ -71,6 +72,14 @@ def quickstart(
         int | None,
         typer.Option(min=1, hidden=True, help="Mine only the first N of the 100 shipped pages (tests, quick looks)."),
     ] = None,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Delete what an earlier quickstart wrote into --output (only that) and start again: a rerun with "
+            "other settings is refused without it, naming what differs.",
+        ),
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress displays.")] = False,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Also show the libraries' warnings (always in OUTPUT/xprt-st.log).")
@@ -91,7 +100,7 @@ def quickstart(
     from xprt_st.mining.reader import CorpusError
     from xprt_st.models import ModelLoadError
     from xprt_st.output_folder import hold_folder
-    from xprt_st.quickstart import QuickstartConfig, QuickstartInputError, check_inputs, run_quickstart
+    from xprt_st.quickstart import QuickstartConfig, QuickstartInputError, check_inputs, check_reuse, run_quickstart
     from xprt_st.recipe import RecipeError, load_recipe
 
     progress = not quiet
@@ -117,27 +126,33 @@ def quickstart(
         check_inputs(config)
         load_recipe(recipe)
         check_model(model, "--model")
-        folder = hold_folder(output, "quickstart")
+        folder = hold_folder(output, "quickstart", overwrite=overwrite)
     except (OutputPathError, ModelLoadError, QuickstartInputError, RecipeError, ValueError) as error:
-        console.print(f"[bold red]error:[/bold red] {error}", highlight=False)
+        console.print(f"[bold red]error:[/bold red] {escape(str(error))}", highlight=False)
+        raise typer.Exit(2) from error
+    try:  # a stage of an earlier run made with other settings, or a model/ the quickstart never wrote
+        check_reuse(config, folder)
+    except QuickstartInputError as error:
+        folder.release(record=False)
+        console.print(f"[bold red]error:[/bold red] {escape(str(error))}", highlight=False)
         raise typer.Exit(2) from error
     console.rule("[bold]xprt-st quickstart[/bold]: mine -> pre-train -> evaluate")
     try:
         with command_logging(
             "quickstart", output, verbose=verbose, progress=progress, show_info=verbose, folder=folder
         ):
-            summary = run_quickstart(config, progress=progress)
+            summary = run_quickstart(config, progress=progress, folder=folder)
     except NoGroupsError as error:  # a corpus too small or too short to mine: what mining found is kept
-        console.print(f"[bold red]no groups:[/bold red] {error}", highlight=False)
+        console.print(f"[bold red]no groups:[/bold red] {escape(str(error))}", highlight=False)
         raise typer.Exit(1) from error
     except QuickstartInputError as error:  # fewer groups than one step: the mining is kept for the rerun
-        console.print(f"[bold red]error:[/bold red] {error}", highlight=False)
+        console.print(f"[bold red]error:[/bold red] {escape(str(error))}", highlight=False)
         raise typer.Exit(1) from error
     except CorpusError as error:  # a bad record past the first, found while mining reads it
-        console.print(f"[bold red]error:[/bold red] --corpus: {error}", highlight=False)
+        console.print(f"[bold red]error:[/bold red] --corpus: {escape(str(error))}", highlight=False)
         raise typer.Exit(1) from error
     except MiningError as error:  # e.g. an output folder that cannot be written; what was mined is kept
-        console.print(f"[bold red]error:[/bold red] {error}", highlight=False)
+        console.print(f"[bold red]error:[/bold red] {escape(str(error))}", highlight=False)
         raise typer.Exit(1) from error
     console.print(summary_table(summary["mining"]))
     if summary["scores"]:

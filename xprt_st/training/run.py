@@ -11,6 +11,7 @@ This is what ``xprt-st train`` calls; it is usable from Python and notebooks too
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -22,7 +23,7 @@ from transformers import TrainerCallback
 
 from xprt_st.columns import LABEL
 from xprt_st.mining.layout import HELDOUT_DIR
-from xprt_st.output_folder import OutputFolderError, command_folder
+from xprt_st.output_folder import OutputFolder, OutputFolderError, command_folder
 from xprt_st.recipe import Recipe
 from xprt_st.training.checkpoints import checkpoint_folders, checkpoint_problem, unusable_checkpoints_message
 from xprt_st.training.data import STATS_FILE
@@ -239,9 +240,9 @@ def train_recipe(
     arguments = (recipe, data, output, resume, model, progress, callbacks, fork_from, retention_data)
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun the first process holds the folder for all
         folder.check()
-        return _train_recipe(*arguments)
+        return _train_recipe(*arguments, folder=None)
     with folder:
-        return _train_recipe(*arguments)
+        return _train_recipe(*arguments, folder=folder)
 
 
 def _train_recipe(
@@ -254,8 +255,9 @@ def _train_recipe(
     callbacks: Sequence[TrainerCallback],
     fork_from: str | Path | None,
     retention_data: str | Path | None,
+    folder: OutputFolder | None,
 ) -> Path:
-    """:func:`train_recipe` once the output folder is held."""
+    """:func:`train_recipe` once the output folder is held (``folder``; None on the processes that do not hold it)."""
     if fork_from is not None and resume is not None:
         raise TrainingStateError("--fork-from starts a new run from another run's checkpoint; it cannot --resume")
     checkpoint = resolve_checkpoint(output, resume)
@@ -320,15 +322,17 @@ def _train_recipe(
     trainer = setup.trainer(trainer_class(fork is not None), warm_start=checkpoint is None and fork is None)
     resume_from = fork if fork is not None else checkpoint
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
-    setup.save(trainer, output)
-    if label_free is not None and trainer.is_world_process_zero():
-        finish(
-            label_free,
-            sentence_model,
-            output,
-            trainer.state.best_model_checkpoint,
-            trainer.state.global_step,
-            log_history=trainer.state.log_history,
-        )
+    # the final model's names are recorded as they appear, so a run killed while saving leaves them to its rerun
+    with folder.writing() if folder is not None else contextlib.nullcontext():
+        setup.save(trainer, output)
+        if label_free is not None and trainer.is_world_process_zero():
+            finish(
+                label_free,
+                sentence_model,
+                output,
+                trainer.state.best_model_checkpoint,
+                trainer.state.global_step,
+                log_history=trainer.state.log_history,
+            )
     logger.info("saved the final model to %s (training state in %s/%s)", output, output, TRAINING_STATE_DIR)
     return output

@@ -1,0 +1,134 @@
+"""What made each stage of a run folder: its fingerprint, stored beside the manifest, compared before a rerun reuses it.
+
+A command that writes a stage into its folder (the quickstart's ``mined/`` and ``model/``) records, before the stage
+starts, the settings and inputs that decide its result: corpus files and sizes, recipe and its resolved values,
+steps, seed, holdout, start model. A rerun into the same folder reuses a stage only when the fingerprint it would
+record now is equal to the stored one; otherwise it stops before any work with one line (:func:`difference_line`)
+naming each difference (old value -> new value) and the two ways on: ``--overwrite``, or a new output folder.
+
+Mining keeps its own record of the same kind (``.xprt-mine-config.json`` and ``stats.json`` "settings", refused with
+``MiningConfigError``); this module is the one place for the commands that chain stages, and :func:`differences` and
+:func:`difference_line` are pure so each command words the same comparison the same way.
+
+Example:
+    >>> differences({"seed": 42, "recipe": {"steps": 300}}, {"seed": 7, "recipe": {"steps": 300}})
+    [('seed', 42, 7)]
+    >>> difference_line("out/model", [("seed", 42, 7)], "-o").split(";")[0]
+    'out/model was made with other settings (--seed 42 -> 7)'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+FINGERPRINT_FILE = ".xprt-st-fingerprint.json"
+"""Per folder: ``{stage: fingerprint}``, written by the command that owns the folder (see the module)."""
+
+
+class FingerprintError(ValueError):
+    """A stage of the folder was made with other settings than the rerun's; the message is one line."""
+
+
+def normalised(record: Mapping[str, Any]) -> dict[str, Any]:
+    """``record`` as JSON reads it back (tuples become lists, paths strings), so a stored and a new one compare."""
+    return json.loads(json.dumps(record, default=str))
+
+
+def corpus_identity(sources: Iterable[str | Path]) -> list[str]:
+    """``"ABSOLUTE_PATH (N bytes)"`` per source, a folder's size the sum of its files' (the corpus part of a
+    fingerprint; mining itself also hashes the files it reads)."""
+    identity = []
+    for source in sources:
+        path = Path(source).resolve()
+        if path.is_dir():
+            size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+        else:
+            size = path.stat().st_size if path.exists() else -1
+        identity.append(f"{path} ({size} bytes)")
+    return identity
+
+
+def _flat(record: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in record.items():
+        if isinstance(value, Mapping) and value:
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def differences(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(key, stored value, current value)`` for every setting that differs, nested records compared key by key
+    (``recipe.training.seed``); a key one side lacks reads as None there."""
+    old, new = _flat(normalised(stored)), _flat(normalised(current))
+    keys = sorted(old.keys() | new.keys())
+    return [(key, old.get(key), new.get(key)) for key in keys if old.get(key) != new.get(key)]
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, list):
+        return ", ".join(str(item) for item in value) or "(none)"
+    return "(none)" if value is None else str(value)
+
+
+def _option(key: str) -> str:
+    return key if "." in key else "--" + key.replace("_", "-")
+
+
+def describe_differences(found: Sequence[tuple[str, Any, Any]]) -> str:
+    """``"--holdout 0.1 -> 0.3; --seed 42 -> 7"``: each difference, a top-level key as its option, a nested one by
+    its dotted name (``recipe_values.training.seed``)."""
+    return "; ".join(f"{_option(key)} {_shown(old)} -> {_shown(new)}" for key, old, new in found)
+
+
+def difference_line(what: str, found: Sequence[tuple[str, Any, Any]], option: str) -> str:
+    """The one line a rerun stops with: ``what`` (the stage's folder) was made with other settings, each named
+    (:func:`describe_differences`), and the two ways on."""
+    named = describe_differences(found)
+    return (
+        f"{what} was made with other settings ({named}); reusing it would report another run as this one. Pass "
+        f"--overwrite to delete that run and start again, or give a new {option} folder."
+    )
+
+
+def read_fingerprints(folder: str | Path) -> dict[str, Any]:
+    """The stored ``{stage: fingerprint}`` of ``folder``; empty without a (readable) file."""
+    try:
+        record = json.loads((Path(folder) / FINGERPRINT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def write_fingerprint(folder: str | Path, stage: str, fingerprint: Mapping[str, Any]) -> None:
+    """Store ``fingerprint`` as ``stage``'s (atomically, the other stages kept), before the stage writes anything."""
+    folder = Path(folder)
+    record = {**read_fingerprints(folder), stage: normalised(fingerprint)}
+    tmp = folder / f"{FINGERPRINT_FILE}.tmp-{os.getpid()}"
+    tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, folder / FINGERPRINT_FILE)
+
+
+def check_stage(folder: str | Path, stage: str, fingerprint: Mapping[str, Any], option: str) -> None:
+    """Refuse to reuse ``folder/stage`` when it was made with other settings (or records none, an older run).
+
+    Call it only for a stage the folder holds (one the command wrote); a stage not there yet is free to start.
+
+    Raises:
+        FingerprintError: one line from :func:`difference_line`.
+    """
+    stored = read_fingerprints(folder).get(stage)
+    where = Path(folder) / stage
+    if not isinstance(stored, dict):
+        raise FingerprintError(
+            f"{where} records no settings (written by an older xprt-st), so it cannot be checked against this run. "
+            f"Pass --overwrite to delete that run and start again, or give a new {option} folder."
+        )
+    found = differences(stored, fingerprint)
+    if found:
+        raise FingerprintError(difference_line(str(where), found, option))
