@@ -275,3 +275,20 @@ def test_quiet_and_verbose_together_are_refused_in_one_line() -> None:
     result = CliRunner().invoke(app, ["evaluate", "-q", "-v", "-o", "x"])
     assert result.exit_code == 2
     assert "give -q/--quiet or -v/--verbose, not both" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "line"),
+    [
+        ("train", ["--data", "A", "--mined", "B"], "--data A and --mined B give the same option twice"),
+        ("evaluate", ["--output-dir", "A", "-o", "B", "m"], "--output-dir A and -o B give the same option twice"),
+        ("evaluate", ["--output=B", "--output-dir=A", "m"], "--output-dir=A and --output=B give the same option twice"),
+    ],
+)
+def test_an_old_and_a_new_spelling_together_are_one_error_line(command: str, args: list[str], line: str) -> None:
+    """Round 5: ``--data A --mined B`` trained on one of them silently; now one line names both and the fix."""
+    result = CliRunner().invoke(app, [command, *args])
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert line in text and text.count("Error:") == 1 and "Traceback" not in text, text
+    assert "is deprecated" not in text  # refused, not rewritten

@@ -157,3 +157,14 @@ def test_stored_per_item_scores_reproduce_mtebs_scores(tiny_model, tmp_path, sts
     # Spearman of the kept pairs is mteb's main score; the mean of the kept queries is its nDCG@10
     assert float(spearman(np.array(stored["gold"]), np.array(stored["cosine"]))) == pytest.approx(scores[0].score)
     assert np.mean(list(per_query["toy-beir"].values())) == pytest.approx(scores[1].score, abs=1e-5)  # mteb rounds
+
+
+def test_a_bound_within_1e_9_of_zero_reads_the_same_in_every_copy() -> None:
+    """Round 5: one model in two copies of a folder gave [-0.0799, +0.0000] ("no measurable gain") and
+    [-0.0799, -0.0000] ("a measurable loss"): the bound was -1e-17 in one copy, +1e-17 in the other."""
+    from xprt_st.evaluation.bootstrap import LOSS, UNCLEAR, Interval
+
+    copies = [Interval(-0.04, -0.0799, high, 0.95, 50, 1000, "percentile") for high in (1e-17, -1e-17, 0.0)]
+    assert {copy.verdict for copy in copies} == {UNCLEAR}
+    assert {copy.format_bounds(1.0, 4).replace("-0.0000", "+0.0000") for copy in copies} == {"[-0.0799, +0.0000]"}
+    assert Interval(-0.04, -0.0799, -1e-6, 0.95, 50, 1000, "percentile").verdict == LOSS  # a real bound still counts

@@ -70,8 +70,17 @@ class _Command(TyperCommand):
     context_class = _Context
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        from xprt_st.cli.aliases import rewrite_arguments
+        from xprt_st.cli.aliases import both_spellings, rewrite_arguments
 
+        single = {  # options that take one value (a flag given twice means the same thing)
+            opt: [*param.opts, *param.secondary_opts]
+            for param in self.params
+            if not getattr(param, "multiple", False) and not getattr(param, "is_flag", False)
+            for opt in param.opts
+        }
+        twice = both_spellings(self.name or "", args, single)
+        if twice is not None:
+            raise typer.BadParameter(twice, ctx=ctx)
         args, lines = rewrite_arguments(self.name or "", args)
         for line in lines:
             typer.echo(line, err=True)

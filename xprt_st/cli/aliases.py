@@ -10,7 +10,7 @@ parses its arguments, each old spelling is replaced by its new one and a line su
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 DROP = ""
 """The new spelling of an old flag that now is the default (``--progress``): it is removed from the arguments."""
@@ -61,3 +61,37 @@ def rewrite_arguments(command: str, args: Sequence[str]) -> tuple[list[str], lis
             continue
         rewritten.append(token)
     return rewritten, list(used.values())
+
+
+def both_spellings(command: str, args: Sequence[str], spellings: Mapping[str, Sequence[str]]) -> str | None:
+    """The error line when ``args`` give an old spelling and the new one of the same option (``--data A --mined B``,
+    ``--output-dir A -o B``): the command would take one and drop the other silently. None when they do not.
+
+    Args:
+        command: the subcommand.
+        args: its arguments as typed (before :func:`rewrite_arguments`).
+        spellings: each new option name -> every spelling of it (``{"--output": ["--output", "-o"]}``).
+
+    Example:
+        >>> both_spellings("train", ["--data", "A", "--mined", "B"], {"--mined": ["--mined"]})
+        '--data A and --mined B give the same option twice (--data is the old spelling of --mined); give only --mined'
+    """
+    table = DEPRECATED.get(command, {})
+    given: dict[str, str] = {}
+    tokens = list(args[: args.index("--")] if "--" in args else args)
+    for index, token in enumerate(tokens):
+        name, equals, _ = token.partition("=")
+        if not name.startswith("-"):
+            continue
+        shown = token if equals or index + 1 >= len(tokens) else f"{token} {tokens[index + 1]}"
+        given.setdefault(name, shown)
+    for old, new in table.items():
+        if new == DROP or old not in given:
+            continue
+        for spelling in spellings.get(new, (new,)):
+            if spelling in given:
+                return (
+                    f"{given[old]} and {given[spelling]} give the same option twice ({old} is the old spelling of "
+                    f"{new}); give only {new}"
+                )
+    return None

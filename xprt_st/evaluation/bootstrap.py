@@ -55,6 +55,25 @@ METHODS = ("percentile", "BCa", "basic")
 
 GAIN, LOSS, UNCLEAR, DISAGREE = "gain", "loss", "no clear difference", "seeds disagree"
 """Verdicts: the interval lies above 0, below 0, or includes 0; seeds with different verdicts."""
+ZERO_TOLERANCE = 1e-9
+"""A bound within this of 0 counts as 0: ``[-0.0799, +0.0000]`` and ``[-0.0799, -0.0000]`` (one model scored in
+two copies of a folder, the float sums taken in another order) give the same verdict, no clear difference."""
+
+
+def interval_verdict(low: float, high: float) -> str:
+    """:data:`GAIN` when the interval lies above 0, :data:`LOSS` below 0, else :data:`UNCLEAR`; a bound within
+    :data:`ZERO_TOLERANCE` of 0 includes 0.
+
+    Example:
+        >>> interval_verdict(-0.0799, 1e-12) == interval_verdict(-0.0799, -1e-12) == UNCLEAR
+        True
+    """
+    if low > ZERO_TOLERANCE:
+        return GAIN
+    if high < -ZERO_TOLERANCE:
+        return LOSS
+    return UNCLEAR
+
 
 _BATCH = 250
 """Resamples evaluated at once: bounds memory to ``_BATCH * items`` values per array (STS sets hold 10k pairs)."""
@@ -76,12 +95,8 @@ class Interval:
 
     @property
     def verdict(self) -> str:
-        """:data:`GAIN` when the interval lies above 0, :data:`LOSS` below 0, else :data:`UNCLEAR`."""
-        if self.low > 0:
-            return GAIN
-        if self.high < 0:
-            return LOSS
-        return UNCLEAR
+        """:func:`interval_verdict` of the bounds."""
+        return interval_verdict(self.low, self.high)
 
     def format(self, scale: float = 100.0, digits: int = 2) -> str:
         """``+1.23 [+0.40, +2.05]``: the estimate and interval, multiplied by ``scale``."""
