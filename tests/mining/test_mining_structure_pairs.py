@@ -14,6 +14,9 @@ from xprt_st.cli import app
 from xprt_st.mining import GroupBuilder, MiningConfig, is_held_out
 from xprt_st.mining.headings import Section
 from xprt_st.mining.structure import document_pairs, drop_reason, parse_kinds, positive_text, write_structure_groups
+from xprt_st.recipe import load_recipe
+from xprt_st.training.data import MinedDataError
+from xprt_st.training.run import train_recipe
 
 PAGE = (
     "<html><head><title>Site &amp; Page</title></head><body><nav>Home About Contact</nav><article>"
@@ -111,7 +114,7 @@ def _config(**overrides) -> MiningConfig:
     return MiningConfig(**(settings | overrides))
 
 
-def test_markdown_structure_with_hard_negatives_from_other_documents(tmp_path, tiny_model):
+def test_markdown_structure_with_hard_negatives_from_other_documents(tmp_path, tiny_model, tiny_model_path):
     out = tmp_path / "md"
     corpus = _jsonl(tmp_path / "md.jsonl", _articles(10, markdown=True))
     GroupBuilder([corpus], out, _config(), model=tiny_model, progress=False).run()
@@ -129,6 +132,13 @@ def test_markdown_structure_with_hard_negatives_from_other_documents(tmp_path, t
             assert f"part {part} of document {row.label}" in row.positive
     stats = json.loads((out / "structure" / "stats.json").read_text())
     assert stats["settings"]["hard_negatives"] == 2 and stats["structure"]["hard_negatives"]["groups"] == 30
+    # recipe structure-positive trains on it (and refuses the mined groups, which are not structure pairs)
+    settings = {"training.model": str(tiny_model_path), "training.max_steps": 2, "training.batch_size": 4}
+    settings |= {"training.max_seq_length": 32, "training.save_steps": 2, "retention.enabled": False}
+    recipe = load_recipe("structure-positive", overrides=settings)
+    assert (train_recipe(recipe, out / "structure", tmp_path / "run", progress=False) / "config.json").is_file()
+    with pytest.raises(MinedDataError, match="pairs='structure'"):
+        train_recipe(recipe, out, tmp_path / "run-mined", progress=False)
 
 
 def test_plain_text_corpus_has_no_structure_and_says_so(tmp_path, tiny_model_path):
