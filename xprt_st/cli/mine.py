@@ -18,6 +18,7 @@ from xprt_st.mining.mine import ENGINES, ShardResult, run_mining
 from xprt_st.mining.reader import CorpusError
 from xprt_st.mining.report import write_report
 from xprt_st.mining.stats import summary_table
+from xprt_st.mining.structure import parse_kinds, structure_line, write_structure_groups
 from xprt_st.paths import path_length_problem
 
 DEFAULTS = MiningConfig()
@@ -134,6 +135,15 @@ def mine(
         float,
         typer.Option(help="Drop a candidate whose cosine to the anchor exceeds this x the positive's (NV-Retriever)."),
     ] = 0.95,
+    structure: Annotated[
+        str | None,
+        typer.Option(
+            help="After the merge, also write DIR/structure: groups whose anchor is a title or a section heading "
+            "of a training document and whose positive is a passage it covers (a title: the most central passage; "
+            "a heading: its section's first), with --hard-negatives K negatives each. Kinds: titles,headings. "
+            "Read by recipes structure-positive and structure-mixed. Default: none.",
+        ),
+    ] = None,
     num_shards: Annotated[int, typer.Option(help="Number of shards (one job each).")] = DEFAULTS.num_shards,
     shard_index: Annotated[int | None, typer.Option(help="Run only this shard; default all.")] = None,
     chunk_size: Annotated[int, typer.Option(help="Documents per checkpoint inside a shard.")] = DEFAULTS.chunk_size,
@@ -181,6 +191,10 @@ def mine(
                         "(--hard-negatives 0 drops them)"
                     )
             _check_hard_negatives(hard_negatives, hard_negative_max_ratio, pairs)
+            try:
+                structure_kinds = parse_kinds(structure)
+            except ValueError as error:
+                raise typer.BadParameter(str(error)) from error
             config = MiningConfig(
                 text_field=text_field,
                 id_field=id_field,
@@ -253,6 +267,16 @@ def mine(
                 add_hard_negatives(
                     folder, hard_negatives, model=model, max_ratio=hard_negative_max_ratio, batch_size=batch_size
                 )
+                stats = read_stats(folder) or stats
+            if structure_kinds:
+                found = write_structure_groups(
+                    folder,
+                    structure_kinds,
+                    hard_negatives=hard_negatives,
+                    model=model,
+                    max_ratio=hard_negative_max_ratio,
+                )
+                console.print(structure_line(found, folder))
                 stats = read_stats(folder) or stats
         except NoGroupsError as error:
             console.print(f"[bold red]no groups:[/] {error}")

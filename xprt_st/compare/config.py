@@ -182,6 +182,7 @@ class CompareConfig:
                     problems.append(f"tasks[{index}].{key}: {value}; give at least 1, or leave it out to keep all")
         mining_fields = {f.name for f in dataclasses.fields(MiningConfig)} - {"positive", "pairs", "seed"}
         mining_fields |= {"hard_negatives", "hard_negative_max_ratio"}  # the second pass of mine()
+        mining_fields |= {"structure", "structure_hard_negatives"}  # the structure groups (mine --structure)
         for key in self.mining:
             if key not in mining_fields:
                 problems.append(f"mining.{key}: not a mining setting; valid: {', '.join(sorted(mining_fields))}")

@@ -307,8 +307,8 @@ def run_compare(
             recipe = load_recipe(name, setting=config.setting, override_labels=config.override_labels())
             variant, options = data_variant(recipe.data.requires)
             if variant not in data:
-                folder = mined if variant == "mined" else run / "data" / variant
-                if variant != "mined":
+                folder = {"mined": mined, "structure": mined / "structure"}.get(variant, run / "data" / variant)
+                if variant not in ("mined", "structure"):
                     model = config.mining_model or config.model
                     prepare_variant(mined, folder, options, config.corpus_seed, progress, model=model)
                 data[variant] = folder

@@ -11,6 +11,8 @@ def data_variant(requires: dict[str, str]) -> tuple[str, dict[str, str]]:
     """The folder name and merge options of the data a recipe requires (``mined``, ``positive-random`` ...)."""
     options = {"positive": requires.get("positive", "mined"), "pairs": requires.get("pairs", "mined")}
     negatives = int(requires.get("hard_negatives", 0) or 0)
+    if options["pairs"] == "structure":  # mined with the run (mining.structure): RUN/mined/structure
+        return "structure", options
     if negatives > 0:  # the mined groups plus hard-negative columns (mined positives only)
         return f"hard-negatives-{negatives}", {**options, "hard_negatives": str(negatives)}
     if options["pairs"] == "random-span":

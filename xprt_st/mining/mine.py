@@ -108,7 +108,9 @@ def mine(corpus: Any, output_dir: str | Path, **settings: Any) -> dict[str, Any]
     The defaults are the CLI's: anchors above the median centrality of the corpus unless
     ``threshold`` or ``threshold_quantile`` is given (``threshold=0.825`` is the paper's).
     ``engine="ray"`` (with ``num_workers`` and ``ray_address``) runs on a Ray cluster instead, with
-    the same output.
+    the same output. ``structure=["titles", "headings"]`` (or ``"titles,headings"``) then writes the structure
+    groups to ``DIR/structure`` (:func:`~xprt_st.mining.structure.write_structure_groups`), with
+    ``structure_hard_negatives`` (default ``hard_negatives``) hard negatives each.
     """
     if isinstance(corpus, str | Path):
         corpus = [corpus]
@@ -118,6 +120,10 @@ def mine(corpus: Any, output_dir: str | Path, **settings: Any) -> dict[str, Any]
     model = settings.pop("model", None)
     hard_negatives = int(settings.pop("hard_negatives", 0) or 0)
     max_ratio = float(settings.pop("hard_negative_max_ratio", 0.95))
+    from xprt_st.mining.structure import parse_kinds
+
+    structure = parse_kinds(settings.pop("structure", None))
+    structure_negatives = int(settings.pop("structure_hard_negatives", hard_negatives) or 0)
     if model is not None and not isinstance(model, str | Path):
         config = MiningConfig(**settings)
     else:
@@ -135,6 +141,18 @@ def mine(corpus: Any, output_dir: str | Path, **settings: Any) -> dict[str, Any]
             max_ratio=max_ratio,
             batch_size=config.batch_size,
             seed=config.seed,
+        )
+        result = read_stats(output_dir) or result
+    if structure:
+        from xprt_st.mining.layout import read_stats
+        from xprt_st.mining.structure import write_structure_groups
+
+        write_structure_groups(
+            output_dir,
+            structure,
+            hard_negatives=structure_negatives,
+            model=model if model is not None else config.model,
+            max_ratio=max_ratio,
         )
         result = read_stats(output_dir) or result
     return result

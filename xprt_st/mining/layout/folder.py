@@ -82,6 +82,7 @@ __all__ = [
     "SPLIT_ROW_GROUP",
     "SPLIT_STATS_FILE",
     "STATS_FILE",
+    "STRUCTURE_DIR",
     "UNITS_DIR",
     "MiningLayout",
     "atomic_write_json",
@@ -112,6 +113,8 @@ HELDOUT_PASSAGES = Path(HELDOUT_DIR, "passages")
 HELDOUT_TITLES = Path(HELDOUT_DIR, "titles")
 """The held-out documents' titles and section headings (``label``, ``kind``, ``level``, ``text``, ``passages``:
 the indices of the passages it covers), a datasets folder; absent when none was found."""
+STRUCTURE_DIR = "structure"
+"""The structure groups (``--structure``, :mod:`xprt_st.mining.structure`), a mined folder of its own."""
 MERGE_TMP = ".merge.tmp"
 LOCK_PREFIX = ".xprt-mine-"
 LOG_FILE = "xprt-st.log"
@@ -129,6 +132,7 @@ OWNED_NAMES = (
     DATASET_STATE,
     DATASET_INFO,
     HELDOUT_DIR,
+    STRUCTURE_DIR,
     LOG_FILE,
     EMBEDDINGS_FILE,
     EMBEDDINGS_RECORD,

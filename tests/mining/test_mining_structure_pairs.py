@@ -1,0 +1,157 @@
+"""Structure pairs (``mine --structure``): titles and headings of training documents paired with their passages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import datasets
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from xprt_st.cli import app
+from xprt_st.mining import GroupBuilder, MiningConfig, is_held_out
+from xprt_st.mining.headings import Section
+from xprt_st.mining.structure import document_pairs, drop_reason, parse_kinds, positive_text, write_structure_groups
+from xprt_st.recipe import load_recipe
+from xprt_st.training.data import MinedDataError
+from xprt_st.training.run import train_recipe
+
+PAGE = (
+    "<html><head><title>Site &amp; Page</title></head><body><nav>Home About Contact</nav><article>"
+    "<h1>Page {i} title</h1><p>First paragraph of page {i} that is long enough to be main text content here and "
+    "there, with more words to pass the extraction threshold of the extractor.</p>"
+    "<h2>Topic {i}</h2><p>Text of section A of page {i} goes here with many words so that it is kept by it.</p>"
+    "<h3>Sub A1</h3><p>Sub section text of page {i} with plenty of words in it as well to be extracted, surely.</p>"
+    "<h2>See also</h2><p>Text of section B of page {i}, another paragraph with lots of words to be kept too.</p>"
+    "</article><footer>Copyright notice</footer></body></html>"
+)
+
+
+def _jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def test_document_pairs_title_to_the_central_passage_heading_to_its_first_and_drops_counted():
+    passages = ["Tea is a drink.", "Green tea is not fermented.", "Black tea is."]
+    sections = [
+        Section("Tea", 0, 0, 3),
+        Section("See also:", 2, 0, 1),
+        Section("Green tea", 2, 1, 3),
+        Section("Black tea is.", 3, 2, 3),
+        Section(" ".join(["word"] * 30), 2, 2, 3),
+    ]
+    pairs, counts = document_pairs(passages, [0.5, 0.9, 0.7], sections, ("titles", "headings"))
+    assert [(p.kind, p.anchor, p.positive) for p in pairs] == [("title", "Tea", 1), ("heading", "Green tea", 1)]
+    assert counts == {
+        "kept": {"title": 1, "heading": 1},
+        "dropped": {"heading": {"generic": 1, "same_as_passage": 1, "too_long": 1}},
+    }
+    only_titles, _ = document_pairs(passages, [float("nan")] * 3, sections, ("titles",))
+    assert [(p.kind, p.positive) for p in only_titles] == [("title", 0)]  # unscored: the first passage
+    assert positive_text("## Green tea\nGreen tea is good.", "Green tea") == "Green tea is good."
+    assert positive_text("Green tea", "Green tea") == "Green tea"  # nothing after it: kept whole
+    assert drop_reason("  ") == "empty" and drop_reason("Introduction") == "generic" and drop_reason("json") is None
+
+
+def test_kinds_are_checked_in_one_line_naming_the_option():
+    assert parse_kinds("headings, titles") == ("titles", "headings")
+    with pytest.raises(ValueError, match=r"--structure: links is not one of titles, headings \(link texts"):
+        parse_kinds("titles,links")
+
+
+def test_mine_structure_on_html_pages_each_pair_checked_and_held_out_pages_give_none(tmp_path, tiny_model_path):
+    corpus = _jsonl(tmp_path / "pages.jsonl", [{"id": f"p{i}", "html": PAGE.format(i=i)} for i in range(12)])
+    out = tmp_path / "out"
+    args = ["mine", str(corpus), "-o", str(out), "--html", "--id-field", "id", "--model", str(tiny_model_path)]
+    result = CliRunner().invoke(
+        app,
+        [*args, "--holdout", "0.5", "--max-tokens", "24", "--min-tokens", "4", "-q", "--structure", "titles,headings"],
+    )
+    assert result.exit_code == 0, result.output
+    assert "train with --mined" in " ".join(result.output.split())
+    held = {i for i in range(12) if is_held_out(f"p{i}", 0.5, 0)}
+    train = set(range(12)) - held
+    assert held and train
+    side = pq.read_table(out / "passages.parquet").to_pandas()
+    groups = datasets.load_from_disk(str(out / "structure")).to_pandas()
+    assert set(groups["label"]) == train  # the label is the document's ordinal; held-out pages contribute none
+    for i in train:
+        own = side[side["label"] == i]
+        mine = groups[groups["label"] == i].set_index("anchor")
+        assert sorted(mine.index) == sorted([f"Page {i} title", f"Topic {i}", "Sub A1"])  # "See also" dropped
+        assert mine.loc[f"Page {i} title", "positive"] == own.loc[own["centrality"].idxmax(), "text"]
+        assert mine.loc[f"Topic {i}", "positive"].startswith(f"Text of section A of page {i}")
+        assert mine.loc["Sub A1", "positive"].startswith(f"Sub section text of page {i}")
+        assert (mine["related_4"] == mine["positive"]).all()
+    stats = json.loads((out / "stats.json").read_text())["structure"]
+    assert stats["kept"] == {"title": len(train), "heading": 2 * len(train)}
+    assert stats["dropped"] == {"heading": {"generic": len(train)}}
+    assert stats["heldout_documents_skipped"] == len(held)
+    own_stats = json.loads((out / "structure" / "stats.json").read_text())
+    assert own_stats["settings"]["pairs"] == "structure" and own_stats["groups"] == 3 * len(train)
+
+
+def _articles(documents: int, markdown: bool) -> list[dict]:
+    rows = []
+    for i in range(documents):
+        parts = [f"# Guide {i} to rivers"] if markdown else []
+        for j in range(3):
+            if markdown:
+                parts.append(f"## River {i} part {j}" if j else "## Introduction")
+            parts.append(
+                f"The river story part {j} of document {i} mentions river facts and history number {i * 10 + j}. "
+                f"Experts on river {i} add detail {j} about floods, banks and the water of the valley."
+            )
+        rows.append({"id": f"doc-{i}", "text": "\n\n".join(parts)})
+    return rows
+
+
+def _config(**overrides) -> MiningConfig:
+    settings = {"max_tokens": 32, "min_tokens": 8, "batch_size": 16, "threshold_quantile": 0.5, "id_field": "id"}
+    return MiningConfig(**(settings | overrides))
+
+
+def test_markdown_structure_with_hard_negatives_from_other_documents(tmp_path, tiny_model, tiny_model_path):
+    out = tmp_path / "md"
+    corpus = _jsonl(tmp_path / "md.jsonl", _articles(10, markdown=True))
+    GroupBuilder([corpus], out, _config(), model=tiny_model, progress=False).run()
+    counts = write_structure_groups(out, ("titles", "headings"), hard_negatives=2, model=tiny_model)
+    assert counts["kept"] == {"title": 10, "heading": 20} and counts["dropped"] == {"heading": {"generic": 10}}
+    groups = datasets.load_from_disk(str(out / "structure")).to_pandas()
+    side = pq.read_table(out / "passages.parquet").to_pandas()
+    for row in groups.itertuples():
+        own = set(side.loc[side["label"] == row.label, "text"])
+        assert any(text.endswith(row.positive) for text in own)  # its own passage, less a leading heading
+        assert not row.positive.startswith(("#", row.anchor))
+        assert row.negative_1 not in own and row.negative_2 not in own  # negatives from other documents only
+        if row.anchor.startswith("River"):
+            part = row.anchor.split()[-1]
+            assert f"part {part} of document {row.label}" in row.positive
+    stats = json.loads((out / "structure" / "stats.json").read_text())
+    assert stats["settings"]["hard_negatives"] == 2 and stats["structure"]["hard_negatives"]["groups"] == 30
+    # recipe structure-positive trains on it (and refuses the mined groups, which are not structure pairs)
+    settings = {"training.model": str(tiny_model_path), "training.max_steps": 2, "training.batch_size": 4}
+    settings |= {"training.max_seq_length": 32, "training.save_steps": 2, "retention.enabled": False}
+    recipe = load_recipe("structure-positive", overrides=settings)
+    assert (train_recipe(recipe, out / "structure", tmp_path / "run", progress=False) / "config.json").is_file()
+    with pytest.raises(MinedDataError, match="pairs='structure'"):
+        train_recipe(recipe, out, tmp_path / "run-mined", progress=False)
+
+
+def test_plain_text_corpus_has_no_structure_and_says_so(tmp_path, tiny_model_path):
+    rows = [{"id": f"doc-{i}", "text": row["text"]} for i, row in enumerate(_articles(10, markdown=False))]
+    corpus = _jsonl(tmp_path / "plain.jsonl", rows)
+    out = tmp_path / "plain"
+    args = ["mine", str(corpus), "-o", str(out), "--id-field", "id", "--model", str(tiny_model_path), "-q"]
+    result = CliRunner().invoke(
+        app, [*args, "--max-tokens", "32", "--min-tokens", "8", "--structure", "titles,headings"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "has no titles or headings to pair" in " ".join(result.output.split())
+    assert not (out / "structure").exists()
+    assert json.loads((out / "stats.json").read_text())["structure"]["groups"] == 0
+    bad = CliRunner().invoke(app, [*args[:4], "--structure", "links"])
+    assert bad.exit_code != 0 and "--structure: links is not one of" in " ".join(bad.output.split())

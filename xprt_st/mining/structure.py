@@ -1,0 +1,320 @@
+"""Structure pairs: the queries a corpus already holds (titles, section headings) paired with a passage they cover.
+
+A document's title and headings were written by its author to say what the text is about; they are
+query-shaped and free (E5's CCPairs and GTE train on (title, passage) pairs). ``xprt-st mine --structure
+titles,headings`` turns the sections that mining already maps to passages (:mod:`xprt_st.mining.headings`)
+into training groups of the mined dataset's schema (``anchor``, ``positive``, ``related_2`` ..., ``label``):
+
+- a title's positive is the document's most central passage (the first one when the document has one
+  passage, which has no centrality);
+- a heading's positive is the first passage of its section.
+
+A positive that begins with its own anchor (the extractors keep a heading's line in the text) has that copy cut
+off (:func:`positive_text`), so the pair is not solved by copying words.
+
+Every related column repeats the positive, as a mined group of a short document does, so any recipe that reads
+the mined groups reads these. The ``label`` is the document's, so the same-document mask keeps a document's
+other passages from being its own title's negatives. Held-out documents (``--holdout``) contribute none: the
+held-out contract of ``titles:DIR`` holds. Titles and headings of the training documents are then what the
+model trains on, so ``titles:DIR`` on a structure-trained model is of the objective's own kind (as
+``mined:DIR`` is for mined positives).
+
+An anchor is dropped when it is empty, longer than :data:`MAX_ANCHOR_WORDS` words, or generic
+(:data:`GENERIC_ANCHORS`: "Introduction", "See also", navigation words), or when it is the positive's own text.
+
+Example:
+    >>> from xprt_st.mining.headings import Section
+    >>> pairs, counts = document_pairs(
+    ...     ["Tea is a drink.", "Green tea is not fermented."], [0.7, 0.9],
+    ...     [Section("Tea", 0, 0, 2), Section("Contents", 2, 0, 1), Section("Green tea", 2, 1, 2)],
+    ...     ("titles", "headings"))
+    >>> [(p.kind, p.anchor, p.positive) for p in pairs]
+    [('title', 'Tea', 1), ('heading', 'Green tea', 1)]
+    >>> counts["dropped"]
+    {'heading': {'generic': 1}}
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xprt_st.mining.layout import STRUCTURE_DIR
+
+STRUCTURE_KINDS = ("titles", "headings")
+"""What ``--structure`` accepts. Link texts are not among them: the split stage keeps no link targets."""
+MAX_ANCHOR_WORDS = 24
+"""Longer titles and headings read as sentences of the text, not as what a passage is about."""
+GENERIC_ANCHORS = frozenset(
+    {
+        "introduction",
+        "overview",
+        "contents",
+        "table of contents",
+        "see also",
+        "references",
+        "external links",
+        "further reading",
+        "notes",
+        "footnotes",
+        "navigation",
+        "navigation menu",
+        "menu",
+        "home",
+        "index",
+        "next",
+        "previous",
+        "next topic",
+        "previous topic",
+        "this page",
+        "quick search",
+        "related",
+        "summary",
+        "abstract",
+        "appendix",
+        "examples",
+        "example",
+        "acknowledgements",
+        "acknowledgments",
+        "untitled",
+    }
+)
+"""Headings that say where a passage sits, not what it is about (compared case-folded, end punctuation off)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StructurePair:
+    """One structure pair: its kind (``title`` or ``heading``), anchor text and positive passage index."""
+
+    kind: str
+    anchor: str
+    positive: int
+
+
+def parse_kinds(value: str | Sequence[str] | None) -> tuple[str, ...]:
+    """``"titles,headings"`` (or a list) as the kinds in :data:`STRUCTURE_KINDS` order; raises ValueError on others."""
+    if value is None:
+        return ()
+    names = value.split(",") if isinstance(value, str) else list(value)
+    names = [name.strip().lower() for name in names if name.strip()]
+    unknown = [name for name in names if name not in STRUCTURE_KINDS]
+    if unknown:
+        extra = " (link texts are not extracted: the split stage keeps no link targets)" if "links" in unknown else ""
+        raise ValueError(
+            f"--structure: {', '.join(unknown)} is not one of {', '.join(STRUCTURE_KINDS)}{extra}; "
+            "give e.g. --structure titles,headings"
+        )
+    return tuple(kind for kind in STRUCTURE_KINDS if kind in names)
+
+
+def drop_reason(anchor: str) -> str | None:
+    """Why ``anchor`` makes no structure pair (``empty``, ``too_long``, ``generic``), or None when it does."""
+    words = anchor.split()
+    if not words:
+        return "empty"
+    if len(words) > MAX_ANCHOR_WORDS:
+        return "too_long"
+    if " ".join(words).casefold().rstrip(".:;!?") in GENERIC_ANCHORS:
+        return "generic"
+    return None
+
+
+def positive_text(passage: str, anchor: str) -> str:
+    """``passage`` without a leading copy of ``anchor`` (and Markdown ``#`` marks), when text remains after it.
+
+    The extractors keep a heading's line in the text, so a section's first passage begins with the heading; left
+    there, the pair is solved by copying the words, not by what the passage is about.
+    """
+    body = passage.lstrip().lstrip("#").lstrip()
+    if body.casefold().startswith(anchor.casefold()) and body[len(anchor) :].strip():
+        return body[len(anchor) :].lstrip(" \t\r\n:.-")
+    return passage
+
+
+def document_pairs(
+    passages: Sequence[str], centralities: Sequence[float], sections: Sequence[Any], kinds: Sequence[str]
+) -> tuple[list[StructurePair], dict[str, Any]]:
+    """The structure pairs of one document and what was kept and dropped, by kind and reason.
+
+    Args:
+        passages: the document's passages.
+        centralities: each passage's centrality (NaN when not scored).
+        sections: its :class:`~xprt_st.mining.headings.Section` list (title first).
+        kinds: the kinds asked for (:func:`parse_kinds`).
+    """
+    pairs: list[StructurePair] = []
+    kept: Counter[str] = Counter()
+    dropped: dict[str, Counter[str]] = {}
+    finite = [(c, -i) for i, c in enumerate(centralities) if not math.isnan(c)]
+    central = -max(finite)[1] if finite else 0
+    for section in sections:
+        kind = "title" if section.is_title else "heading"
+        if f"{kind}s" not in kinds or section.first >= len(passages):
+            continue
+        positive = central if section.is_title else section.first
+        reason = drop_reason(section.text)
+        if reason is None and " ".join(section.text.split()) == " ".join(passages[positive].split()):
+            reason = "same_as_passage"
+        if reason is not None:
+            dropped.setdefault(kind, Counter())[reason] += 1
+            continue
+        kept[kind] += 1
+        pairs.append(StructurePair(kind, section.text, positive))
+    return pairs, {"kept": dict(kept), "dropped": {k: dict(v) for k, v in dropped.items()}}
+
+
+def add_counts(total: dict[str, Any], counts: dict[str, Any]) -> None:
+    """Add one document's ``counts`` (from :func:`document_pairs`) into ``total`` in place."""
+    for kind, n in counts["kept"].items():
+        total["kept"][kind] = total["kept"].get(kind, 0) + n
+    for kind, reasons in counts["dropped"].items():
+        into = total["dropped"].setdefault(kind, {})
+        for reason, n in reasons.items():
+            into[reason] = into.get(reason, 0) + n
+
+
+def structure_line(counts: dict[str, Any], folder: str | Path) -> str:
+    """One line on what ``--structure`` wrote: the groups by kind and the drops, or that the corpus has none."""
+    if not counts["groups"]:
+        return f"structure: {counts['note']}; {folder}/{STRUCTURE_DIR} was not written"
+    kept = ", ".join(f"{n} {kind}s" for kind, n in counts["kept"].items())
+    dropped = sum(n for reasons in counts["dropped"].values() for n in reasons.values())
+    return (
+        f"structure: {counts['groups']} groups ({kept}; {dropped} dropped as empty, too long or generic) "
+        f"in {folder}/{STRUCTURE_DIR}: train with --mined {folder}/{STRUCTURE_DIR}"
+    )
+
+
+def write_structure_groups(
+    folder: str | Path, kinds: Sequence[str], *, hard_negatives: int = 0, model: Any = None, max_ratio: float = 0.95
+) -> dict[str, Any]:
+    """Write the structure groups of the merged mining folder ``folder`` to ``folder/structure``; returns the counts.
+
+    ``folder/structure`` is a mined folder of its own (the dataset and a ``stats.json`` whose ``settings`` say
+    ``pairs: structure``), trained with ``--mined folder/structure``. The counts (kept by kind, dropped by kind
+    and reason, held-out documents skipped) are also written under ``structure`` in ``folder/stats.json``.
+    A corpus without titles or headings gets an empty count and no dataset, and the counts say so.
+    ``hard_negatives=K`` adds ``negative_1 .. negative_K`` (:func:`structure_negatives`).
+    """
+    import shutil
+
+    import datasets
+
+    from xprt_st.columns import ANCHOR, LABEL, negative_columns
+    from xprt_st.mining.holdout import is_held_out
+    from xprt_st.mining.layout import STATS_FILE, MiningLayout, atomic_write_json, read_stats
+    from xprt_st.mining.merge import group_features, related_columns
+    from xprt_st.mining.stages import sections_of
+
+    folder = Path(folder)
+    stats = read_stats(folder)
+    if stats is None:
+        raise FileNotFoundError(f"{folder} is not a merged mining folder (no {STATS_FILE}): mine it first")
+    settings = stats.get("settings", {})
+    holdout, seed = float(settings.get("holdout") or 0.0), int(settings.get("seed", 0))
+    layout = MiningLayout(folder)
+    stored = layout.require_run()
+    top_k = int(stored["top_k"])
+    text_columns = [ANCHOR, *related_columns(top_k)]
+    rows: dict[str, list[Any]] = {name: [] for name in [*text_columns, LABEL]}
+    total: dict[str, Any] = {"kinds": list(kinds), "kept": {}, "dropped": {}, "heldout_documents_skipped": 0}
+    columns = ["label", "doc_id", "text", "centrality", "headings"]
+    documents_with_pairs = 0
+    for table in layout.iter_passages(int(stored["num_shards"]), columns):
+        data = table.to_pydict()
+        start, n_rows = 0, len(data["label"])
+        while start < n_rows:
+            stop = start + 1
+            while stop < n_rows and data["label"][stop] == data["label"][start]:
+                stop += 1
+            sections = sections_of(data["headings"][start])
+            if holdout > 0 and is_held_out(data["doc_id"][start], holdout, seed):
+                total["heldout_documents_skipped"] += bool(sections)
+            else:
+                passages = data["text"][start:stop]
+                pairs, counts = document_pairs(passages, data["centrality"][start:stop], sections, kinds)
+                add_counts(total, counts)
+                documents_with_pairs += bool(pairs)
+                for pair in pairs:
+                    rows[ANCHOR].append(pair.anchor)
+                    positive = positive_text(passages[pair.positive], pair.anchor)
+                    for name in text_columns[1:]:
+                        rows[name].append(positive)
+                    rows[LABEL].append(int(data["label"][start]))
+            start = stop
+    total["groups"] = len(rows[LABEL])
+    total["documents_with_pairs"] = documents_with_pairs
+    if not total["groups"]:
+        total["note"] = f"the corpus has no {' or '.join(kinds)} to pair (none found, or every one dropped)"
+    target = folder / STRUCTURE_DIR
+    if target.is_dir():
+        shutil.rmtree(target)
+    if total["groups"]:
+        features = group_features(top_k)
+        if hard_negatives > 0:
+            negatives, total["hard_negatives"] = structure_negatives(folder, rows, hard_negatives, model, max_ratio)
+            for k, column in enumerate(negative_columns(hard_negatives)):
+                rows[column] = [chosen[k] for chosen in negatives]
+                features[column] = datasets.Value("string")
+        dataset = datasets.Dataset.from_dict(rows, features=features)
+        dataset.save_to_disk(str(target))
+        own = {**stats, "settings": {**settings, "pairs": "structure", "structure": ",".join(kinds)}}
+        own["groups"] = total["groups"]
+        own["structure"] = total
+        own.pop("hard_negatives", None)
+        own["settings"]["hard_negatives"] = hard_negatives
+        atomic_write_json(target / STATS_FILE, own)
+    stats.setdefault("settings", {})["structure"] = ",".join(kinds)
+    stats["structure"] = total
+    atomic_write_json(folder / STATS_FILE, stats)
+    return total
+
+
+def structure_negatives(
+    folder: Path, rows: dict[str, list[Any]], count: int, model: Any, max_ratio: float
+) -> tuple[list[list[str]], dict[str, Any]]:
+    """``count`` hard negatives per structure group: the anchor's nearest training passages of other documents.
+
+    The anchors (titles, headings) and the training passages of ``folder/passages.parquet`` are embedded with
+    the mining model (``model``: a SentenceTransformer, a name or None for the offline default); NV-Retriever's
+    positive-aware filter (``max_ratio``) drops likely false negatives, as for the mined groups
+    (:mod:`xprt_st.mining.hard_negatives`). A group whose every candidate is filtered keeps its nearest one.
+    """
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from xprt_st.columns import ANCHOR, LABEL, POSITIVE
+    from xprt_st.mining.hard_negatives import nearest_other_documents, positive_aware_filter
+    from xprt_st.mining.layout import PASSAGES_FILE
+    from xprt_st.models import load_model
+
+    table = pq.read_table(folder / PASSAGES_FILE, columns=["label", "text", "held_out"])
+    keep = ~np.asarray(table.column("held_out").to_numpy(zero_copy_only=False), dtype=bool)
+    texts = [t for t, k in zip(table.column("text").to_pylist(), keep, strict=True) if k]
+    labels = np.asarray(table.column("label").to_numpy(), dtype=np.int64)[keep]
+    encoder = model if model is not None and not isinstance(model, str | Path) else load_model(model)
+
+    def encode(values: list[str]) -> np.ndarray:
+        return encoder.encode(values, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+
+    pool, queries, positives = encode(texts), encode(rows[ANCHOR]), encode(rows[POSITIVE])
+    query_labels = np.asarray(rows[LABEL], dtype=np.int64)
+    depth = max(4 * count, count + 16)
+    scores, indices = nearest_other_documents(queries, query_labels, pool, labels, depth)
+    positive_scores = np.einsum("qd,qd->q", queries, positives).astype(np.float64)
+    chosen, found = positive_aware_filter(scores, indices, positive_scores, count, max_ratio)
+    filtered = found == 0
+    chosen[filtered] = indices[filtered, :1]
+    summary = {
+        "count": count,
+        "max_ratio": max_ratio,
+        "groups": len(query_labels),
+        "candidate_passages": len(texts),
+        "groups_all_filtered": int(filtered.sum()),
+        "mean_positive_cosine": float(positive_scores.mean()) if len(positive_scores) else None,
+    }
+    return [[texts[int(i)] for i in row] for row in chosen], summary
