@@ -151,7 +151,7 @@ def test_a_re_merge_keeps_the_folders_hard_negatives_unless_told_to_drop_them(tm
     out = tmp_path / "mined"
     common = ["--model", str(tiny_model_path), "--max-tokens", "32", "--min-tokens", "8", "-q"]
     first = CliRunner().invoke(
-        app, ["mine", str(corpus), "-o", str(out), "--id-field", "id", "--hard-negatives", "2"] + common
+        app, ["mine", str(corpus), "-o", str(out), "--id-field", "id", "--hard-negatives", "2", *common]
     )
     assert first.exit_code == 0, first.output
 
@@ -160,11 +160,11 @@ def test_a_re_merge_keeps_the_folders_hard_negatives_unless_told_to_drop_them(tm
 
     assert negatives() == ["negative_1", "negative_2"]
     # README step 2's re-merge, with no --hard-negatives: the recipe that read this folder still can
-    again = CliRunner().invoke(app, ["mine", "--merge", str(out), "--threshold-quantile", "0.3"] + common)
+    again = CliRunner().invoke(app, ["mine", "--merge", str(out), "--threshold-quantile", "0.3", *common])
     assert again.exit_code == 0, again.output
     assert "keeping the 2 hard negatives per group" in again.output
     assert negatives() == ["negative_1", "negative_2"]
     assert json.loads((out / "stats.json").read_text())["settings"]["hard_negatives"] == 2
-    dropped = CliRunner().invoke(app, ["mine", "--merge", str(out), "--hard-negatives", "0"] + common)
+    dropped = CliRunner().invoke(app, ["mine", "--merge", str(out), "--hard-negatives", "0", *common])
     assert dropped.exit_code == 0, dropped.output
     assert negatives() == []
