@@ -145,6 +145,8 @@ def test_markdown_structure_with_hard_negatives_from_other_documents(tmp_path, t
             assert f"part {part} of document {row.label}" in row.positive
     stats = json.loads((out / "structure" / "stats.json").read_text())
     assert stats["settings"]["hard_negatives"] == 2 and stats["structure"]["hard_negatives"]["groups"] == 30
+    # the same merge and settings again: the stored pairs are kept (the model, which could not encode, is not used)
+    assert write_structure_groups(out, ("titles", "headings"), hard_negatives=2, model=object()) == counts
     # the mix: every mined group once and as many structure groups (share 0.5), negatives in both or neither
     with pytest.raises(ValueError, match="give both the same --hard-negatives"):
         write_mixed_groups(out / "structure", out, tmp_path / "mixed", 0.5)

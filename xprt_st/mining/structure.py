@@ -215,6 +215,9 @@ def write_structure_groups(
     if stats is None:
         raise FileNotFoundError(f"{folder} is not a merged mining folder (no {STATS_FILE}): mine it first")
     settings = stats.get("settings", {})
+    previous = read_stats(folder / STRUCTURE_DIR)
+    if previous is not None and _same_structure(previous, stats, kinds, hard_negatives):
+        return previous["structure"]  # written from this merge with these settings: nothing to encode again
     holdout, seed = float(settings.get("holdout") or 0.0), int(settings.get("seed", 0))
     layout = MiningLayout(folder)
     stored = layout.require_run()
@@ -272,6 +275,16 @@ def write_structure_groups(
     stats["structure"] = total
     atomic_write_json(folder / STATS_FILE, stats)
     return total
+
+
+def _same_structure(previous: dict[str, Any], stats: dict[str, Any], kinds: Sequence[str], negatives: int) -> bool:
+    """Whether ``previous`` (a ``structure/stats.json``) was written from the merge ``stats`` with these settings."""
+    own = dict(previous.get("settings", {}))
+    if own.get("structure") != ",".join(kinds) or int(own.get("hard_negatives") or 0) != negatives:
+        return False
+    ignored = {"pairs", "structure", "hard_negatives", "hard_negative_max_ratio"}
+    merged = {k: v for k, v in stats.get("settings", {}).items() if k not in ignored}
+    return all(own.get(k) == v for k, v in merged.items()) and previous.get("threshold") == stats.get("threshold")
 
 
 def structure_negatives(
