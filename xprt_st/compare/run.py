@@ -115,8 +115,10 @@ def _train(
         # Neither finished (no COMPLETE marker) nor resumable: left by a run killed before its first checkpoint.
         logger.info("%s: removing an unfinished run without a complete checkpoint", output)
         shutil.rmtree(output)
-    # every recipe's retention term reads the mined (anchor, positive): the same text, as in the paper
-    train_recipe(recipe, data=data, output=output, resume=resume, progress=progress, retention_data=mined)
+    # every recipe's retention term reads the mined (anchor, positive): the same text, as in the paper; the structure
+    # recipes' rows are other groups (titles and headings), so theirs reads their own pairs
+    retention_data = None if data.name.startswith("structure") else mined
+    train_recipe(recipe, data=data, output=output, resume=resume, progress=progress, retention_data=retention_data)
 
 
 def _evaluate(
