@@ -77,6 +77,8 @@ OPTIONS: dict[str, tuple[str, str]] = {
     "--rank-by": ("str", "how related passages are ranked"),
     "--positive": ("str", "how the positive is chosen"),
     "--pairs": ("str", "mined or random-span pairs"),
+    "--structure": ("str", "author-written texts (titles, headings) mined as anchors of structure pairs"),
+    "--structure-mix": ("float", "the share of structure pairs in each batch of the mixed groups"),
     "--num-shards": ("int", "mining shards"),
     "--shard-index": ("int", "the one shard to run"),
     "--chunk-size": ("int", "documents per mining checkpoint"),

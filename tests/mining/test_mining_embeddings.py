@@ -79,3 +79,17 @@ def test_stored_vectors_are_not_reused_for_another_model(tmp_path: Path, tiny_mo
     mine(corpus, out, model=tiny_model, progress=False, **SETTINGS)
     summary = add_hard_negatives(out, 1, model=minilm, batch_size=16)
     assert summary["reused_vectors"] == 0
+
+
+def test_the_encoder_identity_hashes_bfloat16_weights(tiny_model) -> None:
+    # a bf16 mining model (the GPU check mines with one): numpy has no bfloat16, the hash reads the raw bytes
+    import copy
+
+    import torch
+
+    from xprt_st.mining.layout.embeddings import encoder_identity
+
+    full = encoder_identity(tiny_model, "")
+    half = encoder_identity(copy.deepcopy(tiny_model).to(torch.bfloat16), "")
+    assert half["weights_sha256"] != full["weights_sha256"]
+    assert encoder_identity(tiny_model, "")["weights_sha256"] == full["weights_sha256"]

@@ -12,8 +12,17 @@ from typer.testing import CliRunner
 
 from xprt_st.cli import app
 from xprt_st.mining import GroupBuilder, MiningConfig, is_held_out
+from xprt_st.mining.hard_negatives import add_hard_negatives
 from xprt_st.mining.headings import Section
-from xprt_st.mining.structure import document_pairs, drop_reason, parse_kinds, positive_text, write_structure_groups
+from xprt_st.mining.structure import (
+    document_pairs,
+    drop_reason,
+    mixed_rows,
+    parse_kinds,
+    positive_text,
+    write_mixed_groups,
+    write_structure_groups,
+)
 from xprt_st.recipe import load_recipe
 from xprt_st.training.data import MinedDataError
 from xprt_st.training.run import train_recipe
@@ -53,6 +62,10 @@ def test_document_pairs_title_to_the_central_passage_heading_to_its_first_and_dr
     assert [(p.kind, p.positive) for p in only_titles] == [("title", 0)]  # unscored: the first passage
     assert positive_text("## Green tea\nGreen tea is good.", "Green tea") == "Green tea is good."
     assert positive_text("Green tea", "Green tea") == "Green tea"  # nothing after it: kept whole
+    assert mixed_rows(10, 3, 0.25, 0)[1] and len(mixed_rows(10, 3, 0.25, 0)[1]) == 3  # 0.25 / 0.75 x 10
+    assert sorted(mixed_rows(6, 4, 0.5, 1)[1][:4]) == [0, 1, 2, 3]  # each structure group once before a repeat
+    with pytest.raises(ValueError, match="not in"):
+        mixed_rows(6, 4, 1.0, 0)
     assert drop_reason("  ") == "empty" and drop_reason("Introduction") == "generic" and drop_reason("json") is None
 
 
@@ -132,6 +145,19 @@ def test_markdown_structure_with_hard_negatives_from_other_documents(tmp_path, t
             assert f"part {part} of document {row.label}" in row.positive
     stats = json.loads((out / "structure" / "stats.json").read_text())
     assert stats["settings"]["hard_negatives"] == 2 and stats["structure"]["hard_negatives"]["groups"] == 30
+    # the same merge and settings again: the stored pairs are kept (the model, which could not encode, is not used)
+    assert write_structure_groups(out, ("titles", "headings"), hard_negatives=2, model=object()) == counts
+    # the mix: every mined group once and as many structure groups (share 0.5), negatives in both or neither
+    with pytest.raises(ValueError, match="give both the same --hard-negatives"):
+        write_mixed_groups(out / "structure", out, tmp_path / "mixed", 0.5)
+    add_hard_negatives(out, 2, model=tiny_model)
+    mined = datasets.load_from_disk(str(out))
+    mixed_stats = write_mixed_groups(out / "structure", out, tmp_path / "mixed", 0.5)
+    mixed = datasets.load_from_disk(str(tmp_path / "mixed")).to_pandas()
+    assert len(mixed) == 2 * len(mined) and mixed_stats["settings"]["structure_mix"] == 0.5
+    assert set(mixed["anchor"][len(mined) :]) <= set(groups["anchor"]) and list(mixed["anchor"][: len(mined)]) == list(
+        mined["anchor"]
+    )
     # recipe structure-positive trains on it (and refuses the mined groups, which are not structure pairs)
     settings = {"training.model": str(tiny_model_path), "training.max_steps": 2, "training.batch_size": 4}
     settings |= {"training.max_seq_length": 32, "training.save_steps": 2, "retention.enabled": False}
@@ -153,5 +179,7 @@ def test_plain_text_corpus_has_no_structure_and_says_so(tmp_path, tiny_model_pat
     assert "has no titles or headings to pair" in " ".join(result.output.split())
     assert not (out / "structure").exists()
     assert json.loads((out / "stats.json").read_text())["structure"]["groups"] == 0
+    mix = CliRunner().invoke(app, [*args[:4], "--structure", "titles", "--structure-mix", "1.5"])
+    assert mix.exit_code != 0 and "--structure-mix 1.5: give a share in (0, 1)" in " ".join(mix.output.split())
     bad = CliRunner().invoke(app, [*args[:4], "--structure", "links"])
     assert bad.exit_code != 0 and "--structure: links is not one of" in " ".join(bad.output.split())

@@ -22,6 +22,8 @@ DATA_SETTINGS = {
     "random-span-contrastive": {"positive": "mined", "pairs": "random-span"},
     "change-only-positive-hard": {"positive": "mined", "pairs": "mined", "hard_negatives": 2},
     "xprt-hard": {"positive": "mined", "pairs": "mined", "hard_negatives": 2},
+    "structure-positive": {"pairs": "structure", "hard_negatives": 2},
+    "structure-mixed": {"pairs": "structure-mixed", "hard_negatives": 2, "structure_mix": 0.5},
 }
 
 

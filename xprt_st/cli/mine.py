@@ -12,13 +12,13 @@ from xprt_st.cli import app
 from xprt_st.cli.common import OutputPathError, check_output_folder, command_logging
 from xprt_st.mining.config import MiningConfig, MiningError, NoGroupsError
 from xprt_st.mining.groups import DEFAULT_THRESHOLD_QUANTILE, PAPER_THRESHOLD
-from xprt_st.mining.layout import MiningLayout, read_stats
+from xprt_st.mining.layout import STRUCTURE_DIR, STRUCTURE_MIXED_DIR, MiningLayout, read_stats
 from xprt_st.mining.merge import merge
 from xprt_st.mining.mine import ENGINES, ShardResult, run_mining
 from xprt_st.mining.reader import CorpusError
 from xprt_st.mining.report import write_report
 from xprt_st.mining.stats import summary_table
-from xprt_st.mining.structure import parse_kinds, structure_line, write_structure_groups
+from xprt_st.mining.structure import parse_kinds, structure_line, write_mixed_groups, write_structure_groups
 from xprt_st.paths import path_length_problem
 
 DEFAULTS = MiningConfig()
@@ -144,6 +144,13 @@ def mine(
             "Read by recipes structure-positive and structure-mixed. Default: none.",
         ),
     ] = None,
+    structure_mix: Annotated[
+        float | None,
+        typer.Option(
+            help="With --structure: also write DIR/structure-mixed, the training groups and the structure groups "
+            "with this share of structure groups (0.5: half), for recipe structure-mixed. Default: none.",
+        ),
+    ] = None,
     num_shards: Annotated[int, typer.Option(help="Number of shards (one job each).")] = DEFAULTS.num_shards,
     shard_index: Annotated[int | None, typer.Option(help="Run only this shard; default all.")] = None,
     chunk_size: Annotated[int, typer.Option(help="Documents per checkpoint inside a shard.")] = DEFAULTS.chunk_size,
@@ -193,6 +200,8 @@ def mine(
             _check_hard_negatives(hard_negatives, hard_negative_max_ratio, pairs)
             try:
                 structure_kinds = parse_kinds(structure)
+                if structure_mix is not None and not (structure_kinds and 0 < structure_mix < 1):
+                    raise ValueError(f"--structure-mix {structure_mix}: give a share in (0, 1) with --structure")
             except ValueError as error:
                 raise typer.BadParameter(str(error)) from error
             config = MiningConfig(
@@ -277,6 +286,11 @@ def mine(
                     max_ratio=hard_negative_max_ratio,
                 )
                 console.print(structure_line(found, folder))
+                if structure_mix is not None and found["groups"]:
+                    mixed = write_mixed_groups(
+                        folder / STRUCTURE_DIR, folder, folder / STRUCTURE_MIXED_DIR, structure_mix, seed=seed
+                    )
+                    console.print(f"structure mix: {mixed['structure_mix']} in {folder / STRUCTURE_MIXED_DIR}")
                 stats = read_stats(folder) or stats
         except NoGroupsError as error:
             console.print(f"[bold red]no groups:[/] {error}")

@@ -23,7 +23,7 @@ from xprt_st.compare.config import (
 from xprt_st.compare.corpus import CORPUS_FILE, build_corpus, corpus_problems
 from xprt_st.compare.report import write_report
 from xprt_st.compare.results import START_LABEL, CompareResult, collect_results
-from xprt_st.compare.variants import data_variant, prepare_variant
+from xprt_st.compare.variants import data_variant, prepare_mixed, prepare_variant
 
 if TYPE_CHECKING:
     from mteb.abstasks import AbsTask
@@ -115,8 +115,10 @@ def _train(
         # Neither finished (no COMPLETE marker) nor resumable: left by a run killed before its first checkpoint.
         logger.info("%s: removing an unfinished run without a complete checkpoint", output)
         shutil.rmtree(output)
-    # every recipe's retention term reads the mined (anchor, positive): the same text, as in the paper
-    train_recipe(recipe, data=data, output=output, resume=resume, progress=progress, retention_data=mined)
+    # every recipe's retention term reads the mined (anchor, positive): the same text, as in the paper; the structure
+    # recipes' rows are other groups (titles and headings), so theirs reads their own pairs
+    retention_data = None if data.name.startswith("structure") else mined
+    train_recipe(recipe, data=data, output=output, resume=resume, progress=progress, retention_data=retention_data)
 
 
 def _evaluate(
@@ -308,8 +310,10 @@ def run_compare(
             variant, options = data_variant(recipe.data.requires)
             if variant not in data:
                 folder = {"mined": mined, "structure": mined / "structure"}.get(variant, run / "data" / variant)
-                if variant not in ("mined", "structure"):
-                    model = config.mining_model or config.model
+                model = config.mining_model or config.model
+                if variant.startswith("structure-mixed"):
+                    prepare_mixed(run, mined, folder, options, config.corpus_seed, progress, model)
+                elif variant not in ("mined", "structure"):
                     prepare_variant(mined, folder, options, config.corpus_seed, progress, model=model)
                 data[variant] = folder
             data[name] = data[variant]

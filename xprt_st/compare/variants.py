@@ -13,6 +13,9 @@ def data_variant(requires: dict[str, str]) -> tuple[str, dict[str, str]]:
     negatives = int(requires.get("hard_negatives", 0) or 0)
     if options["pairs"] == "structure":  # mined with the run (mining.structure): RUN/mined/structure
         return "structure", options
+    if options["pairs"] == "structure-mixed":  # RUN/mined/structure mixed with the mined groups (same negatives)
+        ratio = str(requires.get("structure_mix", "0.5"))
+        return f"structure-mixed-{ratio}-{negatives}", {"structure_mix": ratio, "hard_negatives": str(negatives)}
     if negatives > 0:  # the mined groups plus hard-negative columns (mined positives only)
         return f"hard-negatives-{negatives}", {**options, "hard_negatives": str(negatives)}
     if options["pairs"] == "random-span":
@@ -62,3 +65,18 @@ def prepare_variant(
         add_hard_negatives(folder, negatives, model=model, seed=seed)
         stats = read_stats(folder) or stats
     return stats
+
+
+def prepare_mixed(
+    run: Path, mined: Path, folder: Path, options: dict[str, str], seed: int, progress: bool, model: str | None
+) -> dict[str, Any]:
+    """``folder``: ``mined/structure`` mixed with the mined groups (with their hard negatives, re-merged into
+    ``run/data/hard-negatives-K`` when ``K > 0``) at ``options["structure_mix"]``, for recipe ``structure-mixed``."""
+    from xprt_st.mining.structure import write_mixed_groups
+
+    negatives = int(options.get("hard_negatives", 0) or 0)
+    source = mined
+    if negatives:
+        source, hard = run / "data" / f"hard-negatives-{negatives}", {"positive": "mined", "pairs": "mined"}
+        prepare_variant(mined, source, {**hard, "hard_negatives": str(negatives)}, seed, progress, model=model)
+    return write_mixed_groups(mined / "structure", source, folder, float(options["structure_mix"]), seed=seed)

@@ -215,6 +215,9 @@ def write_structure_groups(
     if stats is None:
         raise FileNotFoundError(f"{folder} is not a merged mining folder (no {STATS_FILE}): mine it first")
     settings = stats.get("settings", {})
+    previous = read_stats(folder / STRUCTURE_DIR)
+    if previous is not None and _same_structure(previous, stats, kinds, hard_negatives):
+        return previous["structure"]  # written from this merge with these settings: nothing to encode again
     holdout, seed = float(settings.get("holdout") or 0.0), int(settings.get("seed", 0))
     layout = MiningLayout(folder)
     stored = layout.require_run()
@@ -274,6 +277,16 @@ def write_structure_groups(
     return total
 
 
+def _same_structure(previous: dict[str, Any], stats: dict[str, Any], kinds: Sequence[str], negatives: int) -> bool:
+    """Whether ``previous`` (a ``structure/stats.json``) was written from the merge ``stats`` with these settings."""
+    own = dict(previous.get("settings", {}))
+    if own.get("structure") != ",".join(kinds) or int(own.get("hard_negatives") or 0) != negatives:
+        return False
+    ignored = {"pairs", "structure", "hard_negatives", "hard_negative_max_ratio"}
+    merged = {k: v for k, v in stats.get("settings", {}).items() if k not in ignored}
+    return all(own.get(k) == v for k, v in merged.items()) and previous.get("threshold") == stats.get("threshold")
+
+
 def structure_negatives(
     folder: Path, rows: dict[str, list[Any]], count: int, model: Any, max_ratio: float
 ) -> tuple[list[list[str]], dict[str, Any]]:
@@ -318,3 +331,63 @@ def structure_negatives(
         "mean_positive_cosine": float(positive_scores.mean()) if len(positive_scores) else None,
     }
     return [[texts[int(i)] for i in row] for row in chosen], summary
+
+
+def mixed_rows(mined: int, structure: int, ratio: float, seed: int) -> tuple[list[int], list[int]]:
+    """Which mined and structure rows make a mix whose structure share is ``ratio``: every mined row once, and
+    ``round(ratio / (1 - ratio) * mined)`` structure rows drawn without replacement while they last (each once per
+    round), then shuffled with the rest by the batch sampler. With no mined row, every structure row once.
+
+    Example:
+        >>> mixed_rows(6, 4, 0.5, 0)[1]
+        [2, 0, 1, 3, 3, 2]
+    """
+    import numpy as np
+
+    if not 0.0 < ratio < 1.0:
+        raise ValueError(f"structure_mix={ratio} is not in (0, 1)")
+    if structure == 0:
+        raise ValueError("a structure mix needs structure groups; the corpus has none")
+    wanted = round(ratio / (1.0 - ratio) * mined) if mined else structure
+    rng = np.random.default_rng(seed)
+    rounds = -(-wanted // structure)
+    drawn = np.concatenate([rng.permutation(structure) for _ in range(rounds)])[:wanted]
+    return list(range(mined)), [int(i) for i in drawn]
+
+
+def write_mixed_groups(
+    structure_folder: str | Path, mined_folder: str | Path, target: str | Path, ratio: float, seed: int = 0
+) -> dict[str, Any]:
+    """Write ``target``: the mined groups of ``mined_folder`` and the structure groups of ``structure_folder``, the
+    structure share ``ratio`` (:func:`mixed_rows`), for recipe ``structure-mixed``; returns its ``stats.json``.
+
+    Both datasets must have the same columns (hard negatives in both, or in neither). The sampler shuffles the
+    rows, so each batch holds about ``ratio`` structure groups (``ratio x batch size`` in expectation).
+    """
+    import shutil
+
+    import datasets
+
+    from xprt_st.mining.layout import STATS_FILE, atomic_write_json, read_stats
+
+    mined = datasets.load_from_disk(str(mined_folder))
+    structure = datasets.load_from_disk(str(structure_folder))
+    if set(mined.column_names) != set(structure.column_names):
+        raise ValueError(
+            f"{mined_folder} has columns {mined.column_names} but {structure_folder} {structure.column_names}: "
+            "give both the same --hard-negatives"
+        )
+    mined_rows, structure_rows = mixed_rows(len(mined), len(structure), ratio, seed)
+    mixed = datasets.concatenate_datasets(
+        [mined.select(mined_rows), structure.select(structure_rows).cast(mined.features)]
+    )
+    target = Path(target)
+    if target.is_dir():
+        shutil.rmtree(target)
+    mixed.save_to_disk(str(target))
+    stats = read_stats(structure_folder) or {}
+    settings = {**stats.get("settings", {}), "pairs": "structure-mixed", "structure_mix": ratio}
+    own = {**stats, "settings": settings, "groups": len(mixed)}
+    own["structure_mix"] = {"ratio": ratio, "mined_groups": len(mined_rows), "structure_groups": len(structure_rows)}
+    atomic_write_json(target / STATS_FILE, own)
+    return own

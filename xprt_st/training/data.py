@@ -122,11 +122,15 @@ def load_mined(
         if found is None:
             logger.warning("%s/%s does not record %r; assuming it was mined with %r", folder, STATS_FILE, key, expected)
         elif str(found) != str(expected):
-            option = "--" + key.replace("_", "-")
+            option = f"--{key.replace('_', '-')} {expected}"
+            fix = (
+                f"add them to this folder with `xprt-st mine --merge {folder} {option}`"
+                if key == "hard_negatives"  # the one setting a re-merge adds to a mined folder
+                else f"mine again with `xprt-st mine ... {option}`"
+            )
             problems.append(
                 f"the recipe needs data mined with {key}={expected!r} but {STATS_FILE} says {key}={found!r} "
-                f"(add them to this folder with `xprt-st mine --merge {folder} {option} {expected}`, "
-                "or pick the recipe made for this data)"
+                f"({fix}, or pick the recipe made for this data)"
             )
     if problems:
         raise MinedDataError(

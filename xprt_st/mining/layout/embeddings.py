@@ -39,10 +39,13 @@ def encoder_identity(model: Any, prompt: str) -> dict[str, Any]:
     Hashing the weights (not the name) lets a loaded model, a path and a name be compared alike; it
     takes well under a second for a MiniLM-sized model.
     """
+    import torch
+
     digest = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
         digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        # the raw bytes of any dtype: numpy has no bfloat16, which a bf16 mining model's weights are
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return {"weights_sha256": digest.hexdigest(), "max_seq_length": model.max_seq_length, "prompt": prompt}
 
 

@@ -83,6 +83,7 @@ __all__ = [
     "SPLIT_STATS_FILE",
     "STATS_FILE",
     "STRUCTURE_DIR",
+    "STRUCTURE_MIXED_DIR",
     "UNITS_DIR",
     "MiningLayout",
     "atomic_write_json",
@@ -115,6 +116,8 @@ HELDOUT_TITLES = Path(HELDOUT_DIR, "titles")
 the indices of the passages it covers), a datasets folder; absent when none was found."""
 STRUCTURE_DIR = "structure"
 """The structure groups (``--structure``, :mod:`xprt_st.mining.structure`), a mined folder of its own."""
+STRUCTURE_MIXED_DIR = "structure-mixed"
+"""The mined groups mixed with the structure groups (``--structure-mix``), a mined folder of its own."""
 MERGE_TMP = ".merge.tmp"
 LOCK_PREFIX = ".xprt-mine-"
 LOG_FILE = "xprt-st.log"
@@ -133,6 +136,7 @@ OWNED_NAMES = (
     DATASET_INFO,
     HELDOUT_DIR,
     STRUCTURE_DIR,
+    STRUCTURE_MIXED_DIR,
     LOG_FILE,
     EMBEDDINGS_FILE,
     EMBEDDINGS_RECORD,
