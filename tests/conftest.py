@@ -101,3 +101,17 @@ def minilm():
     from xprt_st.models import load_model
 
     return load_model(None, device="cpu")
+
+
+@pytest.fixture
+def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if the quickstart starts, or any model loads (a refusal must come before any work)."""
+
+    def started(*args, **kwargs):
+        raise AssertionError("work started before the inputs (or the rerun's settings) were checked")
+
+    import xprt_st.models
+    import xprt_st.quickstart
+
+    monkeypatch.setattr(xprt_st.quickstart, "run_quickstart", started)
+    monkeypatch.setattr(xprt_st.models, "load_model", started)

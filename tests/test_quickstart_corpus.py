@@ -165,20 +165,6 @@ def test_a_recipe_with_hard_negatives_gets_them_mined_by_the_quickstart(
     assert (elsewhere / "out" / "model" / "modules.json").is_file()
 
 
-@pytest.fixture
-def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fail the test if the quickstart starts, or any model loads."""
-
-    def started(*args, **kwargs):
-        raise AssertionError("work started before the inputs were checked")
-
-    import xprt_st.models
-    import xprt_st.quickstart
-
-    monkeypatch.setattr(xprt_st.quickstart, "run_quickstart", started)
-    monkeypatch.setattr(xprt_st.models, "load_model", started)
-
-
 class _Said:
     """A command's output, searched without the line breaks and spaces the terminal's wrapping puts anywhere."""
 

@@ -52,20 +52,6 @@ def first_run(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: Path) -
     return root, options
 
 
-@pytest.fixture
-def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fail the test if the quickstart starts, or any model loads."""
-
-    def started(*args, **kwargs):
-        raise AssertionError("work started before the rerun was checked")
-
-    import xprt_st.models
-    import xprt_st.quickstart
-
-    monkeypatch.setattr(xprt_st.quickstart, "run_quickstart", started)
-    monkeypatch.setattr(xprt_st.models, "load_model", started)
-
-
 def _changed(root: Path, option: str, tiny_model_path: Path) -> tuple[str, str, str]:
     """The new value of ``option`` and the stage and words the refusal names."""
     if option == "--model":
