@@ -70,9 +70,9 @@ def test_document_pairs_title_to_the_central_passage_heading_to_its_first_and_dr
 
 
 def test_kinds_are_checked_in_one_line_naming_the_option():
-    assert parse_kinds("headings, titles") == ("titles", "headings")
-    with pytest.raises(ValueError, match=r"--structure: links is not one of titles, headings \(link texts"):
-        parse_kinds("titles,links")
+    assert parse_kinds("links,headings, titles") == ("titles", "headings", "links")
+    with pytest.raises(ValueError, match=r"--structure: anchors is not one of titles, headings, links; give e.g."):
+        parse_kinds("titles,anchors")
 
 
 def test_mine_structure_on_html_pages_each_pair_checked_and_held_out_pages_give_none(tmp_path, tiny_model_path):
@@ -181,5 +181,5 @@ def test_plain_text_corpus_has_no_structure_and_says_so(tmp_path, tiny_model_pat
     assert json.loads((out / "stats.json").read_text())["structure"]["groups"] == 0
     mix = CliRunner().invoke(app, [*args[:4], "--structure", "titles", "--structure-mix", "1.5"])
     assert mix.exit_code != 0 and "--structure-mix 1.5: give a share in (0, 1)" in " ".join(mix.output.split())
-    bad = CliRunner().invoke(app, [*args[:4], "--structure", "links"])
-    assert bad.exit_code != 0 and "--structure: links is not one of" in " ".join(bad.output.split())
+    bad = CliRunner().invoke(app, [*args[:4], "--structure", "anchors"])
+    assert bad.exit_code != 0 and "--structure: anchors is not one of" in " ".join(bad.output.split())

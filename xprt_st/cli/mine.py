@@ -18,7 +18,13 @@ from xprt_st.mining.mine import ENGINES, ShardResult, run_mining
 from xprt_st.mining.reader import CorpusError
 from xprt_st.mining.report import write_report
 from xprt_st.mining.stats import summary_table
-from xprt_st.mining.structure import parse_kinds, structure_line, write_mixed_groups, write_structure_groups
+from xprt_st.mining.structure import (
+    links_problem,
+    parse_kinds,
+    structure_line,
+    write_mixed_groups,
+    write_structure_groups,
+)
 from xprt_st.paths import path_length_problem
 
 DEFAULTS = MiningConfig()
@@ -138,10 +144,12 @@ def mine(
     structure: Annotated[
         str | None,
         typer.Option(
-            help="After the merge, also write DIR/structure: groups whose anchor is a title or a section heading "
-            "of a training document and whose positive is a passage it covers (a title: the most central passage; "
-            "a heading: its section's first), with --hard-negatives K negatives each. Kinds: titles,headings. "
-            "Read by recipes structure-positive and structure-mixed. Default: none.",
+            help="After the merge, also write DIR/structure: groups whose anchor is a title, a section heading or "
+            "a link text of a training document and whose positive is a passage it names (a title: the most central "
+            "passage; a heading: its section's first; a link of an --html page: the first passage of the page it "
+            "points at in the corpus, or of the section its #fragment names), with --hard-negatives K negatives "
+            "each. Kinds: titles,headings,links. Held-out pages give none, nor are they link targets; drops are "
+            "counted by reason in stats.json. Read by recipes structure-positive and structure-mixed. Default: none.",
         ),
     ] = None,
     structure_mix: Annotated[
@@ -202,6 +210,10 @@ def mine(
                 structure_kinds = parse_kinds(structure)
                 if structure_mix is not None and not (structure_kinds and 0 < structure_mix < 1):
                     raise ValueError(f"--structure-mix {structure_mix}: give a share in (0, 1) with --structure")
+                stored_run = merge_dir if merge_dir is not None else (None if overwrite else output)
+                old_run = links_problem(stored_run, structure_kinds) if stored_run is not None else None
+                if old_run is not None:
+                    raise ValueError(old_run)
             except ValueError as error:
                 raise typer.BadParameter(str(error)) from error
             config = MiningConfig(

@@ -108,9 +108,10 @@ def mine(corpus: Any, output_dir: str | Path, **settings: Any) -> dict[str, Any]
     The defaults are the CLI's: anchors above the median centrality of the corpus unless
     ``threshold`` or ``threshold_quantile`` is given (``threshold=0.825`` is the paper's).
     ``engine="ray"`` (with ``num_workers`` and ``ray_address``) runs on a Ray cluster instead, with
-    the same output. ``structure=["titles", "headings"]`` (or ``"titles,headings"``) then writes the structure
-    groups to ``DIR/structure`` (:func:`~xprt_st.mining.structure.write_structure_groups`), with
-    ``structure_hard_negatives`` (default ``hard_negatives``) hard negatives each.
+    the same output. ``structure=["titles", "headings", "links"]`` (or ``"titles,headings,links"``) then writes
+    the structure groups to ``DIR/structure`` (:func:`~xprt_st.mining.structure.write_structure_groups`), with
+    ``structure_hard_negatives`` (default ``hard_negatives``) hard negatives each; a stored run mined before links
+    were kept is refused before any work when links are asked for.
     """
     if isinstance(corpus, str | Path):
         corpus = [corpus]
@@ -120,9 +121,12 @@ def mine(corpus: Any, output_dir: str | Path, **settings: Any) -> dict[str, Any]
     model = settings.pop("model", None)
     hard_negatives = int(settings.pop("hard_negatives", 0) or 0)
     max_ratio = float(settings.pop("hard_negative_max_ratio", 0.95))
-    from xprt_st.mining.structure import parse_kinds
+    from xprt_st.mining.structure import links_problem, parse_kinds
 
     structure = parse_kinds(settings.pop("structure", None))
+    problem = None if options.get("overwrite") else links_problem(output_dir, structure)
+    if problem is not None:
+        raise ValueError(problem)
     structure_negatives = int(settings.pop("structure_hard_negatives", hard_negatives) or 0)
     if model is not None and not isinstance(model, str | Path):
         config = MiningConfig(**settings)

@@ -5,8 +5,8 @@ engines (:mod:`xprt_st.mining.engines`) decide which records a stage sees and wh
 stored (:mod:`xprt_st.mining.layout`).
 
 1. :class:`SplitStage`: input records -> :class:`Document` records (HTML extracted, passages cut,
-   de-duplicated and capped, the title and headings mapped to their passages), with the counts of what
-   was read, skipped and repaired.
+   de-duplicated and capped, the title and headings mapped to their passages, an HTML page's links and
+   heading anchors kept), with the counts of what was read, skipped and repaired.
 2. :func:`document_frequencies`: documents -> hashed document frequencies (summed over the corpus
    into one TF-IDF, whatever the split of the work).
 3. :func:`score_chunk`: documents -> one row per passage with its centrality and its ``top_k``
@@ -27,6 +27,7 @@ import pyarrow as pa
 from xprt_st.mining.groups import MIN_PASSAGES, rank_all_passages
 from xprt_st.mining.headings import Section, markdown_headings, plain_title, sections
 from xprt_st.mining.html_text import extract_main_text_with_headings
+from xprt_st.mining.links import Anchor, Link, heading_anchors, page_links
 from xprt_st.mining.passages import PassageSplitter
 from xprt_st.mining.records import RawRecord, is_plain_document
 from xprt_st.mining.scoring import TfidfScorer, tfidf_cosines
@@ -55,6 +56,10 @@ class Document:
 
     headings: list[Section] = field(default_factory=list)
     """The title and section headings with the passages each covers (:mod:`xprt_st.mining.headings`)."""
+    links: list[Link] = field(default_factory=list)
+    """An HTML page's links, text and target (:mod:`xprt_st.mining.links`); empty for other documents."""
+    anchors: list[Anchor] = field(default_factory=list)
+    """The ids of an HTML page's headings with the first passage of each section (what a ``#fragment`` names)."""
 
 
 HEADINGS_TYPE = pa.list_(
@@ -63,12 +68,38 @@ HEADINGS_TYPE = pa.list_(
 """A document's :class:`~xprt_st.mining.headings.Section` list as stored (an empty list without any)."""
 
 
+LINKS_TYPE = pa.list_(pa.struct([("text", pa.string()), ("target", pa.string()), ("navigation", pa.bool_())]))
+"""A document's :class:`~xprt_st.mining.links.Link` list as stored (an empty list without any)."""
+ANCHORS_TYPE = pa.list_(pa.struct([("id", pa.string()), ("first", pa.int32())]))
+"""A document's :class:`~xprt_st.mining.links.Anchor` list as stored (an empty list without any)."""
+
+
 def headings_column(documents: Sequence[Document]) -> list[list[dict[str, Any]]]:
     """Each document's sections as plain dicts, the values of a :data:`HEADINGS_TYPE` column."""
     return [
         [{"text": h.text, "level": h.level, "first": h.first, "stop": h.stop} for h in doc.headings]
         for doc in documents
     ]
+
+
+def links_column(documents: Sequence[Document]) -> list[list[dict[str, Any]]]:
+    """Each document's links as plain dicts, the values of a :data:`LINKS_TYPE` column."""
+    return [[{"text": x.text, "target": x.target, "navigation": x.navigation} for x in doc.links] for doc in documents]
+
+
+def anchors_column(documents: Sequence[Document]) -> list[list[dict[str, Any]]]:
+    """Each document's anchors as plain dicts, the values of an :data:`ANCHORS_TYPE` column."""
+    return [[{"id": a.id, "first": a.first} for a in doc.anchors] for doc in documents]
+
+
+def links_of(values: list[dict[str, Any]] | None) -> list[Link]:
+    """The links of one stored :data:`LINKS_TYPE` value (None, from a file written without them: none)."""
+    return [Link(v["text"], v["target"], bool(v["navigation"])) for v in values or []]
+
+
+def anchors_of(values: list[dict[str, Any]] | None) -> list[Anchor]:
+    """The anchors of one stored :data:`ANCHORS_TYPE` value (None, from a file written without them: none)."""
+    return [Anchor(v["id"], int(v["first"])) for v in values or []]
 
 
 def sections_of(values: list[dict[str, Any]] | None) -> list[Section]:
@@ -90,10 +121,13 @@ PASSAGE_SCHEMA = pa.schema(
         ("tfidf_scores", pa.list_(pa.float64())),
         ("fused_scores", pa.list_(pa.float64())),
         ("headings", HEADINGS_TYPE),
+        ("links", LINKS_TYPE),
+        ("anchors", ANCHORS_TYPE),
     ]
 )
-"""One scored passage: what :func:`score_chunk` gives and what the merge reads. ``headings`` holds the
-document's title and headings on the row of its first passage, and is empty on the others."""
+"""One scored passage: what :func:`score_chunk` gives and what the merge reads. ``headings``, ``links`` and
+``anchors`` hold the document's title and headings, links and heading anchors on the row of its first passage, and
+are empty on the others."""
 
 SPLIT_SCHEMA = pa.schema(
     [
@@ -104,6 +138,8 @@ SPLIT_SCHEMA = pa.schema(
         ("token_counts", pa.list_(pa.int32())),
         ("token_ids", pa.list_(pa.int32())),
         ("headings", HEADINGS_TYPE),
+        ("links", LINKS_TYPE),
+        ("anchors", ANCHORS_TYPE),
     ]
 )
 """One split document, as stored between the split stage and the scoring stage."""
@@ -145,6 +181,8 @@ class SplitStage:
         self._counts["duplicate_documents"] += record.repeats_text
         self._counts["duplicate_ids"] += record.repeats_id
         text, title = record.text, record.title
+        links: list[Link] = []
+        ids: list[tuple[str, tuple[str, ...]]] = []
         if self.html and not is_plain_document(record):
             text, marks, page_title = extract_main_text_with_headings(text, record.origin)
             if text is None:
@@ -152,6 +190,7 @@ class SplitStage:
                 self.skipped["html_cut_before_main_text" if record.bytes_not_read else "html_no_main_text"] += 1
                 return None
             title = title or page_title
+            links, ids = page_links(record.text, text, record.origin)
         else:
             marks = markdown_headings(text)
             if title is None:  # a Markdown page's first "# ..." is its title, as an HTML page's first <h1>
@@ -177,6 +216,8 @@ class SplitStage:
             split.token_counts,
             split.token_ids,
             headings=found,
+            links=links,
+            anchors=heading_anchors(marks, ids, split.spans, len(text)),
         )
 
     @property
@@ -274,6 +315,8 @@ def score_chunk(
                 rows["tfidf_scores"].append(ranking.tfidf_scores if ranking else [])
                 rows["fused_scores"].append(ranking.fused_scores if ranking else [])
                 rows["headings"].extend(headings_column([doc]) if i == 0 else [[]])
+                rows["links"].extend(links_column([doc]) if i == 0 else [[]])
+                rows["anchors"].extend(anchors_column([doc]) if i == 0 else [[]])
         yield ScoredBatch(pa.table(rows, schema=PASSAGE_SCHEMA), len(batch_docs), seconds, kept)
 
 

@@ -1,26 +1,31 @@
-"""Structure pairs: the queries a corpus already holds (titles, section headings) paired with a passage they cover.
+"""Structure pairs: the queries a corpus already holds (titles, headings, link texts) paired with a passage.
 
-A document's title and headings were written by its author to say what the text is about; they are
-query-shaped and free (E5's CCPairs and GTE train on (title, passage) pairs). ``xprt-st mine --structure
-titles,headings`` turns the sections that mining already maps to passages (:mod:`xprt_st.mining.headings`)
-into training groups of the mined dataset's schema (``anchor``, ``positive``, ``related_2`` ..., ``label``):
+A document's title and headings, and the texts of the links that point at it, were written by people to say what
+the text is about; they are query-shaped and free (E5's CCPairs and GTE train on (title, passage) pairs, HLP on
+anchor texts). ``xprt-st mine --structure titles,headings,links`` turns the sections that mining already maps to
+passages (:mod:`xprt_st.mining.headings`) and the links of HTML pages (:mod:`xprt_st.mining.links`) into training
+groups of the mined dataset's schema (``anchor``, ``positive``, ``related_2`` ..., ``label``):
 
 - a title's positive is the document's most central passage (the first one when the document has one
   passage, which has no centrality);
-- a heading's positive is the first passage of its section.
+- a heading's positive is the first passage of its section;
+- a link's positive is the first passage of the page it points at, or of the section its ``#fragment`` names,
+  resolved within the corpus (:mod:`xprt_st.mining.link_targets`); its label is the target page's.
 
 A positive that begins with its own anchor (the extractors keep a heading's line in the text) has that copy cut
 off (:func:`positive_text`), so the pair is not solved by copying words.
 
 Every related column repeats the positive, as a mined group of a short document does, so any recipe that reads
-the mined groups reads these. The ``label`` is the document's, so the same-document mask keeps a document's
-other passages from being its own title's negatives. Held-out documents (``--holdout``) contribute none: the
-held-out contract of ``titles:DIR`` holds. Titles and headings of the training documents are then what the
-model trains on, so ``titles:DIR`` on a structure-trained model is of the objective's own kind (as
-``mined:DIR`` is for mined positives).
+the mined groups reads these. The ``label`` is the document's (a link's: its target page's), so the same-document
+mask keeps a document's other passages from being its own title's negatives. Held-out documents (``--holdout``)
+contribute none, neither their own titles, headings and links nor as a link's target: the held-out contract of
+``titles:DIR`` holds. Titles and headings of the training documents are then what the model trains on, so
+``titles:DIR`` on a structure-trained model is of the objective's own kind (as ``mined:DIR`` is for mined
+positives).
 
-An anchor is dropped when it is empty, longer than :data:`MAX_ANCHOR_WORDS` words, or generic
-(:data:`GENERIC_ANCHORS`: "Introduction", "See also", navigation words), or when it is the positive's own text.
+A title or heading is dropped when it is empty, longer than :data:`MAX_ANCHOR_WORDS` words, or generic
+(:data:`GENERIC_ANCHORS`: "Introduction", "See also", navigation words), or when it is the positive's own text; a
+link for the reasons of :data:`~xprt_st.mining.link_targets.LINK_DROPS`. Each drop is counted by kind and reason.
 
 Example:
     >>> from xprt_st.mining.headings import Section
@@ -45,8 +50,8 @@ from typing import Any
 
 from xprt_st.mining.layout import STRUCTURE_DIR
 
-STRUCTURE_KINDS = ("titles", "headings")
-"""What ``--structure`` accepts. Link texts are not among them: the split stage keeps no link targets."""
+STRUCTURE_KINDS = ("titles", "headings", "links")
+"""What ``--structure`` accepts (links: of HTML pages mined with ``--html``)."""
 MAX_ANCHOR_WORDS = 24
 """Longer titles and headings read as sentences of the text, not as what a passage is about."""
 GENERIC_ANCHORS = frozenset(
@@ -88,7 +93,7 @@ GENERIC_ANCHORS = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class StructurePair:
-    """One structure pair: its kind (``title`` or ``heading``), anchor text and positive passage index."""
+    """One title or heading pair: its kind (``title`` or ``heading``), anchor text and positive passage index."""
 
     kind: str
     anchor: str
@@ -96,17 +101,16 @@ class StructurePair:
 
 
 def parse_kinds(value: str | Sequence[str] | None) -> tuple[str, ...]:
-    """``"titles,headings"`` (or a list) as the kinds in :data:`STRUCTURE_KINDS` order; raises ValueError on others."""
+    """``"titles,links"`` (or a list) as the kinds in :data:`STRUCTURE_KINDS` order; raises ValueError on others."""
     if value is None:
         return ()
     names = value.split(",") if isinstance(value, str) else list(value)
     names = [name.strip().lower() for name in names if name.strip()]
     unknown = [name for name in names if name not in STRUCTURE_KINDS]
     if unknown:
-        extra = " (link texts are not extracted: the split stage keeps no link targets)" if "links" in unknown else ""
         raise ValueError(
-            f"--structure: {', '.join(unknown)} is not one of {', '.join(STRUCTURE_KINDS)}{extra}; "
-            "give e.g. --structure titles,headings"
+            f"--structure: {', '.join(unknown)} is not one of {', '.join(STRUCTURE_KINDS)}; "
+            "give e.g. --structure titles,headings,links"
         )
     return tuple(kind for kind in STRUCTURE_KINDS if kind in names)
 
@@ -157,7 +161,7 @@ def document_pairs(
             continue
         positive = central if section.is_title else section.first
         reason = drop_reason(section.text)
-        if reason is None and " ".join(section.text.split()) == " ".join(passages[positive].split()):
+        if reason is None and same_text(section.text, passages[positive]):
             reason = "same_as_passage"
         if reason is not None:
             dropped.setdefault(kind, Counter())[reason] += 1
@@ -165,6 +169,11 @@ def document_pairs(
         kept[kind] += 1
         pairs.append(StructurePair(kind, section.text, positive))
     return pairs, {"kept": dict(kept), "dropped": {k: dict(v) for k, v in dropped.items()}}
+
+
+def same_text(anchor: str, passage: str) -> bool:
+    """Whether ``passage`` is ``anchor``'s own text (whitespace aside): no pair, the words would be copied."""
+    return " ".join(anchor.split()) == " ".join(passage.split())
 
 
 def add_counts(total: dict[str, Any], counts: dict[str, Any]) -> None:
@@ -184,9 +193,28 @@ def structure_line(counts: dict[str, Any], folder: str | Path) -> str:
     kept = ", ".join(f"{n} {kind}s" for kind, n in counts["kept"].items())
     dropped = sum(n for reasons in counts["dropped"].values() for n in reasons.values())
     return (
-        f"structure: {counts['groups']} groups ({kept}; {dropped} dropped as empty, too long or generic) "
+        f"structure: {counts['groups']} groups ({kept}; {dropped} dropped, by reason in stats.json's structure) "
         f"in {folder}/{STRUCTURE_DIR}: train with --mined {folder}/{STRUCTURE_DIR}"
     )
+
+
+def links_problem(folder: str | Path, kinds: Sequence[str]) -> str | None:
+    """Why ``--structure links`` cannot read the stored run of ``folder`` (mined before links were kept), or None."""
+    import pyarrow.parquet as pq
+
+    from xprt_st.mining.layout import PASSAGES_FILE, MiningLayout
+
+    if "links" not in kinds:
+        return None
+    layout = MiningLayout(Path(folder))
+    stored = layout.stored_settings()
+    chunks = layout.chunk_dirs(int(stored["num_shards"])) if stored else []
+    if chunks and "links" not in pq.read_schema(chunks[0] / PASSAGES_FILE).names:
+        return (
+            f"--structure links: {folder} was mined before the split stage kept link targets; mine again into a "
+            "new folder (or drop links from --structure)"
+        )
+    return None
 
 
 def write_structure_groups(
@@ -207,13 +235,17 @@ def write_structure_groups(
     from xprt_st.columns import ANCHOR, LABEL, negative_columns
     from xprt_st.mining.holdout import is_held_out
     from xprt_st.mining.layout import STATS_FILE, MiningLayout, atomic_write_json, read_stats
+    from xprt_st.mining.link_targets import Page, link_pairs, page_key
     from xprt_st.mining.merge import group_features, related_columns
-    from xprt_st.mining.stages import sections_of
+    from xprt_st.mining.stages import anchors_of, links_of, sections_of
 
     folder = Path(folder)
     stats = read_stats(folder)
     if stats is None:
         raise FileNotFoundError(f"{folder} is not a merged mining folder (no {STATS_FILE}): mine it first")
+    problem = links_problem(folder, kinds)
+    if problem is not None:
+        raise ValueError(problem)
     settings = stats.get("settings", {})
     previous = read_stats(folder / STRUCTURE_DIR)
     if previous is not None and _same_structure(previous, stats, kinds, hard_negatives):
@@ -225,8 +257,18 @@ def write_structure_groups(
     text_columns = [ANCHOR, *related_columns(top_k)]
     rows: dict[str, list[Any]] = {name: [] for name in [*text_columns, LABEL]}
     total: dict[str, Any] = {"kinds": list(kinds), "kept": {}, "dropped": {}, "heldout_documents_skipped": 0}
-    columns = ["label", "doc_id", "text", "centrality", "headings"]
-    documents_with_pairs = 0
+    if "links" in kinds:
+        total["heldout_links_skipped"] = 0
+    columns = ["label", "doc_id", "text", "centrality", "headings"] + (["links", "anchors"] if "links" in kinds else [])
+    pages: dict[str, Page] = {}  # every page a link can name (held-out ones too: their links are counted dropped)
+    links: list[tuple[str, Any]] = []  # (linking page key, link) of the training pages
+
+    def add_row(anchor: str, positive: str, label: int) -> None:
+        rows[ANCHOR].append(anchor)
+        for name in text_columns[1:]:
+            rows[name].append(positive_text(positive, anchor))
+        rows[LABEL].append(label)
+
     for table in layout.iter_passages(int(stored["num_shards"]), columns):
         data = table.to_pydict()
         start, n_rows = 0, len(data["label"])
@@ -234,25 +276,37 @@ def write_structure_groups(
             stop = start + 1
             while stop < n_rows and data["label"][stop] == data["label"][start]:
                 stop += 1
+            label, passages = int(data["label"][start]), data["text"][start:stop]
             sections = sections_of(data["headings"][start])
-            if holdout > 0 and is_held_out(data["doc_id"][start], holdout, seed):
-                total["heldout_documents_skipped"] += bool(sections)
+            own_links = links_of(data["links"][start]) if "links" in data else []
+            held = holdout > 0 and is_held_out(data["doc_id"][start], holdout, seed)
+            if "links" in data:
+                anchors = {
+                    a.id: passages[a.first] for a in anchors_of(data["anchors"][start]) if a.first < len(passages)
+                }
+                pages[page_key(data["doc_id"][start])] = Page(label, held, passages[0], anchors)
+            if held:
+                total["heldout_documents_skipped"] += bool(sections or own_links)
+                if "links" in kinds:
+                    total["heldout_links_skipped"] += len(own_links)
             else:
-                passages = data["text"][start:stop]
+                links += [(page_key(data["doc_id"][start]), link) for link in own_links]
                 pairs, counts = document_pairs(passages, data["centrality"][start:stop], sections, kinds)
                 add_counts(total, counts)
-                documents_with_pairs += bool(pairs)
                 for pair in pairs:
-                    rows[ANCHOR].append(pair.anchor)
-                    positive = positive_text(passages[pair.positive], pair.anchor)
-                    for name in text_columns[1:]:
-                        rows[name].append(positive)
-                    rows[LABEL].append(int(data["label"][start]))
+                    add_row(pair.anchor, passages[pair.positive], label)
             start = stop
+    if "links" in kinds:
+        resolved, dropped = link_pairs(links, pages, same_text)
+        total["links_found"] = len(links)
+        add_counts(total, {"kept": {"link": len(resolved)} if resolved else {}, "dropped": {"link": dict(dropped)}})
+        for pair in resolved:
+            add_row(pair.anchor, pair.positive, pair.label)
     total["groups"] = len(rows[LABEL])
-    total["documents_with_pairs"] = documents_with_pairs
+    total["documents_with_pairs"] = len(set(rows[LABEL]))
     if not total["groups"]:
-        total["note"] = f"the corpus has no {' or '.join(kinds)} to pair (none found, or every one dropped)"
+        read = " (links are read from HTML pages mined with --html)" if "links" in kinds else ""
+        total["note"] = f"the corpus has no {' or '.join(kinds)} to pair (none found, or every one dropped){read}"
     target = folder / STRUCTURE_DIR
     if target.is_dir():
         shutil.rmtree(target)

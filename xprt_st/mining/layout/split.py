@@ -12,7 +12,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from xprt_st.mining.stages import SPLIT_SCHEMA, Document, headings_column, sections_of
+from xprt_st.mining.stages import (
+    SPLIT_SCHEMA,
+    Document,
+    anchors_column,
+    anchors_of,
+    headings_column,
+    links_column,
+    links_of,
+    sections_of,
+)
 
 DF_FILE = "document_frequencies.npz"
 SPLIT_FILE = "split.parquet"
@@ -48,6 +57,8 @@ def split_table(documents: Sequence[Document]) -> pa.Table:
             "token_counts": [d.token_counts for d in documents],
             "token_ids": _token_id_column(documents),
             "headings": headings_column(documents),
+            "links": links_column(documents),
+            "anchors": anchors_column(documents),
         },
         schema=SPLIT_SCHEMA,
     )
@@ -69,11 +80,24 @@ def _token_ids_of(table: pa.Table) -> list[np.ndarray | None]:
 def documents_of(table: pa.Table, label_offset: int = 0) -> list[Document]:
     """The documents of (part of) a split file, labels shifted by ``label_offset``."""
     columns = table.select(["label", "doc_id", "origin", "passages", "token_counts"]).to_pydict()
-    # a split file written before headings were kept has no such column: its documents have none
-    headings = table.column("headings").to_pylist() if "headings" in table.column_names else [None] * table.num_rows
+    # a split file written before headings (or links) were kept has no such column: its documents have none
+    headings, links, anchors = (
+        table.column(name).to_pylist() if name in table.column_names else [None] * table.num_rows
+        for name in ("headings", "links", "anchors")
+    )
     return [
-        Document(label + label_offset, doc_id, origin, passages, counts, ids, sections_of(marks))
-        for label, doc_id, origin, passages, counts, ids, marks in zip(
+        Document(
+            label + label_offset,
+            doc_id,
+            origin,
+            passages,
+            counts,
+            ids,
+            sections_of(marks),
+            links_of(targets),
+            anchors_of(names),
+        )
+        for label, doc_id, origin, passages, counts, ids, marks, targets, names in zip(
             columns["label"],
             columns["doc_id"],
             columns["origin"],
@@ -81,6 +105,8 @@ def documents_of(table: pa.Table, label_offset: int = 0) -> list[Document]:
             columns["token_counts"],
             _token_ids_of(table),
             headings,
+            links,
+            anchors,
             strict=True,
         )
     ]

@@ -1,0 +1,216 @@
+"""Link texts as structure pairs (``mine --structure links``): a hand-written site, each pair checked by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import datasets
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from xprt_st.cli import app
+from xprt_st.mining import is_held_out
+from xprt_st.mining.link_targets import resolve, text_drop_reason
+from xprt_st.mining.links import page_links
+from xprt_st.mining.structure import positive_text
+
+NAV = '<nav><a href="{up}index.html">Home</a> <a href="{up}guide/brewing.html">Brewing</a></nav>'
+
+
+def _page(title: str, body: str, up: str = "") -> str:
+    return (
+        f"<html><head><title>{title} | Tea site</title></head><body>{NAV.format(up=up)}<article>{body}</article>"
+        "<footer>Copyright the tea people</footer></body></html>"
+    )
+
+
+def _p(words: str) -> str:
+    return f"<p>{words} This sentence adds enough plain words to keep the paragraph in the main text.</p>"
+
+
+INDEX = _page(
+    "Tea handbook",
+    "<h1>Tea handbook</h1>"
+    + _p('The handbook opens here. Read about <a href="guide/brewing.html">brewing tea at home</a> first.')
+    + _p('Hot water matters: <a href="guide/brewing.html#water-temperature">the right water temperature</a> helps.')
+    + _p('More words are <a href="other.html">here</a> and at <a href="https://example.com/tea">the tea society</a>.')
+    + _p('Back to <a href="#">the top of this page</a> or <a href="guide/brewing.html#nowhere">a lost part</a>.')
+    + _p('The <a href="secret.html">secret house blend</a> stays hidden from everyone who reads this.')
+    + _p(
+        'A <a href="guide/brewing.html">link whose text runs on for far too many words to be any kind of name '
+        "for its target</a> ends here."
+    )
+    + _p('Once more, <a href="guide/brewing.html">brewing tea at home</a> is worth a second look.')
+    + '<h2 id="tea-kinds">Kinds of tea</h2>'
+    + _p("KINDS-MARK Green, black and oolong teas differ by how long the leaves oxidise.")
+    + "<h2>Buying tea</h2>"
+    + _p("BUYING-MARK Loose leaves keep their taste better than dust in paper bags."),
+)
+BREWING = _page(
+    "Brewing tea",
+    "<h1>Brewing tea</h1>"
+    + _p('BREWING-MARK Brewing starts with fresh leaves, see <a href="../index.html#tea-kinds">kinds of tea</a>.')
+    + '<section id="water-temperature"><h2>Water temperature</h2>'
+    + _p("WATER-MARK Green tea wants water well below the boil, black tea wants it boiling.")
+    + "</section>"
+    + '<h2><a name="steeping-time"></a>Steeping time</h2>'
+    + _p('STEEP-MARK Three minutes suit most leaves; <a href="#storage">keeping leaves fresh</a> matters too.')
+    + '<span id="storage"></span><h2>Storage</h2>'
+    + _p("STORAGE-MARK Keep the leaves in a dark, dry tin away from spices."),
+    up="../",
+)
+GREEN = _page(
+    "Green tea",
+    "<h1>Green tea</h1>"
+    + _p(
+        'GREEN-MARK Green tea is steamed or pan-fired; <a href="guide/brewing.html#steeping-time">how long to '
+        "steep it</a> depends on the leaf."
+    )
+    + _p(
+        'See also <a href="index.html">the tea handbook</a> for the other kinds, '
+        'not <a href="gone.html">a gone page</a>.'
+    ),
+)
+SECRET = _page(
+    "Secret blend",
+    "<h1>Secret blend</h1>"
+    + _p('SECRET-MARK The blend mixes two teas; <a href="guide/brewing.html">brewing the blend</a> is easy.')
+    + _p('Its <a href="green.html">green part</a> comes from the hills.'),
+)
+PAGES = {"index.html": INDEX, "guide/brewing.html": BREWING, "green.html": GREEN, "secret.html": SECRET}
+
+
+def _site(folder: Path) -> Path:
+    for name, html in PAGES.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(html, encoding="utf-8")
+    return folder
+
+
+def test_resolve_relative_paths_folders_fragments_and_outside_links():
+    assert resolve("site/guide/brewing.html", "../index.html#tea-kinds") == ("site/index.html", "tea-kinds")
+    assert resolve("site/guide/brewing.html", "#storage") == ("site/guide/brewing.html", "storage")
+    assert resolve("site/guide/brewing.html", "./") == ("site/guide/", "")
+    assert resolve("site/a.html", "b%20c.html?x=1") == ("site/b c.html", "")
+    assert resolve("site/a.html", "mailto:tea@example.com") == (None, "")
+    assert resolve("site/a.html", "https://example.com/a.html") == (None, "")  # path ids: no URL names a page
+    assert resolve("https://docs.example.com/a/b.html", "../c.html#x") == ("https://docs.example.com/c.html", "x")
+    assert [text_drop_reason(t) for t in ("¶", "[1]", "Here", "next »", "the os module")] == [
+        "empty",
+        "empty",
+        "generic",
+        "generic",
+        None,
+    ]
+
+
+def test_page_links_keep_targets_mark_navigation_and_name_headings():
+    links, ids = page_links(BREWING, "Brewing tea\n\nBREWING-MARK ... see kinds of tea. keeping leaves fresh")
+    assert [(link.text, link.target, link.navigation) for link in links] == [
+        ("Home", "../index.html", True),  # in <nav>
+        ("Brewing", "../guide/brewing.html", True),
+        ("kinds of tea", "../index.html#tea-kinds", False),
+        ("keeping leaves fresh", "#storage", False),
+    ]
+    assert dict(ids)["Water temperature"] == ("water-temperature",)  # the <section id> it opens
+    assert dict(ids)["Steeping time"] == ("steeping-time",)  # an <a name> inside it
+    assert dict(ids)["Storage"] == ("storage",)  # an empty element just before it
+
+
+def test_mine_structure_links_on_a_small_site_each_pair_by_hand(tmp_path, tiny_model_path):
+    site = _site(tmp_path / "site")
+    paths = {name: str((site / name).resolve()) for name in PAGES}
+    # a seed whose 0.25 hold-out draw keeps exactly secret.html out (the ids are the pages' absolute paths)
+    seed = next(s for s in range(10_000) if [is_held_out(p, 0.25, s) for p in paths.values()] == [0, 0, 0, 1])
+    base = ["mine", str(site), "--html", "--mining-model", str(tiny_model_path), "-q", "--max-tokens", "40"]
+    base += ["--min-tokens", "4", "--holdout", "0.25", "--seed", str(seed)]
+    plain = CliRunner().invoke(app, [*base, "-o", str(tmp_path / "plain")])
+    assert plain.exit_code == 0, plain.output
+    out = tmp_path / "links"
+    result = CliRunner().invoke(app, [*base, "-o", str(out), "--structure", "titles,headings,links"])
+    assert result.exit_code == 0, result.output
+
+    # what mining keeps is byte-identical with and without --structure links
+    columns = ["label", "doc_id", "passage_index", "text", "held_out"]
+    assert pq.read_table(out / "passages.parquet", columns=columns).equals(
+        pq.read_table(tmp_path / "plain" / "passages.parquet", columns=columns)
+    )
+    assert datasets.load_from_disk(str(out)).to_dict() == datasets.load_from_disk(str(tmp_path / "plain")).to_dict()
+
+    side = pq.read_table(out / "passages.parquet").to_pandas()
+    label_of = {name: int(side.loc[side["doc_id"] == path, "label"].iloc[0]) for name, path in paths.items()}
+
+    def passage(name: str, mark: str) -> str:
+        own = side[(side["doc_id"] == paths[name]) & side["text"].str.contains(mark)]
+        assert len(own) == 1, (name, mark)
+        return own["text"].iloc[0]
+
+    groups = datasets.load_from_disk(str(out / "structure")).to_pandas()
+    titles_headings = {"Tea handbook", "Kinds of tea", "Buying tea", "Brewing tea", "Water temperature"}
+    titles_headings |= {"Steeping time", "Storage", "Green tea"}
+    links = groups[~groups["anchor"].isin(titles_headings)]
+    found = {row.anchor: (row.label, row.positive) for row in links.itertuples()}
+    expected = {
+        # a page link: the target page's first passage
+        "brewing tea at home": ("guide/brewing.html", "BREWING-MARK"),
+        "the tea handbook": ("index.html", "The handbook opens here"),
+        # a #fragment: the first passage of the section whose heading carries that id (<section id>, <a name>,
+        # an empty <span id> before it, an <h2 id>), also on the linking page itself
+        "the right water temperature": ("guide/brewing.html", "WATER-MARK"),
+        "how long to steep it": ("guide/brewing.html", "STEEP-MARK"),
+        "keeping leaves fresh": ("guide/brewing.html", "STORAGE-MARK"),
+        "kinds of tea": ("index.html", "KINDS-MARK"),
+    }
+    assert set(found) == set(expected)
+    for anchor, (name, mark) in expected.items():
+        label, positive = found[anchor]
+        assert label == label_of[name], anchor  # the target page's label: the same-document mask
+        assert positive == positive_text(passage(name, mark), anchor), anchor
+    assert found["kinds of tea"][1].startswith("KINDS-MARK")  # the heading it repeats is cut off the positive
+    assert found["the right water temperature"][1].startswith("Water temperature")  # another text: kept
+    assert label_of["secret.html"] not in set(groups["label"])  # the held-out page is no target ...
+    assert not groups["anchor"].isin(["brewing the blend", "green part", "Secret blend"]).any()  # ... nor a source
+
+    stats = json.loads((out / "stats.json").read_text())["structure"]
+    assert stats["kept"]["link"] == 6
+    assert stats["dropped"]["link"] == {
+        "navigation": 6,  # Home and Brewing in each training page's <nav>
+        "generic": 1,  # "here"
+        "outside_corpus": 2,  # https://example.com/tea, gone.html (no such page; "here" is dropped as generic first)
+        "same_page": 1,  # "#"
+        "unknown_fragment": 1,  # #nowhere
+        "held_out_target": 1,  # secret.html
+        "too_long": 1,
+        "duplicate": 1,  # "brewing tea at home" a second time
+    }
+    assert stats["links_found"] == 6 + sum(stats["dropped"]["link"].values())
+    assert stats["heldout_links_skipped"] == 4  # secret.html's two links and its two <nav> links
+    assert stats["groups"] == len(groups)
+
+
+def test_links_of_a_folder_mined_before_links_were_kept_are_refused_before_work(tmp_path, tiny_model_path):
+    site = _site(tmp_path / "site")
+    out = tmp_path / "out"
+    base = ["mine", str(site), "--html", "--mining-model", str(tiny_model_path), "-q", "-o", str(out)]
+    assert CliRunner().invoke(app, base).exit_code == 0
+    chunk = next(p for p in out.rglob("passages.parquet") if p.parent != out)  # a stored chunk, not the merge
+    table = pq.read_table(chunk)
+    pq.write_table(table.drop(["links", "anchors"]), chunk)  # as the split stage wrote them before links
+    stats_before = (out / "stats.json").read_text()
+    result = CliRunner().invoke(app, [*base, "--structure", "links"])
+    assert result.exit_code == 2
+    assert "was mined before the split stage kept link targets" in " ".join(result.output.split())
+    assert (out / "stats.json").read_text() == stats_before and not (out / "structure").exists()
+
+
+@pytest.mark.parametrize("kinds", ["links", "titles,links"])
+def test_a_corpus_without_html_links_says_so(tmp_path, tiny_model_path, kinds):
+    corpus = tmp_path / "notes.jsonl"
+    rows = [{"id": f"n{i}", "text": " ".join(f"Note {i} says plain thing {j}." for j in range(12))} for i in range(4)]
+    corpus.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    args = ["mine", str(corpus), "-o", str(tmp_path / kinds), "--mining-model", str(tiny_model_path), "-q"]
+    result = CliRunner().invoke(app, [*args, "--structure", kinds, "--max-tokens", "16", "--min-tokens", "4"])
+    assert result.exit_code == 0, result.output
+    assert "links are read from HTML pages mined with --html" in " ".join(result.output.split())
