@@ -72,6 +72,12 @@ class CorpusSource:
     """Field with the document id; default the miner's ``<file>:<line>`` (or the zip member name)."""
     max_documents: int | None = None
     """Seeded sample of this many documents (all when None)."""
+    keep_html: bool = False
+    """For ``html`` sources: write each page's raw HTML to the corpus, not its main text, so mining extracts the
+    same main text itself (as ``xprt-st mine --html``: the passages are the same) and keeps the page's title,
+    headings, links and heading anchors, which ``mining.structure`` pairs. The pages are then mined by their
+    ``id_field`` value (a link is resolved by the ids), so the held-out draw differs from a run without it. Every
+    source must then be such a source. Default false: the main text only, as the other comparisons mine it."""
 
 
 @dataclass
@@ -183,6 +189,8 @@ class CompareConfig:
         mining_fields = {f.name for f in dataclasses.fields(MiningConfig)} - {"positive", "pairs", "seed"}
         mining_fields |= {"hard_negatives", "hard_negative_max_ratio"}  # the second pass of mine()
         mining_fields |= {"structure", "structure_hard_negatives"}  # the structure groups (mine --structure)
+        if any(source.keep_html for source in self.corpus) and self.mining.get("html", True) is not True:
+            problems.append("mining.html: the corpus keeps raw HTML (keep_html), which mining reads with html: true")
         for key in self.mining:
             if key not in mining_fields:
                 problems.append(f"mining.{key}: not a mining setting; valid: {', '.join(sorted(mining_fields))}")
@@ -244,6 +252,8 @@ class CompareConfig:
         for source in data["corpus"]:
             if source["task"] is None:  # a file source: as written before task sources existed (old folders resume)
                 del source["task"], source["titles"]
+            if not source["keep_html"]:  # as written before the option existed
+                del source["keep_html"]
         return data
 
 
@@ -263,6 +273,14 @@ def _corpus_source_problems(sources: list[CorpusSource]) -> list[str]:
             problems.append(f"corpus[{i}].titles: {source.titles!r} is not one of {list(TITLE_MODES)}")
         if source.task is not None and (source.html or source.text_field or source.id_field):
             problems.append(f"corpus[{i}]: html, text_field and id_field apply to path sources only, not task")
+        if source.keep_html and not source.html:
+            problems.append(f"corpus[{i}].keep_html: keeps a page's raw HTML; give it with html: true")
+    kept = [source.keep_html for source in sources]
+    if any(kept) and not all(kept):
+        problems.append(
+            "corpus: keep_html is set on some sources only; mining then reads every document as raw HTML, so "
+            "give keep_html: true on every source (HTML pages only), or on none"
+        )
     return problems
 
 

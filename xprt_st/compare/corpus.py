@@ -1,4 +1,5 @@
-"""The comparison's corpus: a seeded sample of each source, HTML reduced to its main text, written once."""
+"""The comparison's corpus: a seeded sample of each source, HTML reduced to its main text (or kept raw, with
+``keep_html``, for the structure pairs), written once."""
 
 from __future__ import annotations
 
@@ -50,7 +51,9 @@ def build_corpus(config: CompareConfig, folder: Path) -> dict[str, Any]:
     """Write the seeded document sample of every source to ``folder/corpus.jsonl.gz`` (once).
 
     Returns per-source counts (read, sampled, kept, dropped for lack of main text), also written to
-    ``folder/corpus_stats.json``; an existing complete corpus is reused as is.
+    ``folder/corpus_stats.json``; an existing complete corpus is reused as is. A ``keep_html`` source writes
+    each kept page's raw HTML (field ``html``) instead of its main text: the same pages (a page without main text
+    is left out either way), whose main text mining extracts with the same extractor (:func:`mining_settings`).
     """
     from xprt_st.mining import extract_main_text, iter_corpus
 
@@ -81,9 +84,8 @@ def build_corpus(config: CompareConfig, folder: Path) -> dict[str, Any]:
                 if not text:
                     no_text += 1
                     continue
-                handle.write(
-                    json.dumps({"id": f"{path.name}:{record.doc_id}", "text": text}, ensure_ascii=False) + "\n"
-                )
+                field = {"html": record.text} if source.keep_html else {"text": text}
+                handle.write(json.dumps({"id": f"{path.name}:{record.doc_id}", **field}, ensure_ascii=False) + "\n")
                 kept += 1
             sources.append(
                 {
@@ -93,6 +95,7 @@ def build_corpus(config: CompareConfig, folder: Path) -> dict[str, Any]:
                     "sampled": len(chosen),
                     "kept": kept,
                     "html_no_main_text": no_text,
+                    **({"keep_html": True} if source.keep_html else {}),
                 }
             )
             logger.info("corpus: %s: %d of %d documents kept", path.name, kept, len(records))
@@ -100,6 +103,18 @@ def build_corpus(config: CompareConfig, folder: Path) -> dict[str, Any]:
     stats = {"seed": config.corpus_seed, "sources": sources, "documents": sum(s["kept"] for s in sources)}
     stats_path.write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
     return stats
+
+
+def mining_settings(config: CompareConfig) -> dict[str, Any]:
+    """What mining the built corpus takes besides ``config.mining``: the documents' own ids for task sources
+    (held-out scoring and title work find them) and ``keep_html`` sources (links are resolved by them), and
+    ``html`` for a corpus of raw pages (``keep_html``)."""
+    settings: dict[str, Any] = {}
+    if any(source.task is not None or source.keep_html for source in config.corpus):
+        settings["id_field"] = "id"
+    if any(source.keep_html for source in config.corpus):
+        settings["html"] = True
+    return settings | config.mining
 
 
 def task_corpus_file(config: CompareConfig, task: str) -> Path:

@@ -20,7 +20,7 @@ from xprt_st.compare.config import (
     CompareConfigError,
     resolve_compare_tasks,
 )
-from xprt_st.compare.corpus import CORPUS_FILE, build_corpus, corpus_problems
+from xprt_st.compare.corpus import CORPUS_FILE, build_corpus, corpus_problems, mining_settings
 from xprt_st.compare.report import write_report
 from xprt_st.compare.results import START_LABEL, CompareResult, collect_results
 from xprt_st.compare.variants import data_variant, prepare_mixed, prepare_variant
@@ -289,9 +289,7 @@ def run_compare(
             mined,
             model=config.mining_model or config.model,
             progress=progress,
-            # a task's documents keep their own ids (held-out scoring and title work can find them)
-            **({"id_field": "id"} if any(source.task for source in config.corpus) else {}),
-            **config.mining,
+            **mining_settings(config),
         )
         if fresh:
             _record_timing(run, "corpus+mining", time.perf_counter() - started)
