@@ -214,3 +214,8 @@ def test_a_corpus_without_html_links_says_so(tmp_path, tiny_model_path, kinds):
     result = CliRunner().invoke(app, [*args, "--structure", kinds, "--max-tokens", "16", "--min-tokens", "4"])
     assert result.exit_code == 0, result.output
     assert "links are read from HTML pages mined with --html" in " ".join(result.output.split())
+
+
+def test_mine_help_shows_the_link_kind():
+    shown = " ".join(CliRunner().invoke(app, ["mine", "--help"], terminal_width=200).output.split())
+    assert "Kinds: titles,headings,links" in shown and "#fragment" in shown
