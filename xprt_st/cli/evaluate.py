@@ -188,22 +188,26 @@ def _titles_intervals(
     return records
 
 
-def _mined_specs(tasks: list[str]) -> list[str]:
-    """The ``mined:DIR`` specs among the ``--tasks`` values, once each, in order."""
+def _specs_with(tasks: list[str], prefix: str) -> list[str]:
+    """The specs among the ``--tasks`` values that start with ``prefix`` (``mined:``), once each, in order."""
     from xprt_st.evaluation.catalog import split_task_specs
-    from xprt_st.evaluation.label_free import TASK_PREFIX
 
-    return list(dict.fromkeys(name for name in split_task_specs(tasks) if name.startswith(TASK_PREFIX)))
+    return list(dict.fromkeys(name for name in split_task_specs(tasks) if name.startswith(prefix)))
 
 
 def _check_heldout_contract(specs: list[str], tasks: list[str]) -> None:
-    """Refuse a model trained on a ``mined:DIR`` task's held-out documents; warn of text duplicates (before work)."""
+    """Refuse a model trained on the held-out documents of a ``mined:DIR`` or ``titles:DIR`` task (both score a
+    mined folder's held-out part); warn of text duplicates (before work)."""
     from xprt_st.evaluation.label_free import TASK_PREFIX
+    from xprt_st.evaluation.titles import TASK_PREFIX as TITLES_PREFIX
     from xprt_st.training.heldout_contract import contamination_warning, refuse_overlap
 
-    for spec in _mined_specs(tasks):
-        folder = spec[len(TASK_PREFIX) :]
-        refuse_overlap(specs, folder, f"evaluate --tasks {spec}")
+    folders: dict[str, None] = {}
+    for prefix in (TASK_PREFIX, TITLES_PREFIX):
+        for spec in _specs_with(tasks, prefix):
+            refuse_overlap(specs, spec[len(prefix) :], f"evaluate --tasks {spec}")
+            folders[spec[len(prefix) :]] = None
+    for folder in folders:
         warning = contamination_warning(folder)
         if warning is not None:
             err_console.print(f"[bold yellow]warning:[/bold yellow] {warning}", highlight=False)
@@ -221,7 +225,7 @@ def _label_free_drift(
     from xprt_st.models import load_model
     from xprt_st.training.trainer import TrainingStateError, read_training_config
 
-    mined = _mined_specs(tasks)
+    mined = _specs_with(tasks, TASK_PREFIX)
     if not mined:
         return []
     if len(specs) > 1:
