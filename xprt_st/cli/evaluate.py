@@ -151,7 +151,8 @@ def _titles_intervals(
     """Each ``titles:DIR`` task's difference with its paired interval against the first model (or the start).
 
     With several models the per-query scores of the table are compared (nothing is encoded again); with one model
-    trained by xprt-st, its recorded starting model is scored on the task here.
+    trained by xprt-st, its recorded starting model is scored on the task here. A task's caveat (few queries, or
+    plain-text first lines as titles: :attr:`xprt_st.evaluation.titles.TitlesTask.caveat`) is printed and recorded.
     """
     from xprt_st.evaluation.catalog import split_task_specs
     from xprt_st.evaluation.titles import TASK_PREFIX, comparison_record, load_titles_task, score_model
@@ -168,6 +169,10 @@ def _titles_intervals(
         scores = report.per_query.get(task)
         if not scores:
             continue
+        titles = load_titles_task(folder)
+        caveat = {"caveat": titles.caveat} if titles.caveat else {}
+        if caveat:
+            err_console.print(f"{task}: caveat: {titles.caveat}", style="yellow", markup=False, highlight=False)
         if len(specs) > 1:
             reference, start, others = report.models[0], scores[report.models[0]], report.models[1:]
         else:
@@ -176,9 +181,9 @@ def _titles_intervals(
             except (TrainingStateError, KeyError):
                 continue
             reference, others = f"start {starting}", report.models
-            start = score_model(load_model(starting, device=device), load_titles_task(folder), batch_size).per_query
+            start = score_model(load_model(starting, device=device), titles, batch_size).per_query
         for label in others:
-            row = comparison_record(scores[label], start)
+            row = comparison_record(scores[label], start) | caveat
             console.print(
                 f"{task}: {reference} {row['start']:.4f}, {label} {row['model']:.4f}, difference "
                 f"{row['difference']:+.4f} [{row['ci_low']:+.4f}, {row['ci_high']:+.4f}] ({row['verdict']})",
