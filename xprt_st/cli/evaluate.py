@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
     from xprt_st.evaluation.run import EvaluationReport
+    from xprt_st.output_folder import OutputFolder
 
 console = Console()
 err_console = Console(stderr=True)
@@ -84,7 +85,7 @@ def evaluate(
     """Evaluate one or more models side by side through mteb, offline on local data by default."""
     from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
     from xprt_st.models import ModelLoadError
-    from xprt_st.output_folder import hold_folder
+    from xprt_st.output_folder import COMMAND_NAMES, hold_folder
 
     specs = list(models or ["default"])
     try:
@@ -141,8 +142,23 @@ def evaluate(
         if drift:
             paths["label_free"] = output_dir / "label_free.json"
             paths["label_free"].write_text(json.dumps(drift, indent=2) + "\n", encoding="utf-8")
+        # its own names (COMMAND_NAMES) are exactly what an evaluate run writes: one run's results replace another's
+        _remove_stale_results(folder, list(COMMAND_NAMES["evaluate"][1]), [path.name for path in paths.values()])
     if not quiet:
         console.print("wrote " + ", ".join(str(path) for path in paths.values()), highlight=False)
+
+
+def _remove_stale_results(folder: OutputFolder, results: list[str], written: list[str]) -> None:
+    """Delete the ``results`` an earlier run of the command left in its folder and this run did not rewrite
+    (another run's ``label_free.json`` beside this run's scores would read as this run's); say which."""
+    stale = folder.remove_stale(results, written)
+    if stale:
+        err_console.print(
+            f"removed {', '.join(stale)} from {folder.path}: an earlier xprt-st {folder.command} wrote them and this "
+            "run has none, so they would read as its results",
+            highlight=False,
+            markup=False,
+        )
 
 
 def _titles_intervals(
