@@ -352,11 +352,21 @@ def finetune_compare(
         "xprt-finetune"
     ),
     save_models: Annotated[bool, typer.Option("--save-models", help="Also save the two fine-tuned models.")] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Delete what an earlier finetune-compare wrote in --output, its --recipe model too, and start again.",
+        ),
+    ] = False,
     device: Annotated[str | None, typer.Option(help="Torch device, e.g. cpu or cuda.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help=QUIET_HELP)] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help=VERBOSE_HELP)] = False,
 ) -> None:
-    """Fine-tune base and pre-trained models identically (MNRL) and compare the gain before and after."""
+    """Fine-tune base and pre-trained models identically (MNRL) and compare the gain before and after.
+
+    With --recipe, the model pre-trained into OUTPUT/pretrained is reused by a rerun with the same recipe, overrides,
+    mined folder and --model, and refused (naming what differs) with other ones."""
     from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
     from xprt_st.models import ModelLoadError
     from xprt_st.output_folder import hold_folder
@@ -375,7 +385,7 @@ def finetune_compare(
         check_domain_pattern(domain_pattern)
         if not 0 < test_fraction < 1:
             raise ValueError(f"--test-fraction {test_fraction}: must be in (0, 1), the share of queries tested on")
-        folder = hold_folder(output_dir, "finetune-compare", "--output")
+        folder = hold_folder(output_dir, "finetune-compare", "--output", overwrite=overwrite)
     except (OutputPathError, ModelLoadError, ValueError) as error:
         raise _fail(error) from error
     with command_logging(
@@ -384,6 +394,7 @@ def finetune_compare(
         from xprt_st.evaluation.catalog import resolve_beir
         from xprt_st.evaluation.readers import TaskLoadError, read_beir_folder, subsample_beir
         from xprt_st.finetune.folds import beir_train_pairs, query_domains, read_pairs
+        from xprt_st.finetune.pretrained import plan_pretraining, start_pretraining
         from xprt_st.finetune.run import finetune_compare, pretrain_from_recipe
 
         try:
@@ -395,6 +406,13 @@ def finetune_compare(
                 )
             if recipe is not None and mined is None:
                 raise ValueError("--recipe needs --mined, the folder written by xprt-st mine from your corpus")
+            overrides = {}
+            for item in pretrain_set or []:
+                key, sep, value = item.partition("=")
+                if not sep:
+                    raise ValueError(f"--pretrain-set expects KEY=VALUE, got {item!r}")
+                overrides[key.strip()] = yaml.safe_load(value)
+            stage = None if recipe is None else plan_pretraining(folder, recipe, mined, base, overrides)
             data, label, ignore_identical_ids = resolve_beir(task, data_dir)
             data = subsample_beir(data, max_queries=max_queries, max_corpus=max_corpus, seed=seed)
             domains = query_domains(data, domain_field=domain_field, domain_pattern=domain_pattern)
@@ -402,22 +420,22 @@ def finetune_compare(
             if train_pairs is not None:
                 pairs = read_pairs(train_pairs, query_field=query_field, positive_field=positive_field)
             elif train_split is not None:
-                folder = Path(task) if Path(task).is_dir() else None
-                if folder is None:
+                if not Path(task).is_dir():
                     raise ValueError("--train-split needs --task to be a BEIR folder that holds qrels/<split>.tsv")
-                pairs = beir_train_pairs(read_beir_folder(folder, train_split))
-            overrides = {}
-            for item in pretrain_set or []:
-                key, sep, value = item.partition("=")
-                if not sep:
-                    raise ValueError(f"--pretrain-set expects KEY=VALUE, got {item!r}")
-                overrides[key.strip()] = yaml.safe_load(value)
-            if recipe is not None:
-                pretrained = str(
-                    pretrain_from_recipe(
-                        recipe, mined, base, output_dir / "pretrained", overrides=overrides, progress=verbose
-                    )
+                pairs = beir_train_pairs(read_beir_folder(Path(task), train_split))
+            if stage is not None and stage.reuse:
+                console.print(
+                    f"reusing the model pre-trained in {stage.path} (same recipe, overrides, mined folder and --model)",
+                    highlight=False,
                 )
+            elif stage is not None:
+                start_pretraining(folder, stage)
+                pretrain_from_recipe(
+                    recipe, mined, base, stage.path, overrides=overrides, progress=verbose, resume=stage.resume,
+                    overwrite=stage.overwrite,
+                )  # fmt: skip
+            if stage is not None:
+                pretrained = str(stage.path)
             result = finetune_compare(
                 base,
                 pretrained,
@@ -435,6 +453,7 @@ def finetune_compare(
             )
         except (TaskLoadError, ModelLoadError, ValueError, FileExistsError) as error:
             raise _fail(error) from error
+        _remove_stale_results(folder, ["base+ft", "pretrained+ft"], ["base+ft", "pretrained+ft"] if save_models else [])
     console.print(result.rich_table())
     flagged = [row.domain for row in result.rows if row.flag]
     if flagged:
