@@ -572,3 +572,40 @@ def test_cls_start_serves_the_same_encoder_with_its_cls_vector_and_keeps_the_mlm
     assert torch.equal(head_served.dense.weight, trained)
     with pytest.raises(SystemExit, match="exists"):
         script.make_cls_start(str(bert), output)
+
+
+def test_a_rerun_on_edited_corpus_files_or_task_data_is_refused_naming_the_change(
+    tmp_path: Path, tiny_model_path: Path
+) -> None:
+    """The built corpus and the scores are found by path and reused as they are; before, a source file or a task
+    folder edited since was reported with the old corpus's models and the old data's scores."""
+    raw = yaml.safe_load(_config(tmp_path, tiny_model_path).read_text())
+    raw |= {"recipes": ["change-only-positive"], "tasks": [raw["tasks"][0]]}
+    raw["training"] |= {"max_steps": 1}
+    config = tmp_path / "one.yaml"
+    config.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    run = tmp_path / "run"
+    command = ["compare", "--config", str(config), "--output", str(run), "--quiet"]
+    runner = CliRunner(env={"COLUMNS": "400"})  # wide enough that rich breaks no path of the messages
+    assert runner.invoke(app, command).exit_code == 0
+    fingerprints = json.loads((run / ".xprt-st-fingerprint.json").read_text())
+    (scores,) = (run / "scores").iterdir()
+    assert set(fingerprints) == {"corpus", f"scores/{scores.name}"}
+
+    source = tmp_path / "corpus.jsonl"
+    before, text = source.stat().st_size, source.read_text()
+    source.write_text(text + json.dumps({"id": "doc-new", "text": "a document added since"}) + "\n")
+    result = runner.invoke(app, command)
+    flat = " ".join(result.output.split())
+    assert result.exit_code != 0 and "Traceback" not in flat, flat
+    assert f"{run / 'corpus'} was made with other settings (corpus.0 {source.resolve()} ({before} bytes) -> " in flat
+    assert f"Use another --output, or delete {run} to start over." in flat
+    source.unlink()  # a source no longer found proves nothing: the built corpus is the run's copy
+    assert runner.invoke(app, command).exit_code == 0
+
+    source.write_text(text)
+    queries = tmp_path / "beir" / "queries.jsonl"
+    queries.write_text(queries.read_text().replace("what about", "tell me about"))
+    result = runner.invoke(app, command)
+    flat = " ".join(result.output.split())
+    assert result.exit_code != 0 and f"{scores} was made with other settings (tasks.beir xprt-st-beir-" in flat, flat

@@ -175,12 +175,15 @@ def test_cli_refuses_a_folder_of_the_users_files_or_a_mined_folder_before_loadin
 
 
 def test_cli_replaces_its_own_model_only_with_overwrite(tmp_path, two_models):
+    """A rerun with another alpha reuses nothing: it is refused (the model there stays alpha 0's) or, with
+    --overwrite, mixes the weights again; interpolate has no stage a rerun could take stale."""
     start, trained = two_models
     out = tmp_path / "mix"
     args = ["interpolate", str(start), str(trained), "-o", str(out)]
     assert CliRunner().invoke(app, [*args, "--alpha", "0"]).exit_code == 0
     refused = CliRunner().invoke(app, [*args, "--alpha", "1"])
     assert refused.exit_code == 2 and "pass --overwrite" in " ".join(refused.output.split())
+    assert np.array_equal(_encode(SentenceTransformer(str(out))), _encode(SentenceTransformer(str(start))))
     assert CliRunner().invoke(app, [*args, "--alpha", "1", "--overwrite"]).exit_code == 0
     expected = SentenceTransformer(str(trained))
     assert np.array_equal(_encode(SentenceTransformer(str(out))), _encode(expected))

@@ -86,14 +86,13 @@ def describe_differences(found: Sequence[tuple[str, Any, Any]]) -> str:
     return "; ".join(f"{_option(key)} {_shown(old)} -> {_shown(new)}" for key, old, new in found)
 
 
-def difference_line(what: str, found: Sequence[tuple[str, Any, Any]], option: str) -> str:
+def difference_line(what: str, found: Sequence[tuple[str, Any, Any]], option: str, ways: str | None = None) -> str:
     """The one line a rerun stops with: ``what`` (the stage's folder) was made with other settings, each named
-    (:func:`describe_differences`), and the two ways on."""
+    (:func:`describe_differences`), and the ways on: ``ways``, by default ``--overwrite`` or a new ``option``
+    folder (a command without ``--overwrite`` names its own)."""
     named = describe_differences(found)
-    return (
-        f"{what} was made with other settings ({named}); reusing it would report another run as this one. Pass "
-        f"--overwrite to delete that run and start again, or give a new {option} folder."
-    )
+    ways = ways or f"Pass --overwrite to delete that run and start again, or give a new {option} folder."
+    return f"{what} was made with other settings ({named}); reusing it would report another run as this one. {ways}"
 
 
 def read_fingerprints(folder: str | Path) -> dict[str, Any]:

@@ -459,6 +459,21 @@ class OutputFolder:
             self._write_manifest(set())
             (self.path / FINGERPRINT_FILE).unlink(missing_ok=True)  # what made the deleted run's stages
 
+    def remove_stale(self, results: Iterable[str], written: Iterable[str]) -> list[str]:
+        """Delete the names among ``results`` that an earlier run of this command left and this run did not write.
+
+        A command that rewrites its results on every run (``evaluate``, ``finetune-compare``) calls it after
+        writing them: a result of other settings (an earlier run's ``label_free.json`` or fine-tuned models) would
+        otherwise read as this run's. Only the command's own names go (:meth:`own`), never through a symlink.
+
+        Returns:
+            The names deleted, sorted.
+        """
+        stale = sorted((set(results) & self.own()) - set(written))
+        for name in stale:
+            remove_path(self.path / name)
+        return stale
+
     def _write_manifest(self, files: set[str], pending: set[str] | None = None) -> None:
         record: dict[str, Any] = {"command": self.command, "files": sorted(files)}
         if pending is not None:

@@ -305,9 +305,11 @@ def titles_summary(mined: Path, start: str | None, trained: Path) -> dict[str, A
     """``titles:DIR`` of ``trained`` against ``start``: the held-out titles and headings as queries, or None.
 
     The record of :func:`xprt_st.evaluation.titles.comparison_record` (both nDCG@10 scores, the difference and
-    its paired interval over queries); None when mining kept fewer than 2 titles or headings (a corpus without
-    them). People wrote these texts, not the mining model, so unlike the label-free check of
-    :func:`label_free_summary` the task does not favour the miner (docs/results.md, section 12).
+    its paired interval over queries), how many of its queries are plain-text ``first_lines``, and the task's
+    ``caveat`` when it has one (few queries, or first lines as its titles); None when mining kept fewer than 2
+    titles or headings (a corpus without them). People wrote titles and headings, not the mining model, so unlike
+    the label-free check of :func:`label_free_summary` the task does not favour the miner (docs/results.md,
+    section 12).
     """
     from xprt_st.evaluation.label_free import HeldOutError
     from xprt_st.evaluation.titles import comparison_record, load_titles_task, score_model
@@ -319,7 +321,8 @@ def titles_summary(mined: Path, start: str | None, trained: Path) -> dict[str, A
         return None
     before = score_model(load_model(start), task)
     after = score_model(load_model(trained), task)
-    return comparison_record(after.per_query, before.per_query)
+    record = comparison_record(after.per_query, before.per_query) | {"first_lines": task.first_lines}
+    return record | ({"caveat": task.caveat} if task.caveat else {})
 
 
 def label_free_summary(mined: Path, start: str | None, trained: Path) -> dict[str, Any] | None:

@@ -15,6 +15,7 @@ from xprt_st.evaluation.catalog import resolve_task
 from xprt_st.evaluation.embedding_stats import alignment, neighbour_pairs, uniformity
 from xprt_st.evaluation.label_free import HeldOutError
 from xprt_st.evaluation.titles import (
+    FEW_QUERIES,
     NoTitlesError,
     comparison_record,
     load_titles_task,
@@ -160,3 +161,70 @@ def test_alignment_and_uniformity_by_hand():
     assert alignment(x, [(0, 1), (0, 2)]) == pytest.approx((2.0 + 4.0) / 2)
     # pairs: (0, 90) d^2 = 2, (0, 180) 4, (90, 180) 2 -> log mean exp(-2 d^2)
     assert uniformity(x) == pytest.approx(math.log((2 * math.exp(-4) + math.exp(-8)) / 3))
+
+
+def _pages(folder: Path, suffix: str, documents: int, heading: str) -> Path:
+    """``documents`` pages whose first line is ``heading`` (with ``{i}``), then three paragraphs."""
+    folder.mkdir()
+    topics = ["river", "violin", "glacier", "tax", "comet", "bakery", "chess", "volcano"]
+    for i in range(documents):
+        topic = topics[i % len(topics)]
+        body = "\n\n".join(
+            f"Paragraph {j} of page {i} tells {topic} facts, {topic} history and detail {i * 10 + j}." for j in range(3)
+        )
+        (folder / f"page-{i}{suffix}").write_text(heading.format(i=i, topic=topic) + "\n\n" + body, encoding="utf-8")
+    return folder
+
+
+def _mine(corpus: Path, out: Path, model, **settings) -> Path:
+    from xprt_st.mining import GroupBuilder, MiningConfig
+
+    config = MiningConfig(max_tokens=32, min_tokens=4, batch_size=16, threshold_quantile=0.5, holdout=0.5, **settings)
+    GroupBuilder([corpus], out, config, model=model, progress=False).run()
+    return out
+
+
+def test_titles_that_are_plain_text_first_lines_get_a_caveat_on_screen_and_in_the_record(tmp_path, tiny_model):
+    """A folder of .txt pages mined without --title-field: its "titles" are first lines. Before, evaluate scored
+    them as titles people wrote, without a word; now the screen and label_free.json say what they are."""
+    from typer.testing import CliRunner
+
+    from xprt_st.cli import app
+
+    mined = _mine(_pages(tmp_path / "txt", ".txt", 12, "Note {i} on the {topic}"), tmp_path / "m", tiny_model)
+    task = load_titles_task(mined)
+    assert set(task.kinds) == {"title"} and task.first_lines == len(task.queries) >= 2
+    assert task.caveat is not None and "first lines of plain-text documents" in task.caveat
+    assert f"has only {len(task.queries)} queries" in task.caveat  # fewer than FEW_QUERIES as well
+
+    model = tmp_path / "tiny"
+    tiny_model.save(str(model))
+    out = tmp_path / "eval"
+    args = ["evaluate", str(model), str(model), "--tasks", f"titles:{mined}", "--no-cache", "--output-dir", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    flat = " ".join(result.output.split())
+    assert f"caveat: {task.caveat}" in flat
+    record = json.loads((out / "label_free.json").read_text())[0]
+    assert record["task"] == "titles:m" and record["caveat"] == task.caveat
+
+    from xprt_st.cli.quickstart import titles_line
+    from xprt_st.quickstart import titles_summary
+
+    summary = titles_summary(mined, str(model), model)  # the quickstart's titles line on the same folder
+    assert summary["caveat"] == task.caveat and summary["first_lines"] == len(task.queries)
+    line = titles_line(summary)
+    assert line.endswith(f"Caveat: {task.caveat}") and "written by people" not in line
+
+
+def test_markdown_titles_and_title_fields_are_not_called_first_lines(tmp_path, tiny_model):
+    markdown = _mine(_pages(tmp_path / "md", ".md", 12, "# Note {i} on the {topic}"), tmp_path / "m", tiny_model)
+    task = load_titles_task(markdown)
+    assert task.first_lines == 0 and "first lines" not in (task.caveat or "")
+
+    pages = sorted(_pages(tmp_path / "titled", ".txt", 40, "Note {i} on the {topic}").iterdir())
+    rows = [{"id": p.stem, "title": p.read_text().split("\n")[0], "text": p.read_text()} for p in pages]
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    fielded = load_titles_task(_mine(corpus, tmp_path / "f", tiny_model, id_field="id", title_field="title"))
+    assert len(fielded.queries) >= FEW_QUERIES and fielded.first_lines == 0 and fielded.caveat is None

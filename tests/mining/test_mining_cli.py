@@ -296,3 +296,30 @@ def test_ids_that_look_like_paths_write_nothing_outside_the_output_folder(tmp_pa
     outside = {p for p in tmp_path.rglob("*") if out not in p.parents and p != out} - before
     assert not outside, sorted(map(str, outside))
     assert datasets.load_from_disk(str(out))["label"]  # the documents were mined, their ids kept as data
+
+
+def test_a_holdout_drawn_without_id_field_says_it_follows_paths_in_stats_and_on_screen(tmp_path, tiny_model_path):
+    """Without --id-field a document's id is its file path and line, so a re-mine from other paths holds out other
+    documents, which the held-out contract (it compares ids) cannot see. Before, nothing said so."""
+    from xprt_st.mining.stats import DRAWN_BY_PATHS
+
+    corpus = _corpus(tmp_path / "c.jsonl")
+    common = ["--mining-model", str(tiny_model_path), "--max-tokens", "32", "--min-tokens", "8", "--text-field", "body"]
+    common += ["--threshold-quantile", "0.5", "--holdout", "0.5", "-q"]
+    note = "note: the held-out draw follows file paths and positions (no --id-field): a later re-mine"
+    for out, ids in ((tmp_path / "by-path", []), (tmp_path / "by-id", ["--id-field", "id"])):
+        result = runner.invoke(app, ["mine", str(corpus), "--output", str(out), *common, *ids])
+        assert result.exit_code == 0, result.output
+        holdout = json.loads((out / "stats.json").read_text())["holdout"]
+        flat = " ".join(result.output.split())
+        if ids:
+            assert holdout["drawn_by"] == "ids (--id-field id)" and "draw_caveat" not in holdout
+            assert "held out: drawn by │ ids (--id-field id)" in flat and "note: the held-out draw" not in flat
+        else:
+            assert holdout["drawn_by"] == DRAWN_BY_PATHS and "held-out contract" in holdout["draw_caveat"]
+            assert f"held out: drawn by │ {DRAWN_BY_PATHS}" in flat and note in flat
+        # a re-merge names no --id-field: the ids were read when the passages were scored, and the record keeps them
+        result = runner.invoke(app, ["mine", "--merge", str(out), "--holdout", "0.3", "-q"])
+        assert result.exit_code == 0, result.output
+        again = json.loads((out / "stats.json").read_text())["holdout"]
+        assert again["drawn_by"] == holdout["drawn_by"] and (note in " ".join(result.output.split())) == (not ids)

@@ -107,6 +107,7 @@ def test_heldout_documents_are_never_in_the_training_rows(tmp_path, tiny_model):
         "groups": len(groups),
         "passages": len(passages),
         "contamination": {"documents": 0, "passages": 0, "examples": []},  # no text repeats across the parts
+        "drawn_by": "ids (--id-field id)",
     }
     # coverage is of the documents that could be trained on: the held-out ones never have a training group
     trainable = stats["documents"] - len(held_ids)

@@ -103,6 +103,55 @@ def test_evaluate_and_interpolate_refuse_a_model_trained_on_documents_now_held_o
     assert not (tmp_path / "mix" / "modules.json").exists()
 
 
+def _titled_corpus(path: Path, documents: int) -> Path:
+    """JSONL documents with a ``title`` field, so the held-out part keeps titles for ``titles:DIR``."""
+    rows = [json.loads(line) for line in _corpus(path, documents).read_text().splitlines()]
+    for i, row in enumerate(rows):
+        row["title"] = f"All about the {TOPICS[i % len(TOPICS)]} in document {i}"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("change", ["holdout", "seed", "other folder"])
+def test_titles_tasks_refuse_a_model_trained_on_the_documents_they_hold_out(
+    tmp_path, tiny_model, tiny_model_path, change
+):
+    """``titles:DIR`` asks the held-out documents' titles: a model that trained on those documents is refused as on
+    ``mined:DIR`` (before, a re-merged, other-seed or other folder's titles task scored it)."""
+    corpus = _titled_corpus(tmp_path / "t.jsonl", 40)
+    trained_on = tmp_path / "mined"
+    config = _config(holdout=0.2, title_field="title")
+    GroupBuilder([corpus], trained_on, config, model=tiny_model, progress=False).run()
+    model = _trained_model(tmp_path / "run", tiny_model_path, run_record(trained_on))
+    assert overlap_problem(model, trained_on, "x") is None
+    scored = trained_on
+    if change == "holdout":
+        merge(trained_on, _config(holdout=0.5, title_field="title"))
+    elif change == "seed":
+        merge(trained_on, _config(holdout=0.2, seed=7, title_field="title"))
+    else:
+        scored = tmp_path / "other"
+        config = _config(holdout=0.5, seed=3, title_field="title")
+        GroupBuilder([corpus], scored, config, model=tiny_model, progress=False).run()
+    assert json.loads((scored / "stats.json").read_text())["holdout"]["titles"] >= 2  # a task today's code scores
+
+    result = CliRunner().invoke(
+        app, ["evaluate", str(model), "--tasks", f"titles:{scored}", "--no-cache", "--output-dir", str(tmp_path / "e")]
+    )
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2 and "Traceback" not in text, text
+    assert f"evaluate --tasks titles:{scored}: {model} trained on" in text
+    assert f"xprt-st mine --merge {scored} --holdout 0.2 --seed 0" in text  # the fix
+    expected = {
+        "holdout": f"{scored} was re-merged since the run (--holdout 0.2 -> 0.5)",
+        "seed": f"{scored} was re-merged since the run (--seed 0 -> 7)",
+        "other folder": f"the run trained on {trained_on.resolve()}, whose documents {scored} holds out, drawn with "
+        "other settings (--holdout 0.2 -> 0.5, --seed 0 -> 3)",
+    }
+    assert expected[change] in text
+    assert not (tmp_path / "e" / "scores.csv").exists()
+
+
 def test_a_run_records_its_documents_and_keep_best_refuses_a_start_that_trained_on_the_heldout(
     tmp_path, mined, tiny_model_path
 ):

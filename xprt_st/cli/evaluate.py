@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
     from xprt_st.evaluation.run import EvaluationReport
+    from xprt_st.output_folder import OutputFolder
 
 console = Console()
 err_console = Console(stderr=True)
@@ -84,7 +85,7 @@ def evaluate(
     """Evaluate one or more models side by side through mteb, offline on local data by default."""
     from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
     from xprt_st.models import ModelLoadError
-    from xprt_st.output_folder import hold_folder
+    from xprt_st.output_folder import COMMAND_NAMES, hold_folder
 
     specs = list(models or ["default"])
     try:
@@ -141,8 +142,23 @@ def evaluate(
         if drift:
             paths["label_free"] = output_dir / "label_free.json"
             paths["label_free"].write_text(json.dumps(drift, indent=2) + "\n", encoding="utf-8")
+        # its own names (COMMAND_NAMES) are exactly what an evaluate run writes: one run's results replace another's
+        _remove_stale_results(folder, list(COMMAND_NAMES["evaluate"][1]), [path.name for path in paths.values()])
     if not quiet:
         console.print("wrote " + ", ".join(str(path) for path in paths.values()), highlight=False)
+
+
+def _remove_stale_results(folder: OutputFolder, results: list[str], written: list[str]) -> None:
+    """Delete the ``results`` an earlier run of the command left in its folder and this run did not rewrite
+    (another run's ``label_free.json`` beside this run's scores would read as this run's); say which."""
+    stale = folder.remove_stale(results, written)
+    if stale:
+        err_console.print(
+            f"removed {', '.join(stale)} from {folder.path}: an earlier xprt-st {folder.command} wrote them and this "
+            "run has none, so they would read as its results",
+            highlight=False,
+            markup=False,
+        )
 
 
 def _titles_intervals(
@@ -151,7 +167,8 @@ def _titles_intervals(
     """Each ``titles:DIR`` task's difference with its paired interval against the first model (or the start).
 
     With several models the per-query scores of the table are compared (nothing is encoded again); with one model
-    trained by xprt-st, its recorded starting model is scored on the task here.
+    trained by xprt-st, its recorded starting model is scored on the task here. A task's caveat (few queries, or
+    plain-text first lines as titles: :attr:`xprt_st.evaluation.titles.TitlesTask.caveat`) is printed and recorded.
     """
     from xprt_st.evaluation.catalog import split_task_specs
     from xprt_st.evaluation.titles import TASK_PREFIX, comparison_record, load_titles_task, score_model
@@ -168,6 +185,10 @@ def _titles_intervals(
         scores = report.per_query.get(task)
         if not scores:
             continue
+        titles = load_titles_task(folder)
+        caveat = {"caveat": titles.caveat} if titles.caveat else {}
+        if caveat:
+            err_console.print(f"{task}: caveat: {titles.caveat}", style="yellow", markup=False, highlight=False)
         if len(specs) > 1:
             reference, start, others = report.models[0], scores[report.models[0]], report.models[1:]
         else:
@@ -176,9 +197,9 @@ def _titles_intervals(
             except (TrainingStateError, KeyError):
                 continue
             reference, others = f"start {starting}", report.models
-            start = score_model(load_model(starting, device=device), load_titles_task(folder), batch_size).per_query
+            start = score_model(load_model(starting, device=device), titles, batch_size).per_query
         for label in others:
-            row = comparison_record(scores[label], start)
+            row = comparison_record(scores[label], start) | caveat
             console.print(
                 f"{task}: {reference} {row['start']:.4f}, {label} {row['model']:.4f}, difference "
                 f"{row['difference']:+.4f} [{row['ci_low']:+.4f}, {row['ci_high']:+.4f}] ({row['verdict']})",
@@ -188,22 +209,26 @@ def _titles_intervals(
     return records
 
 
-def _mined_specs(tasks: list[str]) -> list[str]:
-    """The ``mined:DIR`` specs among the ``--tasks`` values, once each, in order."""
+def _specs_with(tasks: list[str], prefix: str) -> list[str]:
+    """The specs among the ``--tasks`` values that start with ``prefix`` (``mined:``), once each, in order."""
     from xprt_st.evaluation.catalog import split_task_specs
-    from xprt_st.evaluation.label_free import TASK_PREFIX
 
-    return list(dict.fromkeys(name for name in split_task_specs(tasks) if name.startswith(TASK_PREFIX)))
+    return list(dict.fromkeys(name for name in split_task_specs(tasks) if name.startswith(prefix)))
 
 
 def _check_heldout_contract(specs: list[str], tasks: list[str]) -> None:
-    """Refuse a model trained on a ``mined:DIR`` task's held-out documents; warn of text duplicates (before work)."""
+    """Refuse a model trained on the held-out documents of a ``mined:DIR`` or ``titles:DIR`` task (both score a
+    mined folder's held-out part); warn of text duplicates (before work)."""
     from xprt_st.evaluation.label_free import TASK_PREFIX
+    from xprt_st.evaluation.titles import TASK_PREFIX as TITLES_PREFIX
     from xprt_st.training.heldout_contract import contamination_warning, refuse_overlap
 
-    for spec in _mined_specs(tasks):
-        folder = spec[len(TASK_PREFIX) :]
-        refuse_overlap(specs, folder, f"evaluate --tasks {spec}")
+    folders: dict[str, None] = {}
+    for prefix in (TASK_PREFIX, TITLES_PREFIX):
+        for spec in _specs_with(tasks, prefix):
+            refuse_overlap(specs, spec[len(prefix) :], f"evaluate --tasks {spec}")
+            folders[spec[len(prefix) :]] = None
+    for folder in folders:
         warning = contamination_warning(folder)
         if warning is not None:
             err_console.print(f"[bold yellow]warning:[/bold yellow] {warning}", highlight=False)
@@ -221,7 +246,7 @@ def _label_free_drift(
     from xprt_st.models import load_model
     from xprt_st.training.trainer import TrainingStateError, read_training_config
 
-    mined = _mined_specs(tasks)
+    mined = _specs_with(tasks, TASK_PREFIX)
     if not mined:
         return []
     if len(specs) > 1:
@@ -327,11 +352,21 @@ def finetune_compare(
         "xprt-finetune"
     ),
     save_models: Annotated[bool, typer.Option("--save-models", help="Also save the two fine-tuned models.")] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Delete what an earlier finetune-compare wrote in --output, its --recipe model too, and start again.",
+        ),
+    ] = False,
     device: Annotated[str | None, typer.Option(help="Torch device, e.g. cpu or cuda.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help=QUIET_HELP)] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help=VERBOSE_HELP)] = False,
 ) -> None:
-    """Fine-tune base and pre-trained models identically (MNRL) and compare the gain before and after."""
+    """Fine-tune base and pre-trained models identically (MNRL) and compare the gain before and after.
+
+    With --recipe, the model pre-trained into OUTPUT/pretrained is reused by a rerun with the same recipe, overrides,
+    mined folder and --model, and refused (naming what differs) with other ones."""
     from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
     from xprt_st.models import ModelLoadError
     from xprt_st.output_folder import hold_folder
@@ -350,7 +385,7 @@ def finetune_compare(
         check_domain_pattern(domain_pattern)
         if not 0 < test_fraction < 1:
             raise ValueError(f"--test-fraction {test_fraction}: must be in (0, 1), the share of queries tested on")
-        folder = hold_folder(output_dir, "finetune-compare", "--output")
+        folder = hold_folder(output_dir, "finetune-compare", "--output", overwrite=overwrite)
     except (OutputPathError, ModelLoadError, ValueError) as error:
         raise _fail(error) from error
     with command_logging(
@@ -359,6 +394,7 @@ def finetune_compare(
         from xprt_st.evaluation.catalog import resolve_beir
         from xprt_st.evaluation.readers import TaskLoadError, read_beir_folder, subsample_beir
         from xprt_st.finetune.folds import beir_train_pairs, query_domains, read_pairs
+        from xprt_st.finetune.pretrained import plan_pretraining, start_pretraining
         from xprt_st.finetune.run import finetune_compare, pretrain_from_recipe
 
         try:
@@ -370,6 +406,13 @@ def finetune_compare(
                 )
             if recipe is not None and mined is None:
                 raise ValueError("--recipe needs --mined, the folder written by xprt-st mine from your corpus")
+            overrides = {}
+            for item in pretrain_set or []:
+                key, sep, value = item.partition("=")
+                if not sep:
+                    raise ValueError(f"--pretrain-set expects KEY=VALUE, got {item!r}")
+                overrides[key.strip()] = yaml.safe_load(value)
+            stage = None if recipe is None else plan_pretraining(folder, recipe, mined, base, overrides)
             data, label, ignore_identical_ids = resolve_beir(task, data_dir)
             data = subsample_beir(data, max_queries=max_queries, max_corpus=max_corpus, seed=seed)
             domains = query_domains(data, domain_field=domain_field, domain_pattern=domain_pattern)
@@ -377,22 +420,22 @@ def finetune_compare(
             if train_pairs is not None:
                 pairs = read_pairs(train_pairs, query_field=query_field, positive_field=positive_field)
             elif train_split is not None:
-                folder = Path(task) if Path(task).is_dir() else None
-                if folder is None:
+                if not Path(task).is_dir():
                     raise ValueError("--train-split needs --task to be a BEIR folder that holds qrels/<split>.tsv")
-                pairs = beir_train_pairs(read_beir_folder(folder, train_split))
-            overrides = {}
-            for item in pretrain_set or []:
-                key, sep, value = item.partition("=")
-                if not sep:
-                    raise ValueError(f"--pretrain-set expects KEY=VALUE, got {item!r}")
-                overrides[key.strip()] = yaml.safe_load(value)
-            if recipe is not None:
-                pretrained = str(
-                    pretrain_from_recipe(
-                        recipe, mined, base, output_dir / "pretrained", overrides=overrides, progress=verbose
-                    )
+                pairs = beir_train_pairs(read_beir_folder(Path(task), train_split))
+            if stage is not None and stage.reuse:
+                console.print(
+                    f"reusing the model pre-trained in {stage.path} (same recipe, overrides, mined folder and --model)",
+                    highlight=False,
                 )
+            elif stage is not None:
+                start_pretraining(folder, stage)
+                pretrain_from_recipe(
+                    recipe, mined, base, stage.path, overrides=overrides, progress=verbose, resume=stage.resume,
+                    overwrite=stage.overwrite,
+                )  # fmt: skip
+            if stage is not None:
+                pretrained = str(stage.path)
             result = finetune_compare(
                 base,
                 pretrained,
@@ -410,6 +453,7 @@ def finetune_compare(
             )
         except (TaskLoadError, ModelLoadError, ValueError, FileExistsError) as error:
             raise _fail(error) from error
+        _remove_stale_results(folder, ["base+ft", "pretrained+ft"], ["base+ft", "pretrained+ft"] if save_models else [])
     console.print(result.rich_table())
     flagged = [row.domain for row in result.rows if row.flag]
     if flagged:

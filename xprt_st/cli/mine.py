@@ -311,6 +311,9 @@ def mine(
             console.print(f"[bold red]error:[/] {error}")
             raise typer.Exit(2) from error
         Console().print(summary_table(stats))
+        draw_caveat = (stats.get("holdout") or {}).get("draw_caveat")
+        if draw_caveat:
+            console.print(f"note: {draw_caveat}", highlight=False, markup=False)
         if report:
             console.print(f"report: {write_report(folder)}")
 

@@ -212,11 +212,15 @@ def label_free_line(record: dict) -> str:
 
 
 def titles_line(record: dict) -> str:
-    """The quickstart's ``titles:DIR`` line: the held-out titles and headings as queries, start against trained."""
+    """The quickstart's ``titles:DIR`` line: the held-out titles and headings as queries, start against trained,
+    then the record's caveat; "written by people" only when most queries are not plain-text first lines."""
+    caveat = record.get("caveat")
+    by_people = 2 * int(record.get("first_lines", 0)) <= int(record["queries"])
+    source = " (written by people, not by the mining model)" if by_people else ""
     return (
-        f"Titles and headings nDCG@10 on {record['queries']} held-out titles/headings (written by people, not by the "
-        f"mining model): start {record['start']:.4f}, trained {record['model']:.4f}, difference "
-        f"{record['difference']:+.4f} [{record['ci_low']:+.4f}, {record['ci_high']:+.4f}]"
+        f"Titles and headings nDCG@10 on {record['queries']} held-out titles/headings{source}: start "
+        f"{record['start']:.4f}, trained {record['model']:.4f}, difference {record['difference']:+.4f} "
+        f"[{record['ci_low']:+.4f}, {record['ci_high']:+.4f}]" + (f". Caveat: {caveat}" if caveat else "")
     )
 
 

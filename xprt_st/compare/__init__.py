@@ -34,7 +34,8 @@ Example:
 
 Modules, one idea each: :mod:`~xprt_st.compare.config` (the YAML, validated), :mod:`~xprt_st.compare.corpus`
 (the document sample), :mod:`~xprt_st.compare.variants` (the ablations' data), :mod:`~xprt_st.compare.run`
-(training and evaluation, locks and resume), :mod:`~xprt_st.compare.results` (the scores read back) and
+(training and evaluation, locks and resume), :mod:`~xprt_st.compare.reuse` (the corpus and scores a rerun takes,
+checked against the files that made them), :mod:`~xprt_st.compare.results` (the scores read back) and
 :mod:`~xprt_st.compare.report` (markdown, CSV, plot, the printed table).
 """
 

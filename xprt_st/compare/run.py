@@ -23,6 +23,14 @@ from xprt_st.compare.config import (
 from xprt_st.compare.corpus import CORPUS_FILE, build_corpus, corpus_problems, mining_settings
 from xprt_st.compare.report import write_report
 from xprt_st.compare.results import START_LABEL, CompareResult, collect_results
+from xprt_st.compare.reuse import (
+    CORPUS,
+    check_inputs_unchanged,
+    corpus_fingerprint,
+    record_stage,
+    scores_fingerprint,
+    scores_stage,
+)
 from xprt_st.compare.variants import data_variant, prepare_mixed, prepare_variant
 
 if TYPE_CHECKING:
@@ -221,8 +229,9 @@ def check_compare_inputs(config: CompareConfig, output: str | Path, report_only:
     """Everything a comparison reads, checked before any work; returns the resolved evaluation tasks.
 
     Raises:
-        CompareConfigError: ``output`` made with other settings (:func:`check_unchanged`), a task that cannot be
-            loaded, or (unless ``report_only``) a corpus source that cannot be read, each in one line.
+        CompareConfigError: ``output`` made with other settings (:func:`check_unchanged`) or inputs
+            (:func:`~xprt_st.compare.reuse.check_inputs_unchanged`), a task that cannot be loaded, or (unless
+            ``report_only``) a corpus source that cannot be read, each in one line.
     """
     from xprt_st.evaluation.readers import TaskLoadError
 
@@ -232,6 +241,7 @@ def check_compare_inputs(config: CompareConfig, output: str | Path, report_only:
         tasks = resolve_compare_tasks(config)
     except TaskLoadError as error:
         raise CompareConfigError(f"tasks: {error}") from error
+    check_inputs_unchanged(config, run, tasks)
     problems = [] if report_only else corpus_problems(config, run / "corpus")
     if problems:
         lines = "\n".join(f"  - {problem}" for problem in problems)
@@ -280,7 +290,10 @@ def run_compare(
 
     if not report_only:
         started = time.perf_counter()
+        fresh_corpus = not (run / "corpus" / CORPUS_FILE).is_file()
         corpus_stats = build_corpus(config, run / "corpus")
+        if fresh_corpus:
+            record_stage(run, CORPUS, corpus_fingerprint(config))
         mined = run / "mined"
         fresh = read_stats(mined) is None
         # On complete shards this only re-merges (seconds), so a changed threshold applies without re-encoding.
@@ -317,6 +330,8 @@ def run_compare(
             data[name] = data[variant]
 
         start_file = run / "scores" / config.evaluation_key() / f"{START_LABEL}.json"
+        if not start_file.parent.exists():
+            record_stage(run, scores_stage(config), scores_fingerprint(tasks))
         if not start_file.is_file():
             started = time.perf_counter()
             _evaluate(config.model, START_LABEL, tasks, config, cache_dir, start_file)

@@ -22,6 +22,12 @@ word by any model, so headings are an easier query than titles, which BEIR corpo
 Whether the task ranks models as labelled tasks do is a question of evidence (``docs/results.md``, "Label-free
 selection, round 2").
 
+**When it says little.** A folder mined without ``--title-field``, ``--html`` or Markdown headings gets its titles
+from plain-text first lines that read as headlines (:func:`xprt_st.mining.headings.plain_title`): a real headline in
+news files, but elsewhere a document's own opening words, which any model matches. And with fewer than
+:data:`FEW_QUERIES` queries one query moves the score by more than a tenth. Both are said (:attr:`TitlesTask.caveat`)
+on screen and in the records; fewer than 2 queries are refused (the paired interval needs 2).
+
 Example:
     >>> import numpy as np
     >>> scores = np.array([[0.9, 0.1, 0.8], [0.2, 0.7, 0.1]])
@@ -45,7 +51,7 @@ import numpy as np
 from xprt_st.evaluation.bootstrap import Interval, paired_interval, retrieval_items
 from xprt_st.evaluation.label_free import HeldOutError, cosine_scores, read_heldout
 from xprt_st.evaluation.readers import BEIRData
-from xprt_st.mining.layout import HELDOUT_DIR, HELDOUT_PASSAGES, HELDOUT_TITLES
+from xprt_st.mining.layout import HELDOUT_DIR, HELDOUT_PASSAGES, HELDOUT_TITLES, read_stats
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -59,6 +65,8 @@ K = 10
 _CHUNK = 1024
 """Query rows scored at once: bounds memory to ``_CHUNK * passages`` similarities."""
 _COLUMNS = ("label", "kind", "level", "text", "passages")
+FEW_QUERIES = 10
+"""Below this many queries the task gets a caveat: one query moves its mean by 1/N, more than a tenth of the scale."""
 
 
 class NoTitlesError(HeldOutError):
@@ -78,6 +86,7 @@ class TitlesTask:
         relevance: for each query, the rows of ``texts`` that are relevant (grade 1).
         path: the mined folder.
         fingerprint: a hash of the content (the mteb revision of the task).
+        first_lines: how many queries are plain-text first lines read as titles (:func:`first_line_titles`).
     """
 
     texts: list[str]
@@ -88,6 +97,12 @@ class TitlesTask:
     relevance: list[frozenset[int]]
     path: Path
     fingerprint: str = ""
+    first_lines: int = 0
+
+    @property
+    def caveat(self) -> str | None:
+        """What makes the score weak evidence (see the module doc), or None; :func:`titles_caveat`."""
+        return titles_caveat(len(self.queries), self.first_lines, self.path)
 
     def qrels(self) -> dict[str, dict[str, int]]:
         """BEIR-style judgements: query id -> passage id -> 1."""
@@ -136,7 +151,7 @@ def load_titles_task(folder: str | Path) -> TitlesTask:
     texts = [str(text) for _, _, text in keyed]
     ids = [f"{label}-{passage}" for label, passage, _ in keyed]
     table = titles.select_columns(list(_COLUMNS)).to_dict()
-    queries, query_ids, kinds, relevance = [], [], [], []
+    queries, query_ids, kinds, relevance, documents = [], [], [], [], []
     per_document: dict[int, int] = {}
     seen: dict[str, int] = {}  # a text already asked: its query
     for number, (label, kind, _, text, covered) in enumerate(zip(*(table[c] for c in _COLUMNS), strict=True)):
@@ -159,13 +174,70 @@ def load_titles_task(folder: str | Path) -> TitlesTask:
         query_ids.append(f"t{label}-{n}")
         kinds.append(str(kind))
         relevance.append(rows)
+        documents.append(label)
     if len(queries) < 2:
         raise NoTitlesError(
             f"{titles_path} holds {len(queries)} title(s) or heading(s); the task needs at least 2 for its interval "
             "(mine with a larger --holdout)"
         )
+    first_lines = 0
+    if titles_from_text(folder):
+        openings = {label: texts[row] for (label, passage), row in row_of.items() if passage == 0}
+        first_lines = first_line_titles(queries, kinds, documents, openings)
     digest = hashlib.sha1(json.dumps([ids, texts, queries, [sorted(r) for r in relevance]]).encode())
-    return TitlesTask(texts, ids, queries, query_ids, kinds, relevance, folder, digest.hexdigest()[:12])
+    return TitlesTask(
+        texts, ids, queries, query_ids, kinds, relevance, folder, digest.hexdigest()[:12], first_lines=first_lines
+    )
+
+
+def titles_from_text(folder: str | Path) -> bool:
+    """Whether ``folder`` was mined without ``--title-field`` and ``--html`` (its ``stats.json`` settings say so), so
+    its titles were read from the text: a Markdown ``#`` heading, or a plain-text first line."""
+    try:
+        settings = (read_stats(folder) or {}).get("settings")
+    except (OSError, ValueError):
+        return False
+    return isinstance(settings, dict) and not settings.get("title_field") and not settings.get("html")
+
+
+def first_line_titles(
+    queries: Sequence[str], kinds: Sequence[str], labels: Sequence[int], openings: dict[int, str]
+) -> int:
+    """How many title queries are their document's first words (its first passage starts with them, whitespace
+    squashed): in a folder whose titles come from the text, a plain-text first line read as a headline (a Markdown
+    title keeps its ``#`` in the passage). ``labels`` is each query's document, ``openings`` each document's first
+    passage."""
+    found = 0
+    for query, kind, label in zip(queries, kinds, labels, strict=True):
+        opening = " ".join(openings.get(label, "").split())
+        found += kind == "title" and opening.startswith(" ".join(query.split()))
+    return found
+
+
+def titles_caveat(queries: int, first_lines: int, folder: str | Path) -> str | None:
+    """The caveat of a titles task with ``queries`` queries, ``first_lines`` of them plain-text first lines; None
+    when neither is a concern (see the module doc).
+
+    Example:
+        >>> titles_caveat(40, 0, "m") is None
+        True
+        >>> titles_caveat(2, 2, "m").split("; ")[0]
+        'titles:m has only 2 queries, so one query moves its score by 0.5'
+    """
+    parts = []
+    if queries < FEW_QUERIES:
+        parts.append(f"titles:{folder} has only {queries} queries, so one query moves its score by {1 / queries:.2g}")
+    if first_lines == queries:
+        parts.append(
+            f"{'they are' if parts else f'its {queries} queries are'} the first lines of plain-text documents read as "
+            "headlines (mined without --title-field, --html or Markdown headings), not titles given to them: where a "
+            "first line is not a title, the task asks a document for its own opening words"
+        )
+    elif 2 * first_lines > queries:
+        parts.append(f"{first_lines} of its {queries} queries are plain-text first lines read as headlines")
+    if not parts:
+        return None
+    return "; ".join(parts) + "; weak evidence, read it with care (mine with --title-field FIELD or --html if you can)"
 
 
 # --------------------------------------------------------------------------------------------------

@@ -21,7 +21,8 @@ function, testable without training.
 
 Modules: :mod:`~xprt_st.finetune.folds` (labelled pairs, folds, sub-domains), :mod:`~xprt_st.finetune.gains`
 (per-domain means, gains, intervals, flags), :mod:`~xprt_st.finetune.result` (settings, the result, its files
-and table) and :mod:`~xprt_st.finetune.run` (fine-tuning and the end-to-end comparison).
+and table), :mod:`~xprt_st.finetune.run` (fine-tuning and the end-to-end comparison) and
+:mod:`~xprt_st.finetune.pretrained` (the ``--recipe`` model a rerun reuses only when made with the same settings).
 """
 
 from __future__ import annotations

@@ -83,24 +83,32 @@ def pretrain_from_recipe(
     *,
     overrides: Mapping[str, Any] | None = None,
     progress: bool = False,
+    resume: bool = False,
+    overwrite: bool = False,
 ) -> Path:
     """Produce the pre-trained model: train ``recipe`` from ``base`` on a mined folder (``xprt-st mine``).
 
     A thin call of :func:`xprt_st.training.train_recipe` so that finetune-compare can start from a
     recipe and a corpus; ``overrides`` are dotted recipe keys, e.g. ``{"training.max_steps": 100}`` (the
-    command's ``--pretrain-set KEY=VALUE``, as its messages call them).
+    command's ``--pretrain-set KEY=VALUE``, as its messages call them). ``resume`` continues a killed run in
+    ``output`` from its last checkpoint; ``overwrite`` deletes what it left (:mod:`xprt_st.finetune.pretrained`
+    decides which).
 
     Returns:
         The folder of the pre-trained model.
     """
+    from xprt_st.finetune.pretrained import override_labels
     from xprt_st.models import DEFAULT_MODEL
     from xprt_st.recipe import load_recipe
     from xprt_st.training import train_recipe
 
-    labels = {key: f"--pretrain-set {key}" for key in overrides or {}}
+    labels = override_labels(overrides)
     loaded = load_recipe(recipe, overrides=dict(overrides) if overrides else None, override_labels=labels)
     # None means the default model, not the recipe's: base is what the comparison starts from.
-    return train_recipe(loaded, mined, output, model=DEFAULT_MODEL if base is None else str(base), progress=progress)
+    start = DEFAULT_MODEL if base is None else str(base)
+    return train_recipe(
+        loaded, mined, output, resume="last" if resume else None, model=start, progress=progress, overwrite=overwrite
+    )
 
 
 def finetune_compare(

@@ -82,7 +82,36 @@ def build_stats(
         titles, headings = int(merged.get("heldout_titles", 0)), int(merged.get("heldout_headings", 0))
         if titles or headings or config.title_field:
             stats["holdout"] |= {"titles": titles, "headings": headings}
+        # the ids were read when the passages were scored: the stored setting, not a re-merge's (--merge has none)
+        stats["holdout"] |= holdout_draw(stored.get("id_field", config.id_field))
     return stats
+
+
+DRAWN_BY_PATHS = "file paths and positions (no --id-field)"
+"""``stats.json``'s ``holdout.drawn_by`` when the documents have no ids of their own (:func:`holdout_draw`)."""
+
+
+def holdout_draw(id_field: str | None) -> dict[str, str]:
+    """What the held-out draw hashes (``drawn_by``), and without ``--id-field`` the ``draw_caveat`` that says what
+    follows: a document's id is then its file path and line (or row), so the draw moves with them.
+
+    Example:
+        >>> holdout_draw("id")
+        {'drawn_by': 'ids (--id-field id)'}
+        >>> holdout_draw(None)["draw_caveat"].split(":")[0]
+        'the held-out draw follows file paths and positions (no --id-field)'
+    """
+    if id_field:
+        return {"drawn_by": f"ids (--id-field {id_field})"}
+    return {
+        "drawn_by": DRAWN_BY_PATHS,
+        "draw_caveat": (
+            "the held-out draw follows file paths and positions (no --id-field): a later re-mine of this corpus from "
+            "other paths, or with its files or lines reordered, holds out other documents, possibly ones a model "
+            "trained on here, and the held-out contract (which compares ids) cannot see it; give --id-field FIELD "
+            "where the records have ids, else re-mine from the same paths in the same order"
+        ),
+    }
 
 
 def threshold_source(config: MiningConfig, threshold: float | None) -> str | None:
@@ -162,6 +191,8 @@ def summary_table(stats: dict[str, Any]) -> Any:
         for key in ("documents", "groups", "passages", "titles", "headings"):
             if key in holdout:
                 table.add_row(f"held out: {key}", str(holdout[key]), "")
+        if "drawn_by" in holdout:
+            table.add_row("held out: drawn by", str(holdout["drawn_by"]), "")
         found = holdout.get("contamination") or {}
         if found.get("documents") or found.get("passages"):
             shown = f"{found.get('documents', 0)} documents, {found.get('passages', 0)} passages"

@@ -229,12 +229,14 @@ def _what_changed(record: dict[str, Any], folder: Path, fraction: float, seed: i
         changes.append(f"--holdout {then.get('fraction')} -> {fraction}")
     if then.get("seed") != seed:
         changes.append(f"--seed {then.get('seed')} -> {seed}")
-    if changes:
+    same_folder = record.get("data") == str(folder.resolve())
+    if changes and same_folder:
         return f"{folder} was re-merged since the run ({', '.join(changes)})"
     inherited = [entry["model"] for entry in record.get("inherited") or []]
     if inherited:
         return f"the run started from {', '.join(inherited)}, which trained on them"
-    return f"the run trained on {record.get('data')}, whose documents {folder} holds out"
+    drawn = f", drawn with other settings ({', '.join(changes)})" if changes else ""
+    return f"the run trained on {record.get('data')}, whose documents {folder} holds out{drawn}"
 
 
 def overlap_problem(model: str | Path, folder: str | Path, command: str) -> str | None:
