@@ -86,6 +86,7 @@ def test_a_finetune_compare_rerun_reuses_its_pretrained_model_only_when_made_wit
     trained = weights.read_bytes()
     stored = json.loads((out / FINGERPRINT_FILE).read_text())["pretrained"]
     assert stored["recipe_values"]["training"]["max_steps"] == 2 and stored["mined"] == str(mined.resolve())
+    assert "source" not in stored["recipe_values"]  # where the recipe's YAML lives does not shape the model
 
     result, text = run(2)  # the same settings: the pre-trained model is reused, nothing is pre-trained again
     assert result.exit_code == 0, result.output
