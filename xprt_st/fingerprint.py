@@ -29,6 +29,16 @@ FINGERPRINT_FILE = ".xprt-st-fingerprint.json"
 """Per folder: ``{stage: fingerprint}``, written by the command that owns the folder (see the module)."""
 
 
+NOT_SHAPING = ("source", "description")
+"""Recipe keys that do not shape a model (where its YAML lives, its prose): left out of a fingerprint, so a rerun
+from another checkout or install of the same recipe is the same run."""
+
+
+def recipe_values(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A recipe's resolved values (``Recipe.to_dict()``) as a fingerprint holds them: :data:`NOT_SHAPING` left out."""
+    return {key: value for key, value in values.items() if key not in NOT_SHAPING}
+
+
 class FingerprintError(ValueError):
     """A stage of the folder was made with other settings than the rerun's; the message is one line."""
 

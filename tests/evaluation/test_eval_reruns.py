@@ -24,9 +24,6 @@ def test_an_evaluate_rerun_recomputes_what_changed_and_leaves_no_result_of_the_e
     """The result cache is keyed by the model's weights and the task's data (a subsample is other data), so a changed
     setting is scored again; results of the earlier run that this one does not rewrite are removed (before, a
     rerun without --overlap-thirds or a label-free task left the old overlap_thirds.csv and label_free.json)."""
-    import torch
-    from sentence_transformers import SentenceTransformer
-
     out, cache = tmp_path / "eval", tmp_path / "cache"
     common = ["--cache-dir", str(cache), "--output", str(out)]
     tasks = f"{beir_folder},titles:{write_titles(tmp_path / 'mined')}"
@@ -46,19 +43,17 @@ def test_an_evaluate_rerun_recomputes_what_changed_and_leaves_no_result_of_the_e
     assert beir_second["mteb_task"] != beir_first["mteb_task"]  # 2 queries: another task key, scored again
     assert json.loads((out / "scores.json").read_text())["models"] == [tiny_model_path.name]
 
-    # a model folder trained again in place: the same path, other weights, another cache key
-    model = tmp_path / "model"
-    loaded = SentenceTransformer(str(tiny_model_path), device="cpu")
-    loaded.save(str(model))
-    keys = []
-    for _ in range(2):
-        result = CliRunner().invoke(app, ["evaluate", str(model), "--tasks", str(beir_folder), *common])
-        assert result.exit_code == 0, result.output
-        keys.append(_rows(out / "scores.csv")[0]["model_key"])
-        with torch.no_grad():
-            next(loaded.parameters()).add_(0.5)
-        loaded.save(str(model))
-    assert keys[0] != keys[1]
+
+def test_the_result_key_follows_the_pooling_and_the_token_limit_not_only_the_weights(tiny_model):
+    """Weights changed in place get a new key (tests/evaluation/test_eval_mteb_agreement.py); before, a folder whose
+    pooling mode or max_seq_length was edited kept its key, and evaluate returned the cached score of the old one."""
+    from xprt_st.evaluation.run import model_fingerprint
+
+    before = model_fingerprint(tiny_model)
+    tiny_model.max_seq_length = 16
+    shorter = model_fingerprint(tiny_model)
+    tiny_model[1].pooling_mode = "cls"
+    assert len({before, shorter, model_fingerprint(tiny_model)}) == 3
 
 
 def test_a_finetune_compare_rerun_reuses_its_pretrained_model_only_when_made_with_the_same_settings(
@@ -91,6 +86,7 @@ def test_a_finetune_compare_rerun_reuses_its_pretrained_model_only_when_made_wit
     trained = weights.read_bytes()
     stored = json.loads((out / FINGERPRINT_FILE).read_text())["pretrained"]
     assert stored["recipe_values"]["training"]["max_steps"] == 2 and stored["mined"] == str(mined.resolve())
+    assert "source" not in stored["recipe_values"]  # where the recipe's YAML lives does not shape the model
 
     result, text = run(2)  # the same settings: the pre-trained model is reused, nothing is pre-trained again
     assert result.exit_code == 0, result.output

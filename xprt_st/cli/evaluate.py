@@ -423,12 +423,12 @@ def finetune_compare(
                 if not Path(task).is_dir():
                     raise ValueError("--train-split needs --task to be a BEIR folder that holds qrels/<split>.tsv")
                 pairs = beir_train_pairs(read_beir_folder(Path(task), train_split))
-            if stage is not None and stage.reuse:
+            if stage is not None and stage.reuse and not quiet:
                 console.print(
                     f"reusing the model pre-trained in {stage.path} (same recipe, overrides, mined folder and --model)",
                     highlight=False,
                 )
-            elif stage is not None:
+            elif stage is not None and not stage.reuse:
                 start_pretraining(folder, stage)
                 pretrain_from_recipe(
                     recipe, mined, base, stage.path, overrides=overrides, progress=verbose, resume=stage.resume,

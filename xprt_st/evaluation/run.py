@@ -45,13 +45,16 @@ def default_cache_dir() -> Path:
 
 
 def model_fingerprint(model: SentenceTransformer) -> str:
-    """A short hash of the model's weights and module layout: the revision of its mteb result key."""
+    """A short hash of what decides the model's embeddings: its weights, its modules with their settings (the
+    pooling mode, ...), its token limit and its prompts. It is the revision of its mteb result key, so a folder
+    whose pooling or ``max_seq_length`` was changed in place is scored again, not read from the cache."""
     digest = hashlib.sha1()
     for name, tensor in model.state_dict().items():
         digest.update(name.encode())
         digest.update(str(tuple(tensor.shape)).encode())
         digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
-    digest.update(repr([type(module).__name__ for module in model]).encode())
+    modules = [(type(module).__name__, getattr(module, "get_config_dict", dict)()) for module in model]
+    digest.update(repr([modules, model.max_seq_length, sorted(model.prompts.items())]).encode())
     return digest.hexdigest()[:16]
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xprt_st.fingerprint import check_stage, write_fingerprint
+from xprt_st.fingerprint import check_stage, recipe_values, write_fingerprint
 from xprt_st.output_folder import OutputFolder
 
 PRETRAINED = "pretrained"
@@ -42,7 +42,7 @@ def pretraining_fingerprint(
     stats = read_stats(mined) or {}
     return {
         "recipe": str(recipe),
-        "recipe_values": loaded.to_dict(),
+        "recipe_values": recipe_values(loaded.to_dict()),
         "mined": str(Path(mined).resolve()),
         "mined_stats": {key: value for key, value in stats.items() if not key.endswith("_seconds")},
         "model": "default" if base is None else str(base),
