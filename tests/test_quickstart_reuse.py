@@ -109,6 +109,30 @@ def test_a_rerun_with_the_same_settings_reuses_the_model_without_training(
     assert {"mined", "model", "summary.json"} <= set(manifest["files"])
 
 
+def test_the_recipe_files_location_is_not_a_setting(
+    first_run: tuple[Path, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same recipe from another checkout or install (the first release stored its path and prose) is reused."""
+    import xprt_st.quickstart
+
+    def trained(*args, **kwargs):
+        raise AssertionError("a moved recipe file trained again")
+
+    monkeypatch.setattr(xprt_st.quickstart, "train_recipe", trained)
+    root, options = first_run
+    path = root / "out" / FINGERPRINT_FILE
+    stored = path.read_text()
+    stages = json.loads(stored)
+    assert "source" not in stages["model"]["recipe_values"]
+    stages["model"]["recipe_values"].update(source="/old/checkout/recipes/x.yaml", description="older prose")
+    path.write_text(json.dumps(stages))
+    try:
+        result = CliRunner().invoke(app, _args(options))
+    finally:
+        path.write_text(stored)
+    assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
+
+
 def test_overwrite_deletes_the_run_and_trains_with_the_new_settings(tmp_path: Path, tiny_model_path: Path) -> None:
     corpus, _ = _write_user_data(tmp_path / "user")
     options = _options(corpus, tmp_path / "out", tiny_model_path)

@@ -123,10 +123,13 @@ def write_fingerprint(folder: str | Path, stage: str, fingerprint: Mapping[str, 
     os.replace(tmp, folder / FINGERPRINT_FILE)
 
 
-def check_stage(folder: str | Path, stage: str, fingerprint: Mapping[str, Any], option: str) -> None:
+def check_stage(
+    folder: str | Path, stage: str, fingerprint: Mapping[str, Any], option: str, ignore: Iterable[str] = ()
+) -> None:
     """Refuse to reuse ``folder/stage`` when it was made with other settings (or records none, an older run).
 
     Call it only for a stage the folder holds (one the command wrote); a stage not there yet is free to start.
+    ``ignore``: dotted keys left out of the comparison (what an older release stored that does not shape a result).
 
     Raises:
         FingerprintError: one line from :func:`difference_line`.
@@ -138,6 +141,6 @@ def check_stage(folder: str | Path, stage: str, fingerprint: Mapping[str, Any], 
             f"{where} records no settings (written by an older xprt-st), so it cannot be checked against this run. "
             f"Pass --overwrite to delete that run and start again, or give a new {option} folder."
         )
-    found = differences(stored, fingerprint)
+    found = [item for item in differences(stored, fingerprint) if item[0] not in set(ignore)]
     if found:
         raise FingerprintError(difference_line(str(where), found, option))

@@ -14,13 +14,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from xprt_st.fingerprint import FingerprintError, check_stage, corpus_identity, write_fingerprint
+from xprt_st.fingerprint import (
+    NOT_SHAPING,
+    FingerprintError,
+    check_stage,
+    corpus_identity,
+    recipe_values,
+    write_fingerprint,
+)
 from xprt_st.output_folder import OutputFolder
 
 if TYPE_CHECKING:
     from xprt_st.quickstart import QuickstartConfig
 
 MINED, MODEL = "mined", "model"
+
+OLDER_KEYS = tuple(f"recipe_values.{key}" for key in NOT_SHAPING)
+"""What the first release of these fingerprints stored and a comparison skips: where the recipe's YAML lived and its
+prose, so a folder made from another checkout or install is still the same run."""
 
 
 def mining_fingerprint(config: QuickstartConfig, sources: Sequence[str | Path]) -> dict[str, Any]:
@@ -39,14 +50,14 @@ def mining_fingerprint(config: QuickstartConfig, sources: Sequence[str | Path]) 
 
 
 def training_fingerprint(config: QuickstartConfig) -> dict[str, Any]:
-    """What decides ``model/`` beside its data: the recipe (its name and its file's values), the steps as given
-    (None: the default of the mined groups, themselves fixed by ``mined/``), batch, learning rate, token limit,
-    seed and starting model."""
+    """What decides ``model/`` beside its data: the recipe (its name and its file's values, not where the file lives),
+    the steps as given (None: the default of the mined groups, themselves fixed by ``mined/``), batch, learning
+    rate, token limit, seed and starting model."""
     from xprt_st.recipe import load_recipe
 
     return {
         "recipe": config.recipe,
-        "recipe_values": load_recipe(config.recipe).to_dict(),
+        "recipe_values": recipe_values(load_recipe(config.recipe).to_dict()),
         "max_steps": config.max_steps,
         "batch_size": config.batch_size,
         "learning_rate": config.learning_rate,
@@ -66,7 +77,7 @@ def check_reuse(config: QuickstartConfig, folder: OutputFolder, sources: Sequenc
     own = folder.own()
     for stage, fingerprint in ((MINED, mining_fingerprint(config, sources)), (MODEL, training_fingerprint(config))):
         if stage in own:
-            check_stage(output, stage, fingerprint, "-o")
+            check_stage(output, stage, fingerprint, "-o", ignore=OLDER_KEYS)
         elif (output / stage).exists() or (output / stage).is_symlink():
             raise FingerprintError(
                 f"{output / stage} was not written by xprt-st quickstart (its manifest does not list it), so it is "
