@@ -358,7 +358,7 @@ def finetune_compare(
     ):
         from xprt_st.evaluation.catalog import resolve_beir
         from xprt_st.evaluation.readers import TaskLoadError, read_beir_folder, subsample_beir
-        from xprt_st.finetune.folds import beir_train_pairs, query_domains, read_pairs
+        from xprt_st.finetune.folds import beir_train_pairs, plan_folds, query_domains, read_pairs
         from xprt_st.finetune.run import finetune_compare, pretrain_from_recipe
 
         try:
@@ -387,6 +387,13 @@ def finetune_compare(
                 if not sep:
                     raise ValueError(f"--pretrain-set expects KEY=VALUE, got {item!r}")
                 overrides[key.strip()] = yaml.safe_load(value)
+            if pairs is None:  # the folds' own count, before pre-training and before any model loads
+                plan, split_pairs = plan_folds(data, test_fraction=test_fraction, seed=seed)
+                settings.check_pairs(len(split_pairs), plan.source)
+            else:
+                settings.check_pairs(
+                    len(pairs), f"--train-pairs {train_pairs}" if train_pairs else f"--train-split {train_split}"
+                )
             if recipe is not None:
                 pretrained = str(
                     pretrain_from_recipe(

@@ -7,9 +7,10 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from xprt_st.cli import app
-from xprt_st.cli.common import OutputPathError, check_output_folder, command_logging
+from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
 from xprt_st.mining.config import MiningConfig, MiningError, NoGroupsError
 from xprt_st.mining.groups import DEFAULT_THRESHOLD_QUANTILE, PAPER_THRESHOLD
 from xprt_st.mining.layout import STRUCTURE_DIR, STRUCTURE_MIXED_DIR, MiningLayout, read_stats
@@ -186,6 +187,8 @@ def mine(
             check_output_folder(log_dir, "--output")
         except OutputPathError:
             log_dir = None
+    from xprt_st.models import ModelLoadError
+
     with command_logging("mine", log_dir, verbose=verbose, progress=not quiet, show_info=False):
         try:
             if threshold is not None and threshold_quantile is not None:
@@ -237,6 +240,8 @@ def mine(
                         "--merge DIR re-merges a stored run: give no CORPUS, --output or --overwrite"
                     )
                 folder = merge_dir
+                if hard_negatives > 0 or structure_kinds:  # both encode with the mining model after the merge
+                    check_model(model, "--mining-model")
                 stats = merge(merge_dir, config, progress=not quiet)
             else:
                 if not corpus or output is None:
@@ -295,8 +300,12 @@ def mine(
         except NoGroupsError as error:
             console.print(f"[bold red]no groups:[/] {error}")
             raise typer.Exit(1) from error
+        except ModelLoadError as error:
+            shown = str(error) if str(error).startswith("--mining-model") else f"--mining-model: {error}"
+            console.print(f"[bold red]error:[/] {escape(shown)}", highlight=False)
+            raise typer.Exit(2) from error
         except (MiningError, CorpusError, ValueError) as error:
-            console.print(f"[bold red]error:[/] {error}")
+            console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False)
             raise typer.Exit(2) from error
         Console().print(summary_table(stats))
         if report:

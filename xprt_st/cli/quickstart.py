@@ -154,6 +154,9 @@ def quickstart(
     except MiningError as error:  # e.g. an output folder that cannot be written; what was mined is kept
         console.print(f"[bold red]error:[/bold red] {escape(str(error))}", highlight=False)
         raise typer.Exit(1) from error
+    except ModelLoadError as error:  # --model passed the check of its files but did not load; nothing was mined
+        console.print(f"[bold red]error:[/bold red] --model: {escape(str(error))}", highlight=False)
+        raise typer.Exit(2) from error
     console.print(summary_table(summary["mining"]))
     if summary["scores"]:
         _print_scores(summary)
