@@ -160,3 +160,25 @@ def test_alignment_and_uniformity_by_hand():
     assert alignment(x, [(0, 1), (0, 2)]) == pytest.approx((2.0 + 4.0) / 2)
     # pairs: (0, 90) d^2 = 2, (0, 180) 4, (90, 180) 2 -> log mean exp(-2 d^2)
     assert uniformity(x) == pytest.approx(math.log((2 * math.exp(-4) + math.exp(-8)) / 3))
+
+
+def test_task_names_and_paths_print_as_typed_not_as_rich_markup_or_emoji(tmp_path, tiny_model_path):
+    import re
+
+    from typer.testing import CliRunner
+
+    from xprt_st.cli import app
+
+    # the task of a folder named m is titles:m, and "titles:m: ..." held rich's emoji code :m: (printed "titlesⓂ")
+    for folder, task in ((tmp_path / "hc" / "m", "titles:m"), (tmp_path / "[bold]v2", "titles:[bold]v2")):
+        write_titles(folder)
+        out = tmp_path / f"eval-{folder.name}"
+        args = ["evaluate", str(tiny_model_path), str(tiny_model_path), "--tasks", f"titles:{folder}"]
+        result = CliRunner(env={"COLUMNS": "250"}).invoke(app, [*args, "--output-dir", str(out), "--no-cache"])
+        assert result.exit_code == 0, result.output
+        assert "Ⓜ" not in result.output
+        assert re.search(rf"┃\s+{re.escape(task)} ┃", result.output), result.output  # the table's column
+        assert re.search(rf"│ {re.escape(task)}\s+│", result.output), result.output  # the differences table's row
+        assert re.search(rf"^{re.escape(task)}: ", result.output, re.MULTILINE), result.output  # the interval line
+        assert f"wrote {out}" in result.output
+        assert json.loads((out / "label_free.json").read_text())[0]["task"] == task

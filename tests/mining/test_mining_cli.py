@@ -339,3 +339,14 @@ def test_a_merge_that_encodes_checks_its_mining_model_first(tmp_path, tiny_model
     assert result.exit_code == 2, result.output
     assert " ".join(result.output.split()).startswith("error: --mining-model: model folder")
     assert (out / "stats.json").read_text() == stats  # the merge did not run
+
+
+def test_a_field_name_prints_as_typed_not_as_rich_markup_or_emoji(tmp_path, tiny_model_path):
+    field = "[i]body:m:"  # rich would print "bodyⓂ" in italics
+    corpus = tmp_path / "c.jsonl"
+    rows = [json.loads(line) for line in _corpus(tmp_path / "plain.jsonl").read_text().splitlines()]
+    corpus.write_text("".join(json.dumps({field: row["body"], "id": row["id"]}) + "\n" for row in rows))
+    args = ["mine", str(corpus), "-o", str(tmp_path / "o"), "--text-field", field, "--id-field", "id"]
+    result = runner.invoke(app, [*args, "--mining-model", str(tiny_model_path), "--max-tokens", "32", "-q"])
+    assert result.exit_code == 0, result.output
+    assert f"text read from field: {field}" in result.output and "Ⓜ" not in result.output

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 
 from xprt_st.cli import app
 
@@ -18,15 +19,15 @@ if TYPE_CHECKING:
 
     from xprt_st.evaluation.run import EvaluationReport
 
-console = Console()
-err_console = Console(stderr=True)
+console = Console(emoji=False)
+err_console = Console(stderr=True, emoji=False)
 
 VERBOSE_HELP = "Log progress, and show the libraries' warnings (always in OUTPUT/xprt-st.log)."
 QUIET_HELP = "Print only errors and the results."
 
 
 def _fail(error: Exception) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/bold red] {error}", highlight=False)
+    err_console.print(f"[bold red]error:[/bold red] {escape(str(error))}", highlight=False)
     return typer.Exit(code=2)
 
 
@@ -131,7 +132,7 @@ def evaluate(
                     rows.extend(overlap_thirds_report(report, task))
                 elif report.task_objects[task].metadata.type == "Retrieval":
                     err_console.print(
-                        f"[yellow]--overlap-thirds: skipping {task} (not a local retrieval task)[/yellow]"
+                        f"[yellow]--overlap-thirds: skipping {escape(task)} (not a local retrieval task)[/yellow]"
                     )
             if rows:
                 console.print(thirds_rich_table(rows))
@@ -142,7 +143,7 @@ def evaluate(
             paths["label_free"] = output_dir / "label_free.json"
             paths["label_free"].write_text(json.dumps(drift, indent=2) + "\n", encoding="utf-8")
     if not quiet:
-        console.print("wrote " + ", ".join(str(path) for path in paths.values()), highlight=False)
+        console.print("wrote " + ", ".join(str(path) for path in paths.values()), highlight=False, markup=False)
 
 
 def _titles_intervals(
@@ -183,6 +184,7 @@ def _titles_intervals(
                 f"{task}: {reference} {row['start']:.4f}, {label} {row['model']:.4f}, difference "
                 f"{row['difference']:+.4f} [{row['ci_low']:+.4f}, {row['ci_high']:+.4f}] ({row['verdict']})",
                 highlight=False,
+                markup=False,
             )
             records.append({"task": task, "model_label": label, "reference_label": reference, **row})
     return records
@@ -206,7 +208,7 @@ def _check_heldout_contract(specs: list[str], tasks: list[str]) -> None:
         refuse_overlap(specs, folder, f"evaluate --tasks {spec}")
         warning = contamination_warning(folder)
         if warning is not None:
-            err_console.print(f"[bold yellow]warning:[/bold yellow] {warning}", highlight=False)
+            err_console.print(f"[bold yellow]warning:[/bold yellow] {escape(warning)}", highlight=False)
 
 
 def _label_free_drift(
@@ -231,8 +233,8 @@ def _label_free_drift(
             start = read_training_config(specs[0])["starting_model"]
         except (TrainingStateError, KeyError):
             err_console.print(
-                f"[yellow]{', '.join(mined)}: no drift line; give the starting model too (xprt-st evaluate START "
-                f"{specs[0]} ...) to compare with it[/yellow]"
+                f"[yellow]{escape(', '.join(mined))}: no drift line; give the starting model too (xprt-st evaluate "
+                f"START {escape(specs[0])} ...) to compare with it[/yellow]"
             )
             return []
         reference, others = (f"start {start}", start), [(labels[0], specs[0])]
@@ -254,7 +256,7 @@ def _label_free_drift(
         )
         for row in rows:
             names = (row["reference_label"], row["model_label"])
-            console.print(f"{spec}: {format_comparison(row, names)}", highlight=False)
+            console.print(f"{spec}: {format_comparison(row, names)}", highlight=False, markup=False)
             records.append({"task": spec, **row})
     console.print(
         "The label-free task is a drift and sanity signal, not a verdict: its related passages were chosen by the "
@@ -420,7 +422,7 @@ def finetune_compare(
     console.print(result.rich_table())
     flagged = [row.domain for row in result.rows if row.flag]
     if flagged:
-        err_console.print(f"[red]pre-training loses on: {', '.join(flagged)}[/red]")
+        err_console.print(f"[red]pre-training loses on: {escape(', '.join(flagged))}[/red]", highlight=False)
     paths = [result.to_csv(output_dir / "finetune_compare.csv"), result.to_json(output_dir / "finetune_compare.json")]
     if not quiet:
-        console.print("wrote " + ", ".join(str(path) for path in paths), highlight=False)
+        console.print("wrote " + ", ".join(str(path) for path in paths), highlight=False, markup=False)

@@ -25,7 +25,7 @@ from xprt_st.paths import path_length_problem
 DEFAULTS = MiningConfig()
 """Every option's default is the library's (one place holds each default)."""
 
-console = Console(stderr=True)
+console = Console(stderr=True, emoji=False)
 
 
 @app.command()
@@ -180,7 +180,7 @@ def mine(
     log_dir = merge_dir if merge_dir is not None else output
     too_long = path_length_problem(log_dir, "--merge" if merge_dir is not None else "--output") if log_dir else None
     if too_long is not None:  # any look at such a path raises OSError (Errno 36)
-        console.print(f"[bold red]error:[/] {too_long}", highlight=False)
+        console.print(f"[bold red]error:[/] {escape(too_long)}", highlight=False)
         raise typer.Exit(2)
     if log_dir is not None:
         try:
@@ -198,7 +198,8 @@ def mine(
                 if hard_negatives:
                     console.print(
                         f"keeping the {hard_negatives} hard negatives per group that {merge_dir} was mined with "
-                        "(--hard-negatives 0 drops them)"
+                        "(--hard-negatives 0 drops them)",
+                        markup=False,
                     )
             _check_hard_negatives(hard_negatives, hard_negative_max_ratio, pairs)
             try:
@@ -251,7 +252,8 @@ def mine(
                 if not overwrite and stored.stored_settings() is not None:
                     console.print(
                         f"resuming the mining run stored in {output}: {stored.stored_chunks()} scored chunks are "
-                        "kept, only the missing work is done (--overwrite mines again from scratch)"
+                        "kept, only the missing work is done (--overwrite mines again from scratch)",
+                        markup=False,
                     )
                     remerge = remerge_note(output, config)
                     if remerge is not None:
@@ -271,7 +273,8 @@ def mine(
                     console.print(
                         f"shard {result.shard_index} complete (chunks computed {result.chunks_computed}, reused "
                         f"{result.chunks_reused}); the merge runs when every shard is complete, or: "
-                        f"xprt-st mine --merge {output}"
+                        f"xprt-st mine --merge {output}",
+                        markup=False,
                     )
                     return
                 stats = result
@@ -290,15 +293,17 @@ def mine(
                     model=model,
                     max_ratio=hard_negative_max_ratio,
                 )
-                console.print(structure_line(found, folder))
+                console.print(structure_line(found, folder), markup=False)
                 if structure_mix is not None and found["groups"]:
                     mixed = write_mixed_groups(
                         folder / STRUCTURE_DIR, folder, folder / STRUCTURE_MIXED_DIR, structure_mix, seed=seed
                     )
-                    console.print(f"structure mix: {mixed['structure_mix']} in {folder / STRUCTURE_MIXED_DIR}")
+                    console.print(
+                        f"structure mix: {mixed['structure_mix']} in {folder / STRUCTURE_MIXED_DIR}", markup=False
+                    )
                 stats = read_stats(folder) or stats
         except NoGroupsError as error:
-            console.print(f"[bold red]no groups:[/] {error}")
+            console.print(f"[bold red]no groups:[/] {escape(str(error))}", highlight=False)
             raise typer.Exit(1) from error
         except ModelLoadError as error:
             shown = str(error) if str(error).startswith("--mining-model") else f"--mining-model: {error}"
@@ -307,9 +312,9 @@ def mine(
         except (MiningError, CorpusError, ValueError) as error:
             console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False)
             raise typer.Exit(2) from error
-        Console().print(summary_table(stats))
+        Console(emoji=False).print(summary_table(stats))
         if report:
-            console.print(f"report: {write_report(folder)}")
+            console.print(f"report: {write_report(folder)}", markup=False)
 
 
 def _stored_hard_negatives(folder: Path) -> int:
@@ -350,10 +355,10 @@ def inspect(
         try:
             path = write_report(folder, output, sample=sample, seed=seed, threshold=threshold)
         except MiningError as error:
-            console.print(f"[bold red]error:[/] {error}")
+            console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False)
             raise typer.Exit(2) from error
     if not quiet:
-        console.print(f"report: {path}")
+        console.print(f"report: {path}", markup=False)
 
 
 def remerge_note(output: Path, config: MiningConfig) -> str | None:

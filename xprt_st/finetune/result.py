@@ -149,7 +149,7 @@ class FinetuneResult:
             return grid
 
         n_test = len(self.plan.test_query_ids)
-        scores = table(f"finetune-compare on {self.task}: nDCG@10 ×100, {n_test} test queries")
+        scores = table(f"finetune-compare on {escape(self.task)}: nDCG@10 ×100, {n_test} test queries")
         for role in ROLES:
             scores.add_column(role, justify="right", no_wrap=True)
         gains = table(escape("gain of pre-training ×100 [paired bootstrap 95% CI]"))
@@ -157,9 +157,9 @@ class FinetuneResult:
         gains.add_column("after fine-tuning", justify="right", no_wrap=True)
         for row in self.rows:
             values = (row.base, row.pretrained, row.base_ft, row.pretrained_ft)
-            scores.add_row(row.domain, str(row.n_queries), *(f"{100 * value:.2f}" for value in values))
+            scores.add_row(escape(row.domain), str(row.n_queries), *(f"{100 * value:.2f}" for value in values))
             gains.add_row(
-                row.domain,
+                escape(row.domain),
                 str(row.n_queries),
                 _gain_cell(row.gain_before, row.before_low, row.before_high),
                 _gain_cell(row.gain_after, row.after_low, row.after_high),
