@@ -160,6 +160,8 @@ def quickstart(
     console.print(summary_table(summary["mining"]))
     if summary["scores"]:
         _print_scores(summary)
+    if summary["notes"].get("task_corpus"):
+        console.print(f"[bold yellow]note:[/bold yellow] {escape(summary['notes']['task_corpus'])}", highlight=False)
     record = summary.get("label_free")
     if record:
         console.print(label_free_line(record), highlight=False, markup=False)
