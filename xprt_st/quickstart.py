@@ -40,6 +40,7 @@ from xprt_st.quickstart_defaults import (
     closing_note,
     corpus_steps,
 )
+from xprt_st.quickstart_notes import passes_note, task_corpus_note, task_corpus_overlap, training_passes
 from xprt_st.recipe import Recipe, load_recipe
 from xprt_st.training import train_recipe
 
@@ -277,6 +278,9 @@ def _run(config: QuickstartConfig, progress: bool, folder: OutputFolder) -> dict
         },
     )
     _add_hard_negatives(mined, recipe, config)
+    notes, overlap = run_notes(config, groups)
+    if "passes" in notes:
+        logger.warning("%s", notes["passes"])
     if not trained:
         reuse.start_stage(config, folder, reuse.MODEL, reuse.training_fingerprint(config_given))
         train_recipe(recipe, data=mined, output=model_dir, progress=progress)
@@ -296,9 +300,32 @@ def _run(config: QuickstartConfig, progress: bool, folder: OutputFolder) -> dict
     summary = _summary(report, stats, config)
     summary["label_free"] = label_free_summary(mined, config.model, model_dir)
     summary["titles"] = titles_summary(mined, config.model, model_dir)
+    summary["training_passes"] = round(training_passes(config.max_steps, config.batch_size, groups), 3)
+    summary["notes"] = notes
+    summary["task_corpus_overlap"] = overlap
     folder.record("summary.json")
     (output / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
     return summary
+
+
+def run_notes(config: QuickstartConfig, groups: int) -> tuple[dict[str, str], dict[str, Any] | None]:
+    """The notes on what the run's figures mean (``summary.json``'s ``notes``), and the task's corpus overlap.
+
+    ``passes`` when the steps make more than one pass over the ``groups`` mined groups; ``task_corpus`` when
+    ``--task`` ranks mostly other documents than the ``--corpus`` trained on. The overlap (``summary.json``'s
+    ``task_corpus_overlap``) is None without both. See :mod:`xprt_st.quickstart_notes`.
+    """
+    notes: dict[str, str] = {}
+    passes = passes_note(int(config.max_steps or 0), config.batch_size, groups)
+    if passes is not None:
+        notes["passes"] = passes
+    overlap = None
+    if config.corpus and config.task is not None:
+        overlap = task_corpus_overlap(config.task, list(config.corpus), config.mining_fields())
+        other = task_corpus_note(str(config.task), overlap)
+        if other is not None:
+            notes["task_corpus"] = other
+    return notes, overlap
 
 
 def titles_summary(mined: Path, start: str | None, trained: Path) -> dict[str, Any] | None:

@@ -248,3 +248,57 @@ def test_a_bad_pretrain_override_is_named_as_the_pretrain_set_key(tmp_path):
         pretrain_from_recipe("xprt", tmp_path / "mined", None, tmp_path / "out", overrides={"training.max_steps": 0})
     assert str(caught.value) == "--pretrain-set training.max_steps: must be -1 (use epochs) or positive, got 0"
     assert not (tmp_path / "out").exists()
+
+
+def test_fine_tuning_steps_and_the_pairs_too_few_to_fine_tune() -> None:
+    settings = FinetuneSettings(batch_size=4)
+    assert [settings.steps(n) for n in (3, 4, 5, 8, 9)] == [1, 1, 2, 2, 3]
+    assert FinetuneSettings(batch_size=4, epochs=2).steps(4) == 2
+    assert FinetuneSettings(batch_size=4, epochs=0.5).steps(16) == 2
+    with pytest.raises(ValueError) as caught:
+        settings.check_pairs(3, "split of the task's queries")
+    message = str(caught.value)
+    assert message.startswith("3 training pairs (split of the task's queries), fewer than one batch of --batch-size 4")
+    assert "learning rate 0 by the warm-up" in message and "give --batch-size 2" in message
+    with pytest.raises(ValueError, match=r"make 1 fine-tuning step, taken at learning rate 0 .* give --epochs 2"):
+        settings.check_pairs(4, "given pairs")  # one full batch, one epoch: the warm-up's first step only
+    with pytest.raises(ValueError, match="need at least 2"):
+        settings.check_pairs(1, "given pairs")
+    settings.check_pairs(5, "given pairs")  # two steps: the second one moves the weights
+    FinetuneSettings(batch_size=4, epochs=2).check_pairs(4, "given pairs")
+    FinetuneSettings(batch_size=4, warmup_ratio=0.0).check_pairs(4, "given pairs")  # no warm-up: lr is the peak
+
+
+def test_finetune_compare_with_fewer_pairs_than_a_batch_is_refused_before_any_model_loads(
+    beir_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    import xprt_st.finetune.run
+    import xprt_st.models
+    from xprt_st.cli import app
+    from xprt_st.finetune import finetune_compare
+
+    def started(*args, **kwargs):
+        raise AssertionError("a model loaded (or pre-training started) before the pairs were counted")
+
+    monkeypatch.setattr(xprt_st.models, "load_model", started)
+    monkeypatch.setattr(xprt_st.finetune.run, "pretrain_from_recipe", started)
+    out = tmp_path / "out"
+    for source in (["--pretrained", "default"], ["--recipe", "xprt", "--mined", str(tmp_path / "mined")]):
+        result = CliRunner().invoke(app, ["finetune-compare", *source, "--task", str(beir_folder), "-o", str(out)])
+        message = " ".join(result.output.split())
+        assert result.exit_code == 2, message
+        assert "2 training pairs (split of the task's queries), fewer than one batch of --batch-size 32" in message
+        assert "give --batch-size 2" in message and "Traceback" not in message
+        assert not (out / "finetune_compare.json").exists()
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"query": f"q{i}", "positive": f"p{i}"}) + "\n" for i in range(5)))
+    result = CliRunner().invoke(
+        app,
+        ["finetune-compare", "--pretrained", "default", "--task", str(beir_folder), "--train-pairs", str(pairs), "-o",
+         str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 2 and f"5 training pairs (--train-pairs {pairs})" in " ".join(result.output.split())
+    with pytest.raises(ValueError, match="fewer than one batch"):  # the library refuses as the command does
+        finetune_compare("default", "default", read_beir_folder(beir_folder), output_dir=tmp_path / "lib")

@@ -228,3 +228,25 @@ def test_markdown_titles_and_title_fields_are_not_called_first_lines(tmp_path, t
     corpus.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     fielded = load_titles_task(_mine(corpus, tmp_path / "f", tiny_model, id_field="id", title_field="title"))
     assert len(fielded.queries) >= FEW_QUERIES and fielded.first_lines == 0 and fielded.caveat is None
+
+
+def test_task_names_and_paths_print_as_typed_not_as_rich_markup_or_emoji(tmp_path, tiny_model_path):
+    import re
+
+    from typer.testing import CliRunner
+
+    from xprt_st.cli import app
+
+    # the task of a folder named m is titles:m, and "titles:m: ..." held rich's emoji code :m: (printed "titlesⓂ")
+    for folder, task in ((tmp_path / "hc" / "m", "titles:m"), (tmp_path / "[bold]v2", "titles:[bold]v2")):
+        write_titles(folder)
+        out = tmp_path / f"eval-{folder.name}"
+        args = ["evaluate", str(tiny_model_path), str(tiny_model_path), "--tasks", f"titles:{folder}"]
+        result = CliRunner(env={"COLUMNS": "250"}).invoke(app, [*args, "--output-dir", str(out), "--no-cache"])
+        assert result.exit_code == 0, result.output
+        assert "Ⓜ" not in result.output
+        assert re.search(rf"┃\s+{re.escape(task)} ┃", result.output), result.output  # the table's column
+        assert re.search(rf"│ {re.escape(task)}\s+│", result.output), result.output  # the differences table's row
+        assert re.search(rf"^{re.escape(task)}: ", result.output, re.MULTILINE), result.output  # the interval line
+        assert f"wrote {out}" in result.output
+        assert json.loads((out / "label_free.json").read_text())[0]["task"] == task

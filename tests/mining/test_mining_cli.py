@@ -323,3 +323,57 @@ def test_a_holdout_drawn_without_id_field_says_it_follows_paths_in_stats_and_on_
         assert result.exit_code == 0, result.output
         again = json.loads((out / "stats.json").read_text())["holdout"]
         assert again["drawn_by"] == holdout["drawn_by"] and (note in " ".join(result.output.split())) == (not ids)
+
+
+def test_a_mining_model_that_does_not_load_is_one_line_and_the_corrected_command_runs(tmp_path, tiny_model_path):
+    from tests.model_folders import custom_code_model, unreadable_weights_model
+
+    corpus = _corpus(tmp_path / "c.jsonl")
+    out = tmp_path / "out"
+    common = [str(corpus), "-o", str(out), "--text-field", "body", "--id-field", "id", "--max-tokens", "32", "-q"]
+    bad_models = {
+        "missing": (str(tmp_path / "no-such-model"), "does not exist"),
+        "custom code": (str(custom_code_model(tiny_model_path, tmp_path / "custom")), "no trust_remote_code"),
+        "unreadable": (str(unreadable_weights_model(tiny_model_path, tmp_path / "broken")), "could not load model"),
+    }
+    for case, (model, reason) in bad_models.items():
+        result = runner.invoke(app, ["mine", *common, "--mining-model", model])
+        assert result.exit_code == 2, (case, result.output)
+        assert result.exception is None or isinstance(result.exception, SystemExit), (case, result.exception)
+        message = " ".join(result.output.split())  # one message, wrapped by rich at the terminal's width
+        assert message.startswith("error: --mining-model: ") and message.count("error") == 1, (case, message)
+        assert model in message and reason in message and "'default'" in message, (case, message)
+        assert "Traceback" not in message and len(message) < 500, (case, message)
+        assert not out.exists(), case  # nothing recorded: the corrected command is no "other settings" rerun
+    # the old spelling beside the new one is refused while the arguments are read, before anything else
+    result = runner.invoke(app, ["mine", *common, "--model", "a", "--mining-model", str(tiny_model_path)])
+    assert result.exit_code == 2 and "give only --mining-model" in " ".join(result.output.split())
+    assert not out.exists()
+    result = runner.invoke(app, ["mine", *common, "--mining-model", str(tiny_model_path)])
+    assert result.exit_code == 0, result.output
+    assert "resuming" not in result.output and json.loads((out / "stats.json").read_text())["documents"] == 6
+
+
+def test_a_merge_that_encodes_checks_its_mining_model_first(tmp_path, tiny_model_path):
+    corpus = _corpus(tmp_path / "c.jsonl")
+    out = tmp_path / "out"
+    common = ["--text-field", "body", "--id-field", "id", "--max-tokens", "32", "-q"]
+    args = ["mine", str(corpus), "-o", str(out), *common, "--mining-model", str(tiny_model_path)]
+    assert runner.invoke(app, args).exit_code == 0
+    stats = (out / "stats.json").read_text()
+    args = ["mine", "--merge", str(out), "--hard-negatives", "1", "--mining-model", str(tmp_path / "gone"), "-q"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert " ".join(result.output.split()).startswith("error: --mining-model: model folder")
+    assert (out / "stats.json").read_text() == stats  # the merge did not run
+
+
+def test_a_field_name_prints_as_typed_not_as_rich_markup_or_emoji(tmp_path, tiny_model_path):
+    field = "[i]body:m:"  # rich would print "bodyⓂ" in italics
+    corpus = tmp_path / "c.jsonl"
+    rows = [json.loads(line) for line in _corpus(tmp_path / "plain.jsonl").read_text().splitlines()]
+    corpus.write_text("".join(json.dumps({field: row["body"], "id": row["id"]}) + "\n" for row in rows))
+    args = ["mine", str(corpus), "-o", str(tmp_path / "o"), "--text-field", field, "--id-field", "id"]
+    result = runner.invoke(app, [*args, "--mining-model", str(tiny_model_path), "--max-tokens", "32", "-q"])
+    assert result.exit_code == 0, result.output
+    assert f"text read from field: {field}" in result.output and "Ⓜ" not in result.output

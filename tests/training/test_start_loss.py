@@ -41,3 +41,30 @@ def test_a_loss_with_signal_is_logged_without_a_warning(caplog) -> None:
         callback.on_log(None, _state(5), None, logs={"loss": 1.9, "base": 1.2, "retention": 0.7})
     assert any("base=1.2000 at step 5" in r.getMessage() for r in caplog.records)
     assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def test_the_advice_of_a_near_zero_start_depends_on_the_recipe_that_runs(caplog) -> None:
+    # the quickstart's default recipe is change-only-positive-hard: advising it there advised the run going on
+    logs = {"loss": 0.074, "base": 0.0069, "retention": 0.067}
+    advice = {}
+    for hard_negatives in (0, 2):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="xprt_st.training.progress"):
+            LogLinesCallback(hard_negatives=hard_negatives).on_log(None, _state(5), None, logs=logs)
+        (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        advice[hard_negatives] = warning
+    assert "try hard negatives (recipe change-only-positive-hard" in advice[0]
+    assert "change-only-positive-hard" not in advice[2] and "already scores 2 hard negative(s)" in advice[2]
+    assert "--batch-size" in advice[2]
+
+
+def test_the_trainer_setup_tells_the_progress_callback_how_many_hard_negatives_it_scores(tmp_path, tiny_model_path):
+    from tests.training.training_helpers import write_mined
+    from xprt_st.recipe import load_recipe
+    from xprt_st.training.recipe_setup import trainer_setup
+
+    mined = write_mined(tmp_path / "mined", stats={"settings": {"hard_negatives": 2}}, negatives=2)
+    recipe = load_recipe("change-only-positive-hard", overrides={"training.batch_size": 2, "training.max_steps": 1})
+    setup = trainer_setup(recipe, mined, tmp_path / "run", model=str(tiny_model_path))
+    (callback,) = [c for c in setup.callbacks if isinstance(c, LogLinesCallback)]
+    assert callback.hard_negatives == 2

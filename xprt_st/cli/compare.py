@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from xprt_st.cli import app
 
@@ -67,7 +68,7 @@ def compare(
     from xprt_st.output_folder import hold_folder
 
     progress = not quiet
-    console = Console(stderr=True)
+    console = Console(stderr=True, emoji=False)
     training = {
         key: value
         for key, value in (("max_steps", max_steps), ("batch_size", batch_size), ("learning_rate", learning_rate))
@@ -90,7 +91,7 @@ def compare(
         tasks = check_compare_inputs(resolved, output, report_only)
         folder = hold_folder(output, "compare")
     except (OutputPathError, CompareConfigError, ModelLoadError) as error:
-        console.print(f"[red]error:[/red] {error}", highlight=False)
+        console.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
         raise typer.Exit(2) from error
     try:
         with command_logging("compare", output, verbose=verbose, progress=progress, folder=folder):
@@ -103,11 +104,11 @@ def compare(
             else ""
         )
         console.print(
-            f"[red]error:[/red] {error.reason} Give a new --output, or delete {output / 'mined'} to mine again."
-            + seeding,
+            f"[red]error:[/red] {escape(error.reason)} Give a new --output, or delete {escape(str(output / 'mined'))} "
+            "to mine again." + seeding,
             highlight=False,
         )
         raise typer.Exit(1) from error
 
-    Console().print(gain_table(result))
-    console.print(f"[green]done:[/green] {output}/compare.md, compare.csv, compare.png")
+    Console(emoji=False).print(gain_table(result))
+    console.print(f"[green]done:[/green] {escape(str(output))}/compare.md, compare.csv, compare.png", highlight=False)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 
 from xprt_st.cli import app
 
@@ -19,15 +20,15 @@ if TYPE_CHECKING:
     from xprt_st.evaluation.run import EvaluationReport
     from xprt_st.output_folder import OutputFolder
 
-console = Console()
-err_console = Console(stderr=True)
+console = Console(emoji=False)
+err_console = Console(stderr=True, emoji=False)
 
 VERBOSE_HELP = "Log progress, and show the libraries' warnings (always in OUTPUT/xprt-st.log)."
 QUIET_HELP = "Print only errors and the results."
 
 
 def _fail(error: Exception) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/bold red] {error}", highlight=False)
+    err_console.print(f"[bold red]error:[/bold red] {escape(str(error))}", highlight=False)
     return typer.Exit(code=2)
 
 
@@ -132,7 +133,7 @@ def evaluate(
                     rows.extend(overlap_thirds_report(report, task))
                 elif report.task_objects[task].metadata.type == "Retrieval":
                     err_console.print(
-                        f"[yellow]--overlap-thirds: skipping {task} (not a local retrieval task)[/yellow]"
+                        f"[yellow]--overlap-thirds: skipping {escape(task)} (not a local retrieval task)[/yellow]"
                     )
             if rows:
                 console.print(thirds_rich_table(rows))
@@ -145,7 +146,7 @@ def evaluate(
         # its own names (COMMAND_NAMES) are exactly what an evaluate run writes: one run's results replace another's
         _remove_stale_results(folder, list(COMMAND_NAMES["evaluate"][1]), [path.name for path in paths.values()])
     if not quiet:
-        console.print("wrote " + ", ".join(str(path) for path in paths.values()), highlight=False)
+        console.print("wrote " + ", ".join(str(path) for path in paths.values()), highlight=False, markup=False)
 
 
 def _remove_stale_results(folder: OutputFolder, results: list[str], written: list[str]) -> None:
@@ -204,6 +205,7 @@ def _titles_intervals(
                 f"{task}: {reference} {row['start']:.4f}, {label} {row['model']:.4f}, difference "
                 f"{row['difference']:+.4f} [{row['ci_low']:+.4f}, {row['ci_high']:+.4f}] ({row['verdict']})",
                 highlight=False,
+                markup=False,
             )
             records.append({"task": task, "model_label": label, "reference_label": reference, **row})
     return records
@@ -231,7 +233,7 @@ def _check_heldout_contract(specs: list[str], tasks: list[str]) -> None:
     for folder in folders:
         warning = contamination_warning(folder)
         if warning is not None:
-            err_console.print(f"[bold yellow]warning:[/bold yellow] {warning}", highlight=False)
+            err_console.print(f"[bold yellow]warning:[/bold yellow] {escape(warning)}", highlight=False)
 
 
 def _label_free_drift(
@@ -256,8 +258,8 @@ def _label_free_drift(
             start = read_training_config(specs[0])["starting_model"]
         except (TrainingStateError, KeyError):
             err_console.print(
-                f"[yellow]{', '.join(mined)}: no drift line; give the starting model too (xprt-st evaluate START "
-                f"{specs[0]} ...) to compare with it[/yellow]"
+                f"[yellow]{escape(', '.join(mined))}: no drift line; give the starting model too (xprt-st evaluate "
+                f"START {escape(specs[0])} ...) to compare with it[/yellow]"
             )
             return []
         reference, others = (f"start {start}", start), [(labels[0], specs[0])]
@@ -279,7 +281,7 @@ def _label_free_drift(
         )
         for row in rows:
             names = (row["reference_label"], row["model_label"])
-            console.print(f"{spec}: {format_comparison(row, names)}", highlight=False)
+            console.print(f"{spec}: {format_comparison(row, names)}", highlight=False, markup=False)
             records.append({"task": spec, **row})
     console.print(
         "The label-free task is a drift and sanity signal, not a verdict: its related passages were chosen by the "
@@ -393,7 +395,7 @@ def finetune_compare(
     ):
         from xprt_st.evaluation.catalog import resolve_beir
         from xprt_st.evaluation.readers import TaskLoadError, read_beir_folder, subsample_beir
-        from xprt_st.finetune.folds import beir_train_pairs, query_domains, read_pairs
+        from xprt_st.finetune.folds import beir_train_pairs, plan_folds, query_domains, read_pairs
         from xprt_st.finetune.pretrained import plan_pretraining, start_pretraining
         from xprt_st.finetune.run import finetune_compare, pretrain_from_recipe
 
@@ -423,10 +425,18 @@ def finetune_compare(
                 if not Path(task).is_dir():
                     raise ValueError("--train-split needs --task to be a BEIR folder that holds qrels/<split>.tsv")
                 pairs = beir_train_pairs(read_beir_folder(Path(task), train_split))
+            if pairs is None:  # the folds' own count, before pre-training and before any model loads
+                plan, split_pairs = plan_folds(data, test_fraction=test_fraction, seed=seed)
+                settings.check_pairs(len(split_pairs), plan.source)
+            else:
+                settings.check_pairs(
+                    len(pairs), f"--train-pairs {train_pairs}" if train_pairs else f"--train-split {train_split}"
+                )
             if stage is not None and stage.reuse and not quiet:
                 console.print(
                     f"reusing the model pre-trained in {stage.path} (same recipe, overrides, mined folder and --model)",
                     highlight=False,
+                    markup=False,
                 )
             elif stage is not None and not stage.reuse:
                 start_pretraining(folder, stage)
@@ -457,7 +467,7 @@ def finetune_compare(
     console.print(result.rich_table())
     flagged = [row.domain for row in result.rows if row.flag]
     if flagged:
-        err_console.print(f"[red]pre-training loses on: {', '.join(flagged)}[/red]")
+        err_console.print(f"[red]pre-training loses on: {escape(', '.join(flagged))}[/red]", highlight=False)
     paths = [result.to_csv(output_dir / "finetune_compare.csv"), result.to_json(output_dir / "finetune_compare.json")]
     if not quiet:
-        console.print("wrote " + ", ".join(str(path) for path in paths), highlight=False)
+        console.print("wrote " + ", ".join(str(path) for path in paths), highlight=False, markup=False)

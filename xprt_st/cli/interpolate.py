@@ -7,12 +7,13 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from xprt_st.cli import app
 
-console = Console()
-err_console = Console(stderr=True)
+console = Console(emoji=False)
+err_console = Console(stderr=True, emoji=False)
 
 
 @app.command()
@@ -61,7 +62,7 @@ def interpolate(
     from xprt_st.training.heldout_contract import contamination_warning, refuse_overlap
 
     def fail(message: object) -> typer.Exit:
-        err_console.print(f"[bold red]error:[/bold red] {message}", highlight=False)
+        err_console.print(f"[bold red]error:[/bold red] {escape(str(message))}", highlight=False)
         return typer.Exit(code=2)
 
     try:
@@ -80,7 +81,7 @@ def interpolate(
             refuse_overlap([start, trained], heldout.path, f"interpolate --select {select}")
             duplicates = contamination_warning(heldout.path)
             if duplicates is not None:
-                err_console.print(f"[bold yellow]warning:[/bold yellow] {duplicates}", highlight=False)
+                err_console.print(f"[bold yellow]warning:[/bold yellow] {escape(duplicates)}", highlight=False)
         check_model(start, "START")
         check_model(trained, "TRAINED")
         folder = hold_folder(output, "interpolate", overwrite=overwrite)
@@ -122,7 +123,7 @@ def interpolate(
         save_interpolated(model, output, start=start, trained=trained, alpha=chosen, selection=selection)
 
     if selection is not None:
-        table = Table(title=f"Label-free nDCG@10 on {selection.task} (held-out documents)")
+        table = Table(title=f"Label-free nDCG@10 on {escape(selection.task)} (held-out documents)")
         for column in ("alpha", "nDCG@10", "vs start, 95% CI", "10-NN overlap"):
             table.add_column(column, justify="right")
         for row in selection.scores:
@@ -137,7 +138,10 @@ def interpolate(
             f"picked alpha = {chosen:g} (highest label-free score; ties to the smallest alpha); "
             f"the scores are in {output / 'interpolation.json'}",
             highlight=False,
+            markup=False,
         )
     console.print(
-        f"wrote {output} (alpha = {chosen:g}); it loads with SentenceTransformer({str(output)!r})", highlight=False
+        f"wrote {output} (alpha = {chosen:g}); it loads with SentenceTransformer({str(output)!r})",
+        highlight=False,
+        markup=False,
     )

@@ -7,9 +7,10 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from xprt_st.cli import app
-from xprt_st.cli.common import OutputPathError, check_output_folder, command_logging
+from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
 from xprt_st.mining.config import MiningConfig, MiningError, NoGroupsError
 from xprt_st.mining.groups import DEFAULT_THRESHOLD_QUANTILE, PAPER_THRESHOLD
 from xprt_st.mining.layout import STRUCTURE_DIR, STRUCTURE_MIXED_DIR, MiningLayout, read_stats
@@ -30,7 +31,7 @@ from xprt_st.paths import path_length_problem
 DEFAULTS = MiningConfig()
 """Every option's default is the library's (one place holds each default)."""
 
-console = Console(stderr=True)
+console = Console(stderr=True, emoji=False)
 
 
 @app.command()
@@ -187,13 +188,15 @@ def mine(
     log_dir = merge_dir if merge_dir is not None else output
     too_long = path_length_problem(log_dir, "--merge" if merge_dir is not None else "--output") if log_dir else None
     if too_long is not None:  # any look at such a path raises OSError (Errno 36)
-        console.print(f"[bold red]error:[/] {too_long}", highlight=False)
+        console.print(f"[bold red]error:[/] {escape(too_long)}", highlight=False)
         raise typer.Exit(2)
     if log_dir is not None:
         try:
             check_output_folder(log_dir, "--output")
         except OutputPathError:
             log_dir = None
+    from xprt_st.models import ModelLoadError
+
     with command_logging("mine", log_dir, verbose=verbose, progress=not quiet, show_info=False):
         try:
             if threshold is not None and threshold_quantile is not None:
@@ -203,7 +206,8 @@ def mine(
                 if hard_negatives:
                     console.print(
                         f"keeping the {hard_negatives} hard negatives per group that {merge_dir} was mined with "
-                        "(--hard-negatives 0 drops them)"
+                        "(--hard-negatives 0 drops them)",
+                        markup=False,
                     )
             _check_hard_negatives(hard_negatives, hard_negative_max_ratio, pairs)
             try:
@@ -249,6 +253,8 @@ def mine(
                         "--merge DIR re-merges a stored run: give no CORPUS, --output or --overwrite"
                     )
                 folder = merge_dir
+                if hard_negatives > 0 or structure_kinds:  # both encode with the mining model after the merge
+                    check_model(model, "--mining-model")
                 stats = merge(merge_dir, config, progress=not quiet)
             else:
                 if not corpus or output is None:
@@ -258,7 +264,8 @@ def mine(
                 if not overwrite and stored.stored_settings() is not None:
                     console.print(
                         f"resuming the mining run stored in {output}: {stored.stored_chunks()} scored chunks are "
-                        "kept, only the missing work is done (--overwrite mines again from scratch)"
+                        "kept, only the missing work is done (--overwrite mines again from scratch)",
+                        markup=False,
                     )
                     remerge = remerge_note(output, config)
                     if remerge is not None:
@@ -278,7 +285,8 @@ def mine(
                     console.print(
                         f"shard {result.shard_index} complete (chunks computed {result.chunks_computed}, reused "
                         f"{result.chunks_reused}); the merge runs when every shard is complete, or: "
-                        f"xprt-st mine --merge {output}"
+                        f"xprt-st mine --merge {output}",
+                        markup=False,
                     )
                     return
                 stats = result
@@ -297,25 +305,31 @@ def mine(
                     model=model,
                     max_ratio=hard_negative_max_ratio,
                 )
-                console.print(structure_line(found, folder))
+                console.print(structure_line(found, folder), markup=False)
                 if structure_mix is not None and found["groups"]:
                     mixed = write_mixed_groups(
                         folder / STRUCTURE_DIR, folder, folder / STRUCTURE_MIXED_DIR, structure_mix, seed=seed
                     )
-                    console.print(f"structure mix: {mixed['structure_mix']} in {folder / STRUCTURE_MIXED_DIR}")
+                    console.print(
+                        f"structure mix: {mixed['structure_mix']} in {folder / STRUCTURE_MIXED_DIR}", markup=False
+                    )
                 stats = read_stats(folder) or stats
         except NoGroupsError as error:
-            console.print(f"[bold red]no groups:[/] {error}")
+            console.print(f"[bold red]no groups:[/] {escape(str(error))}", highlight=False)
             raise typer.Exit(1) from error
-        except (MiningError, CorpusError, ValueError) as error:
-            console.print(f"[bold red]error:[/] {error}")
+        except ModelLoadError as error:
+            shown = str(error) if str(error).startswith("--mining-model") else f"--mining-model: {error}"
+            console.print(f"[bold red]error:[/] {escape(shown)}", highlight=False)
             raise typer.Exit(2) from error
-        Console().print(summary_table(stats))
+        except (MiningError, CorpusError, ValueError) as error:
+            console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False)
+            raise typer.Exit(2) from error
+        Console(emoji=False).print(summary_table(stats))
         draw_caveat = (stats.get("holdout") or {}).get("draw_caveat")
         if draw_caveat:
             console.print(f"note: {draw_caveat}", highlight=False, markup=False)
         if report:
-            console.print(f"report: {write_report(folder)}")
+            console.print(f"report: {write_report(folder)}", markup=False)
 
 
 def _stored_hard_negatives(folder: Path) -> int:
@@ -356,10 +370,10 @@ def inspect(
         try:
             path = write_report(folder, output, sample=sample, seed=seed, threshold=threshold)
         except MiningError as error:
-            console.print(f"[bold red]error:[/] {error}")
+            console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False)
             raise typer.Exit(2) from error
     if not quiet:
-        console.print(f"report: {path}")
+        console.print(f"report: {path}", markup=False)
 
 
 def remerge_note(output: Path, config: MiningConfig) -> str | None:

@@ -13,7 +13,7 @@ from rich.table import Table
 from xprt_st.cli import app
 from xprt_st.quickstart_defaults import DEFAULTS, HOLDOUT, LABEL_FREE_NOTE, closing_note
 
-console = Console()
+console = Console(emoji=False)  # a task or folder named like :m: stays text
 
 
 @app.command()
@@ -154,18 +154,25 @@ def quickstart(
     except MiningError as error:  # e.g. an output folder that cannot be written; what was mined is kept
         console.print(f"[bold red]error:[/bold red] {escape(str(error))}", highlight=False)
         raise typer.Exit(1) from error
+    except ModelLoadError as error:  # --model passed the check of its files but did not load; nothing was mined
+        console.print(f"[bold red]error:[/bold red] --model: {escape(str(error))}", highlight=False)
+        raise typer.Exit(2) from error
     console.print(summary_table(summary["mining"]))
     if summary["scores"]:
         _print_scores(summary)
+    if summary["notes"].get("task_corpus"):
+        console.print(f"[bold yellow]note:[/bold yellow] {escape(summary['notes']['task_corpus'])}", highlight=False)
     record = summary.get("label_free")
     if record:
-        console.print(label_free_line(record), highlight=False)
+        console.print(label_free_line(record), highlight=False, markup=False)
         if "skipped" not in record:
-            console.print(LABEL_FREE_NOTE, highlight=False)
+            console.print(LABEL_FREE_NOTE, highlight=False, markup=False)
     if summary.get("titles"):
-        console.print(titles_line(summary["titles"]), highlight=False)
+        console.print(titles_line(summary["titles"]), highlight=False, markup=False)
     console.print(
-        f"Everything is in [bold]{output}[/bold]; the trained model loads with SentenceTransformer('{output}/model')."
+        f"Everything is in [bold]{escape(str(output))}[/bold]; the trained model loads with "
+        f"SentenceTransformer('{escape(str(output))}/model').",
+        highlight=False,
     )
 
 
@@ -175,15 +182,15 @@ def _print_scores(summary: dict) -> None:
     table.add_column("model", style="bold")
     tasks = list(summary["gain"])
     for task in tasks:
-        table.add_column(task, justify="right")
+        table.add_column(escape(task), justify="right")
     for name, scores in summary["scores"].items():
-        table.add_row(name, *[f"{scores[task]:.4f}" for task in tasks])
+        table.add_row(escape(name), *[f"{scores[task]:.4f}" for task in tasks])
     table.add_row("gain", *[f"{summary['gain'][task]:+.4f}" for task in tasks], style="italic")
     table.add_row("gain, 95% CI", *[_bounds(summary["interval"][task]) for task in tasks], style="italic")
     console.print(table)
     note = closing_note(summary)
     if note:
-        console.print(note, highlight=False)
+        console.print(note, highlight=False, markup=False)
 
 
 def check_quickstart_values(*, max_steps: int | None, batch_size: int, seed: int) -> None:

@@ -107,7 +107,7 @@ def train(
     from xprt_st.training.trainer import NonFiniteLossError, NonFiniteWeightsError, TrainingStateError
 
     progress = not quiet
-    console = Console(stderr=True)
+    console = Console(stderr=True, emoji=False)
     overrides = {
         "training.model": model,
         "training.max_steps": max_steps,
@@ -162,4 +162,7 @@ def train(
             console.print(f"[red]training stopped:[/red] {escape(str(error))}", highlight=False)
             raise typer.Exit(1) from error
     if main_process:
-        console.print(f"[green]done:[/green] {folder} loads with SentenceTransformer({str(folder)!r})")
+        console.print(
+            f"[green]done:[/green] {escape(str(folder))} loads with SentenceTransformer({escape(repr(str(folder)))})",
+            highlight=False,
+        )

@@ -155,6 +155,7 @@ def gain_table(result: CompareResult) -> Table:
     five narrow columns, so it stays readable at 80 columns.
     """
     from rich import box
+    from rich.markup import escape
     from rich.table import Table
 
     # Column rules only between sections: the longest recipe name and verdict then fit 80 columns uncut.
@@ -174,7 +175,7 @@ def gain_table(result: CompareResult) -> Table:
         for index, seed in enumerate(seeds):
             interval = result.interval(seed, model)
             table.add_row(
-                model if index == 0 else "",
+                escape(model) if index == 0 else "",
                 str(seed),
                 f"{100 * result.gain(seed, model):+.2f}",
                 interval.format_bounds() if interval is not None else "n/a",

@@ -172,6 +172,7 @@ def write_thirds_csv(rows: Sequence[ThirdScore], path: str | Path) -> Path:
 
 def thirds_rich_table(rows: Sequence[ThirdScore], title: str = "nDCG@10 by word-overlap third") -> Table:
     """A rich table: one row per model, one column per third (score and gain over the reference)."""
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=title)
@@ -190,7 +191,7 @@ def thirds_rich_table(rows: Sequence[ThirdScore], title: str = "nDCG@10 by word-
             style = "red" if row.gain is not None and row.gain < 0 else None
             text = f"{row.ndcg_at_10:.4f}{gain}"
             cells.append(f"[{style}]{text}[/{style}]" if style else text)
-        table.add_row(task, model, *cells)
+        table.add_row(escape(task), escape(model), *cells)
     return table
 
 

@@ -178,18 +178,21 @@ class EvaluationReport:
 
     def differences_table(self, rows: list[dict[str, Any]] | None = None) -> Table:
         """A rich table of :meth:`differences`: model minus the first model, with the paired 95% interval."""
+        from rich.markup import escape
         from rich.table import Table
 
         rows = self.differences() if rows is None else rows
         reference = self.models[0] if self.models else ""
-        table = Table(title=f"Difference from {reference} (paired bootstrap 95% interval over queries or pairs)")
+        table = Table(
+            title=f"Difference from {escape(reference)} (paired bootstrap 95% interval over queries or pairs)"
+        )
         for column in ("model", "task", "difference", "95% interval", "verdict"):
             table.add_column(column, justify="right" if column in ("difference", "95% interval") else "left")
         for row in rows:
             verdict = row["verdict"] + (" (label-free: drift, not a verdict)" if row["label_free"] else "")
             table.add_row(
-                row["model"],
-                row["task"],
+                escape(row["model"]),
+                escape(row["task"]),
                 f"{row['difference']:+.4f}",
                 f"[{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]",
                 verdict,
@@ -246,20 +249,21 @@ class EvaluationReport:
 
     def rich_table(self, title: str = "xprt-st evaluate") -> Table:
         """A rich table: models as rows, tasks (with their metric) as columns, plus the mean."""
+        from rich.markup import escape
         from rich.table import Table
 
         table = Table(title=title)
         table.add_column("model", style="bold")
         for task in self.tasks:
-            table.add_column(f"{task}\n{self.metric(task)}", justify="right")
+            table.add_column(f"{escape(task)}\n{self.metric(task)}", justify="right")
         free = [task for task in self.tasks if task not in self.labelled_tasks]
         table.add_column("mean" + ("\n(labelled)" if free else ""), justify="right")
         for row in self.wide_rows():
             mean = "-" if row["mean"] is None else f"{row['mean']:.4f}"
-            table.add_row(row["model"], *[f"{row[task]:.4f}" for task in self.tasks], mean)
+            table.add_row(escape(row["model"]), *[f"{row[task]:.4f}" for task in self.tasks], mean)
         if free:
             table.caption = (
-                f"mean: of the labelled tasks; {', '.join(free)} is label-free (a drift signal) and left out"
+                f"mean: of the labelled tasks; {escape(', '.join(free))} is label-free (a drift signal) and left out"
             )
         return table
 

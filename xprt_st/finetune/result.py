@@ -54,6 +54,44 @@ class FinetuneSettings:
         if problems:
             raise ValueError("; ".join(problems))
 
+    def steps(self, pairs: int) -> int:
+        """Optimizer steps of fine-tuning on ``pairs`` pairs: the trainer's ``ceil(epochs * batches per epoch)``.
+
+        Example:
+            >>> FinetuneSettings(batch_size=32).steps(100), FinetuneSettings(batch_size=32, epochs=2).steps(20)
+            (4, 2)
+        """
+        return max(1, math.ceil(self.epochs * math.ceil(pairs / self.batch_size)))
+
+    def check_pairs(self, pairs: int, source: str) -> None:
+        """Refuse, before any model loads, training pairs too few to fine-tune: fewer than one batch, or one step.
+
+        The linear warm-up starts at learning rate 0, so a run of one step (all pairs in one batch, one epoch)
+        changes no weight, and the comparison would report both models as fine-tuned when neither moved.
+
+        Raises:
+            ValueError: one line naming the count, ``source`` (where the pairs came from), the batch size and the fix.
+        """
+        smaller = max(2, pairs // 2)
+        if pairs < 2:
+            raise ValueError(
+                f"{pairs} training pair(s) ({source}): MNRL's in-batch negatives need at least 2; give more labelled "
+                "pairs (--train-pairs FILE, or a task with more judged queries)"
+            )
+        if pairs < self.batch_size:
+            raise ValueError(
+                f"{pairs} training pairs ({source}), fewer than one batch of --batch-size {self.batch_size}: the "
+                "fine-tuning would be one step, taken at learning rate 0 by the warm-up, and report models that did "
+                f"not change; give --batch-size {smaller} (or more pairs: --train-pairs FILE, a smaller "
+                "--test-fraction)"
+            )
+        if self.warmup_ratio > 0 and self.steps(pairs) < 2:
+            raise ValueError(
+                f"{pairs} training pairs at --batch-size {self.batch_size} and --epochs {self.epochs:g} make 1 "
+                "fine-tuning step, taken at learning rate 0 by the warm-up, so the models would not change; give "
+                f"--epochs 2 or --batch-size {smaller}"
+            )
+
 
 @dataclass
 class FinetuneResult:
@@ -111,7 +149,7 @@ class FinetuneResult:
             return grid
 
         n_test = len(self.plan.test_query_ids)
-        scores = table(f"finetune-compare on {self.task}: nDCG@10 ×100, {n_test} test queries")
+        scores = table(f"finetune-compare on {escape(self.task)}: nDCG@10 ×100, {n_test} test queries")
         for role in ROLES:
             scores.add_column(role, justify="right", no_wrap=True)
         gains = table(escape("gain of pre-training ×100 [paired bootstrap 95% CI]"))
@@ -119,9 +157,9 @@ class FinetuneResult:
         gains.add_column("after fine-tuning", justify="right", no_wrap=True)
         for row in self.rows:
             values = (row.base, row.pretrained, row.base_ft, row.pretrained_ft)
-            scores.add_row(row.domain, str(row.n_queries), *(f"{100 * value:.2f}" for value in values))
+            scores.add_row(escape(row.domain), str(row.n_queries), *(f"{100 * value:.2f}" for value in values))
             gains.add_row(
-                row.domain,
+                escape(row.domain),
                 str(row.n_queries),
                 _gain_cell(row.gain_before, row.before_low, row.before_high),
                 _gain_cell(row.gain_after, row.after_low, row.after_high),

@@ -155,6 +155,7 @@ def finetune_compare(
     plan, pairs = plan_folds(
         data, train_pairs=train_pairs, test_fraction=test_fraction, seed=settings.seed, domains=domains
     )
+    settings.check_pairs(len(pairs), plan.source)
     logger.info(
         "folds (%s): %d train queries, %d test queries, %d train pairs",
         plan.source,

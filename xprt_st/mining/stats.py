@@ -167,6 +167,7 @@ SUMMARY_KEYS = (
 
 def summary_table(stats: dict[str, Any]) -> Any:
     """The ``stats.json`` figures next to the paper's, as a rich table (the CLI prints it)."""
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="xPRT mining summary")
@@ -180,11 +181,11 @@ def summary_table(stats: dict[str, Any]) -> Any:
         shown = "-" if value is None else (f"{value:.1%}" if key in percent else str(value))
         table.add_row(key, shown, paper.get(key, ""))
     for reason, count in sorted((stats.get("skipped") or {}).items()):
-        table.add_row(f"skipped: {reason}", str(count), "")
+        table.add_row(f"skipped: {escape(reason)}", str(count), "")
     for repair, count in sorted((stats.get("repairs") or {}).items()):
-        table.add_row(f"repaired: {repair}", str(count), "")
+        table.add_row(f"repaired: {escape(repair)}", str(count), "")
     for name, count in sorted((stats.get("text_fields") or {}).items()):
-        table.add_row(f"text read from field: {name}", str(count), "")
+        table.add_row(f"text read from field: {escape(name)}", str(count), "")
     holdout = stats.get("holdout")
     if holdout:
         table.add_row("held out (never trained on)", _held_out_share(holdout, stats.get("documents")), "")

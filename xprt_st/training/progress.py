@@ -46,8 +46,27 @@ def objective_loss(logs: dict[str, float]) -> tuple[str, float] | None:
     return None
 
 
-def report_start_loss(logs: dict[str, float], step: int) -> bool:
-    """Log the objective's loss at the first logged step, and warn when it is already near 0; True if reported."""
+def low_signal_advice(hard_negatives: int) -> str:
+    """What to try when the objective's loss starts near 0, for a run that scores ``hard_negatives`` per anchor:
+    hard negatives where it has none; where it has them already, what is left (the quickstart's default recipe is
+    the hard one, so advising it there would advise the run that is going on).
+
+    Example:
+        >>> low_signal_advice(0)[:40]
+        'try hard negatives (recipe change-only-p'
+    """
+    if hard_negatives > 0:
+        return (
+            f"this run already scores {hard_negatives} hard negative(s) per anchor: try a larger --batch-size (more "
+            "in-batch negatives), or a starting model not yet fine-tuned for retrieval (from BERT the objectives "
+            "gain: docs/results.md, sections 3b to 5)"
+        )
+    return "try hard negatives (recipe change-only-positive-hard, mined with --hard-negatives) or a larger batch"
+
+
+def report_start_loss(logs: dict[str, float], step: int, hard_negatives: int = 0) -> bool:
+    """Log the objective's loss at the first logged step, and warn when it is already near 0 with the advice of
+    :func:`low_signal_advice` for a run that scores ``hard_negatives`` per anchor; True if reported."""
     found = objective_loss(logs)
     if found is None:
         return False
@@ -56,12 +75,11 @@ def report_start_loss(logs: dict[str, float], step: int) -> bool:
     if value < NO_SIGNAL_LOSS:
         logger.warning(
             "the objective loss is already %.4f (< %.2f) at step %d: this run has almost no training signal (a "
-            "strong start whose mined positives are already its nearest passages, against easy in-batch "
-            "negatives); try hard negatives (recipe change-only-positive-hard, mined with --hard-negatives) "
-            "or a larger batch",
+            "strong start whose mined positives are already its nearest passages, against easy negatives); %s",
             value,
             NO_SIGNAL_LOSS,
             step,
+            low_signal_advice(hard_negatives),
         )
     return True
 
@@ -84,9 +102,10 @@ class RichProgressCallback(TrainerCallback):
     ``retention``), plus the scheduled weights (``retention_weight``) and the learning rate.
     """
 
-    def __init__(self, console: Console | None = None) -> None:
+    def __init__(self, console: Console | None = None, hard_negatives: int = 0) -> None:
         super().__init__()
         self.console = console
+        self.hard_negatives = hard_negatives
         self.progress: Progress | None = None
         self.task: int | None = None
         self.start_reported = False
@@ -120,7 +139,7 @@ class RichProgressCallback(TrainerCallback):
         **kwargs,
     ) -> None:
         if state.is_world_process_zero and logs and not self.start_reported:
-            self.start_reported = report_start_loss(logs, state.global_step)
+            self.start_reported = report_start_loss(logs, state.global_step, self.hard_negatives)
         if self.progress is None or self.task is None or not logs:
             return
         terms = format_terms(logs)
@@ -136,9 +155,10 @@ class RichProgressCallback(TrainerCallback):
 class LogLinesCallback(TrainerCallback):
     """Without a progress display: one INFO log line per Trainer log entry (main process only)."""
 
-    def __init__(self) -> None:
+    def __init__(self, hard_negatives: int = 0) -> None:
         super().__init__()
         self.start_reported = False
+        self.hard_negatives = hard_negatives
 
     def on_log(
         self,
@@ -152,4 +172,4 @@ class LogLinesCallback(TrainerCallback):
         if state.is_world_process_zero and terms:
             logger.info("step %d/%d: %s", state.global_step, state.max_steps, terms)
         if state.is_world_process_zero and logs and not self.start_reported:
-            self.start_reported = report_start_loss(logs, state.global_step)
+            self.start_reported = report_start_loss(logs, state.global_step, self.hard_negatives)

@@ -33,6 +33,7 @@ from torch import nn
 from transformers import TrainerCallback, set_seed
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
+from xprt_st.columns import NEGATIVE_PREFIX
 from xprt_st.models import frozen_copy, load_model
 from xprt_st.recipe import Recipe
 from xprt_st.training.data import MinedData, load_mined
@@ -181,7 +182,10 @@ def trainer_setup(
     all_callbacks: list[TrainerCallback] = list(callbacks)
     if schedules:
         all_callbacks.insert(0, TermScheduleCallback(loss, schedules))
-    all_callbacks.append(RichProgressCallback() if progress else LogLinesCallback())
+    hard_negatives = sum(column.startswith(NEGATIVE_PREFIX) for column in objective.dataset_columns(retention))
+    all_callbacks.append(
+        RichProgressCallback(hard_negatives=hard_negatives) if progress else LogLinesCallback(hard_negatives)
+    )
 
     return TrainerSetup(
         model=sentence_model,

@@ -215,6 +215,10 @@ class Engine:
             title_field=self.config.title_field,
         )
         check_output_outside_inputs(self.output_dir, self.corpus)
+        if self.overwrite or self.layout.stored_settings() is None:
+            # A new run records its settings only once its mining model has loaded: a model that does not load
+            # then leaves no folder behind to refuse the corrected command ("other settings: model ...").
+            _ = self.encoder.model
         self._lock = self.layout.lock(self.lock_scope)
         self._lock.acquire()
         try:
