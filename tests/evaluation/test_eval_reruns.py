@@ -76,7 +76,7 @@ def test_a_finetune_compare_rerun_reuses_its_pretrained_model_only_when_made_wit
     def run(steps: int, *extra: str):
         args = ["finetune-compare", "--model", str(tiny_model_path), "--recipe", "change-only-positive", "--mined",
                 str(mined), "--pretrain-set", f"training.max_steps={steps}", "--pretrain-set", "training.batch_size=4",
-                "--task", str(task), "--batch-size", "4", "--output", str(out), *extra]  # fmt: skip
+                "--task", str(task), "--batch-size", "2", "--output", str(out), *extra]  # fmt: skip
         result = CliRunner().invoke(app, args)
         return result, " ".join(result.output.split())
 
