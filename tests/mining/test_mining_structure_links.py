@@ -57,7 +57,7 @@ BREWING = _page(
     + "</section>"
     + '<h2><a name="steeping-time"></a>Steeping time</h2>'
     + _p('STEEP-MARK Three minutes suit most leaves; <a href="#storage">keeping leaves fresh</a> matters too.')
-    + '<span id="storage"></span><h2>Storage</h2>'
+    + '<span id="storage"></span><!-- a comment --><h2>Storage</h2>'
     + _p("STORAGE-MARK Keep the leaves in a dark, dry tin away from spices."),
     up="../",
 )

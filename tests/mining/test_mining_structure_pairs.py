@@ -62,6 +62,8 @@ def test_document_pairs_title_to_the_central_passage_heading_to_its_first_and_dr
     assert [(p.kind, p.positive) for p in only_titles] == [("title", 0)]  # unscored: the first passage
     assert positive_text("## Green tea\nGreen tea is good.", "Green tea") == "Green tea is good."
     assert positive_text("Green tea", "Green tea") == "Green tea"  # nothing after it: kept whole
+    assert positive_text("4.2. Naming¶ Names refer to objects.", "4.2. Naming") == "Names refer to objects."
+    assert positive_text("glob — Unix style pathname expansion¶", "glob") == "Unix style pathname expansion¶"
     assert mixed_rows(10, 3, 0.25, 0)[1] and len(mixed_rows(10, 3, 0.25, 0)[1]) == 3  # 0.25 / 0.75 x 10
     assert sorted(mixed_rows(6, 4, 0.5, 1)[1][:4]) == [0, 1, 2, 3]  # each structure group once before a repeat
     with pytest.raises(ValueError, match="not in"):

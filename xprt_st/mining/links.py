@@ -97,8 +97,13 @@ def in_navigation(element: Any) -> bool:
     return False
 
 
-def _blank(element: Any) -> bool:
-    return not element.text_content().strip()
+def _blank(node: Any) -> bool:
+    """True for an element without text, a comment or a processing instruction (tails aside)."""
+    return not isinstance(node.tag, str) or not node.text_content().strip()
+
+
+def _ids(node: Any) -> list[str | None]:
+    return [node.get("id"), node.get("name")] if isinstance(node.tag, str) else []
 
 
 def heading_ids(root: Any) -> list[tuple[str, tuple[str, ...]]]:
@@ -108,14 +113,13 @@ def heading_ids(root: Any) -> list[tuple[str, tuple[str, ...]]]:
         text = clean_heading(heading.text_content())
         if text is None:
             continue
-        ids = [heading.get("id"), heading.get("name")]
-        ids += [value for inner in heading.iterdescendants() for value in (inner.get("id"), inner.get("name"))]
+        ids = _ids(heading) + [value for inner in heading.iterdescendants() for value in _ids(inner)]
         opens_parent = not (heading.getparent() is not None and (heading.getparent().text or "").strip())
         for before in heading.itersiblings(preceding=True):
             if not _blank(before) or (before.tail or "").strip():
                 opens_parent = False
                 break
-            ids += [before.get("id"), before.get("name")]
+            ids += _ids(before)
         parent = heading.getparent()
         if opens_parent and parent is not None and parent.tag not in ("body", "html"):
             ids.append(parent.get("id"))

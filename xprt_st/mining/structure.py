@@ -128,14 +128,15 @@ def drop_reason(anchor: str) -> str | None:
 
 
 def positive_text(passage: str, anchor: str) -> str:
-    """``passage`` without a leading copy of ``anchor`` (and Markdown ``#`` marks), when text remains after it.
+    """``passage`` without a leading copy of ``anchor`` (and Markdown ``#`` marks, and the permalink mark or dash
+    after it), when text remains after it.
 
     The extractors keep a heading's line in the text, so a section's first passage begins with the heading; left
     there, the pair is solved by copying the words, not by what the passage is about.
     """
     body = passage.lstrip().lstrip("#").lstrip()
     if body.casefold().startswith(anchor.casefold()) and body[len(anchor) :].strip():
-        return body[len(anchor) :].lstrip(" \t\r\n:.-")
+        return body[len(anchor) :].lstrip(" \t\r\n:.-—–¶🔗")  # a Sphinx heading ends in "¶", a title "x — y"
     return passage
 
 
