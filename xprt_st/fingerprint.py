@@ -72,6 +72,11 @@ def _flat(record: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def flattened(record: Mapping[str, Any]) -> dict[str, Any]:
+    """``record`` as JSON reads it back, nested records as dotted keys (``{"training.seed": 42, ...}``)."""
+    return _flat(normalised(record))
+
+
 def differences(stored: Mapping[str, Any], current: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
     """``(key, stored value, current value)`` for every setting that differs, nested records compared key by key
     (``recipe.training.seed``); a key one side lacks reads as None there."""

@@ -238,3 +238,42 @@ def test_resume_refuses_other_data_or_batch_layout(tiny_model_path, tmp_path, mo
     code, said = resume(data)  # the same folder, mined again
     assert code == 2 and "changed since the checkpoint was written" in said and "groups 8 -> 12" in said, said
     assert not (output / "checkpoint-2").exists()  # refused before any step
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "named"),
+    [
+        ("--learning-rate", "0.01", "training.learning_rate was 0.0001 when it was written, now 0.01"),
+        ("--seed", "7", "training.seed was 42 when it was written, now 7"),
+        ("--max-seq-length", "16", "training.max_seq_length was 32 when it was written, now 16"),
+        ("--recipe", "self-only", "objective.name was"),
+    ],
+)
+def test_a_resume_with_a_changed_recipe_value_is_refused_naming_it(tiny_model_path, tmp_path, option, value, named):
+    """Before, --learning-rate (and the warm-up, weight decay, objective values...) on resume were taken without a
+    word: the optimizer and scheduler came back from the checkpoint, so the new learning rate was ignored (the run
+    went on at 5e-05 after --learning-rate 0.01), and another objective trained a mix."""
+    data = write_mined(tmp_path / "mined", n_groups=8)
+    output = tmp_path / "run"
+    values = {"--recipe": "change-only-positive", "--learning-rate": "1e-4", "--seed": "42", "--max-seq-length": "32"}
+    common = ["--output", str(output), "--save-steps", "1", "--mined", str(data), "--batch-size", "4"]
+    first = _train(*common, *[p for pair in values.items() for p in pair], "--max-steps", "1", "--model",
+                   str(tiny_model_path))  # fmt: skip
+    assert first.exit_code == 0, first.output
+    values[option] = value
+    again = _train(*common, *[p for pair in values.items() for p in pair], "--max-steps", "2", "--resume", "last")
+    said = " ".join(again.output.split())
+    assert again.exit_code == 2 and f"cannot resume {output / 'checkpoint-1'}" in said, said
+    assert named in said and "Traceback" not in said, said
+    assert not (output / "checkpoint-2").exists()  # refused before any step
+
+
+def test_a_resume_may_change_how_long_it_runs_and_what_it_saves_and_logs(tiny_model_path, tmp_path):
+    data = write_mined(tmp_path / "mined", n_groups=8)
+    output = tmp_path / "run"
+    common = ["--recipe", "change-only-positive", "--output", str(output), "--mined", str(data), "--batch-size", "4"]
+    first = _train(*common, "--max-steps", "1", "--save-steps", "1", "--model", str(tiny_model_path))
+    assert first.exit_code == 0, first.output
+    again = _train(*common, "--max-steps", "3", "--save-steps", "2", "--logging-steps", "1", "--resume", "last")
+    assert again.exit_code == 0, again.output
+    assert (output / "checkpoint-3").is_dir() or (output / "modules.json").is_file()

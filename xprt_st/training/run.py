@@ -22,6 +22,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from xprt_st.columns import LABEL
+from xprt_st.fingerprint import flattened
 from xprt_st.mining.layout import HELDOUT_DIR
 from xprt_st.output_folder import OutputFolder, OutputFolderError, command_folder
 from xprt_st.recipe import Recipe
@@ -102,8 +103,25 @@ def check_output_outside_data(output: Path, data: Path) -> None:
         )
 
 
-RESUME_FIXED = ("batch_size", "gradient_accumulation_steps", "seed")
-"""``training.*`` values a resumed run must share with its checkpoint: they fix which groups each step trains on."""
+RESUME_FREE = (
+    "name",
+    "description",
+    "source",
+    "training.model",
+    "training.max_steps",
+    "training.epochs",
+    "training.save_steps",
+    "training.save_total_limit",
+    "training.logging_steps",
+    "training.dataloader_num_workers",
+    "training.eval_steps",
+    "training.keep_best",
+)
+"""Recipe values a resume may change: how long the run goes on (its schedules follow ``max_steps``), what it saves,
+logs and checks, and names (the starting model is checked on its own). Every other value is the run's: the batch
+layout and seed fix which groups each step trains on, the objective and retention what it learns, and the learning
+rate, warm-up, scheduler and weight decay come back from the checkpoint's optimizer and scheduler, so a new value
+would be silently ignored."""
 DATA_IDENTITY = ("groups", "documents", "settings")
 """Entries of the mining statistics that identify the data a run trained on (timings are left out)."""
 
@@ -116,11 +134,13 @@ def check_resume_inputs(
     mining_stats: dict[str, Any],
     world_size: int,
 ) -> None:
-    """Refuse to resume ``checkpoint`` on other data, another batch layout or another number of processes.
+    """Refuse to resume ``checkpoint`` on other data, other recipe values or another number of processes.
 
     The Trainer resumes by skipping the batches already trained on; with another data folder, re-mined data, a
     changed batch size, accumulation or seed, or another world size, those would be other groups and the run
-    would silently train on a mix. Values the checkpoint does not record (older versions) are not checked.
+    would silently train on a mix. Any other recipe value but those of :data:`RESUME_FREE` is refused too: a new
+    objective or retention trains a mix, and a new learning rate or warm-up is ignored (the optimizer and scheduler
+    come back from the checkpoint). Values the checkpoint does not record (older versions) are not checked.
 
     Raises:
         TrainingStateError: listing every difference, with the value to pass to resume.
@@ -140,11 +160,11 @@ def check_resume_inputs(
                 f"the data in {data} changed since the checkpoint was written ({STATS_FILE}: {'; '.join(changed)}); "
                 "resume needs the data the run started on"
             )
-    trained = recorded.get("recipe", {}).get("training", {})
-    for key in RESUME_FIXED:
-        now = getattr(recipe.training, key)
-        if key in trained and trained[key] != now:
-            problems.append(f"training.{key} was {trained[key]!r} when it was written, now {now!r}")
+    if isinstance(recorded.get("recipe"), dict):
+        before, now = flattened(recorded["recipe"]), flattened(recipe.to_dict())
+        for key in sorted(before.keys() - set(RESUME_FREE)):
+            if before[key] != now.get(key):
+                problems.append(f"{key} was {before[key]!r} when it was written, now {now.get(key)!r}")
     if recorded.get("world_size") not in (None, world_size):
         problems.append(f"it ran on {recorded['world_size']} process(es), not {world_size}")
     if problems:
