@@ -107,6 +107,9 @@ class QuickstartConfig:
     """With ``corpus``: the field with the title, where ``xprt-st mine`` supports one."""
     html: bool = False
     """With ``corpus``: the text is raw HTML (extracted with trafilatura)."""
+    encode_backend: str = "torch"
+    """What runs the models in the stages that only encode (mining, hard negatives, every evaluation; training
+    is torch's): torch, onnx or openvino (:mod:`xprt_st.encode_backend`); the exports go to ``mined/.onnx-cache``."""
 
     def __post_init__(self) -> None:
         if self.max_steps is None and not self.corpus:
@@ -174,7 +177,7 @@ def _add_hard_negatives(mined: Path, recipe: Recipe, config: QuickstartConfig) -
 
     count = int(recipe.data.requires.get("hard_negatives", 0) or 0)
     if count and int((read_stats(mined) or {}).get("settings", {}).get("hard_negatives", 0) or 0) != count:
-        add_hard_negatives(mined, count, model=config.model, seed=config.seed)
+        add_hard_negatives(mined, count, model=config.model, seed=config.seed, encode_backend=config.encode_backend)
 
 
 def run_quickstart(
@@ -240,6 +243,7 @@ def _run(config: QuickstartConfig, progress: bool, folder: OutputFolder) -> dict
             threshold_quantile=config.threshold_quantile,
             max_tokens=config.max_seq_length,
             seed=config.seed,
+            encode_backend=config.encode_backend,
             progress=progress,
         )
     except MiningConfigError as error:  # OUTPUT/mined is another run's: its groups are kept, not mixed with these
@@ -291,17 +295,21 @@ def _run(config: QuickstartConfig, progress: bool, folder: OutputFolder) -> dict
             seed=config.seed,
             cache_dir=output / "evaluation" / "cache",
             show_progress=False,
+            encode_backend=config.encode_backend,
+            backend_cache=mined,
         )
         report.write(output / "evaluation")
     summary = _summary(report, stats, config)
-    summary["label_free"] = label_free_summary(mined, config.model, model_dir)
-    summary["titles"] = titles_summary(mined, config.model, model_dir)
+    summary["label_free"] = label_free_summary(mined, config.model, model_dir, config.encode_backend)
+    summary["titles"] = titles_summary(mined, config.model, model_dir, config.encode_backend)
     folder.record("summary.json")
     (output / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
     return summary
 
 
-def titles_summary(mined: Path, start: str | None, trained: Path) -> dict[str, Any] | None:
+def titles_summary(
+    mined: Path, start: str | None, trained: Path, encode_backend: str = "torch"
+) -> dict[str, Any] | None:
     """``titles:DIR`` of ``trained`` against ``start``: the held-out titles and headings as queries, or None.
 
     The record of :func:`xprt_st.evaluation.titles.comparison_record` (both nDCG@10 scores, the difference and
@@ -309,20 +317,22 @@ def titles_summary(mined: Path, start: str | None, trained: Path) -> dict[str, A
     them). People wrote these texts, not the mining model, so unlike the label-free check of
     :func:`label_free_summary` the task does not favour the miner (docs/results.md, section 12).
     """
+    from xprt_st.encode_backend import load_encoder
     from xprt_st.evaluation.label_free import HeldOutError
     from xprt_st.evaluation.titles import comparison_record, load_titles_task, score_model
-    from xprt_st.models import load_model
 
     try:
         task = load_titles_task(mined)
     except HeldOutError:  # no held-out part, or no titles in it (NoTitlesError)
         return None
-    before = score_model(load_model(start), task)
-    after = score_model(load_model(trained), task)
+    before = score_model(load_encoder(start, encode_backend, mined), task)
+    after = score_model(load_encoder(trained, encode_backend, mined), task)
     return comparison_record(after.per_query, before.per_query)
 
 
-def label_free_summary(mined: Path, start: str | None, trained: Path) -> dict[str, Any] | None:
+def label_free_summary(
+    mined: Path, start: str | None, trained: Path, encode_backend: str = "torch"
+) -> dict[str, Any] | None:
     """The label-free check of ``trained`` against ``start`` on the held-out part of ``mined``, or None without one.
 
     The record of :func:`xprt_st.evaluation.label_free.comparison`: both nDCG@10 scores, the difference with
@@ -331,6 +341,7 @@ def label_free_summary(mined: Path, start: str | None, trained: Path) -> dict[st
     When the held-out part holds fewer than 2 anchors (a small corpus's draw), the record is
     ``{"queries": n, "skipped": why}`` instead.
     """
+    from xprt_st.encode_backend import load_encoder
     from xprt_st.evaluation.label_free import (
         TooFewAnchorsError,
         comparison,
@@ -338,7 +349,6 @@ def label_free_summary(mined: Path, start: str | None, trained: Path) -> dict[st
         read_heldout,
         score_model,
     )
-    from xprt_st.models import load_model
     from xprt_st.training.label_free import RESULT_FILE
 
     if read_heldout(mined) is None:
@@ -353,8 +363,8 @@ def label_free_summary(mined: Path, start: str | None, trained: Path) -> dict[st
         same_data = Path(record.get("data", "")).resolve() == Path(mined).resolve()
         if same_data and record.get("queries") == len(heldout.queries):
             return record
-    before = score_model(load_model(start), heldout)
-    after = score_model(load_model(trained), heldout)
+    before = score_model(load_encoder(start, encode_backend, mined), heldout)
+    after = score_model(load_encoder(trained, encode_backend, mined), heldout)
     return comparison(after, before)
 
 
