@@ -21,6 +21,7 @@ from tests.mining.test_mining_merge import _corpus
 from xprt_st.cli import app
 from xprt_st.encode_backend import (
     CACHE_DIR,
+    EXTRAS,
     EncodeBackendError,
     backend_of,
     check_encode_backend,
@@ -48,23 +49,28 @@ def _runtime(backend: str) -> None:
 @pytest.mark.parametrize(
     ("command", "backend", "missing"),
     [
-        (["mine", "CORPUS", "--output", "OUT"], "onnx", "onnxruntime"),
-        (["evaluate", "default", "--output", "OUT"], "openvino", "openvino"),
-        (["quickstart", "--output", "OUT"], "onnx", "onnxruntime"),
+        (["mine", "CORPUS", "--output", "OUT"], "onnx", ["onnxruntime"]),
+        (["evaluate", "default", "--output", "OUT"], "openvino", ["openvino", "onnx"]),
+        (["quickstart", "--output", "OUT"], "onnx", ["onnxruntime", "onnx"]),
     ],
 )
 def test_a_missing_extra_is_one_line_naming_the_option_and_the_pip_command_before_any_work(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_work, command, backend, missing
 ) -> None:
-    monkeypatch.setitem(sys.modules, missing, None)  # what importlib finds for a module that is not installed
+    for name in EXTRAS[backend]:  # None: what importlib finds for a module that is not installed
+        if name in missing:
+            monkeypatch.setitem(sys.modules, name, None)
+        elif not _installed(name):  # without the extras every module of it is missing
+            missing = [*missing, name]
     corpus = _corpus(tmp_path / "c.jsonl", 4)
     out = tmp_path / "out"
     args = [str(corpus) if a == "CORPUS" else str(out) if a == "OUT" else a for a in command]
     result = runner.invoke(app, [*args, "--encode-backend", backend])
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
+    needs = " and ".join(missing)
     assert lines == [
-        f'error: --encode-backend {backend} needs {missing}, which is not installed: pip install "xprt-st[{backend}]"'
+        f'error: --encode-backend {backend} needs {needs} (not installed): pip install "xprt-st[{backend}]"'
     ]
     assert not out.exists()  # nothing written, nothing loaded (no_work fails any model load)
 
@@ -211,3 +217,30 @@ def test_mine_and_evaluate_cli_with_onnx_agree_with_torch(tiny_model_path: Path,
     assert (tmp_path / "eval-onnx" / CACHE_DIR).is_dir()
     torch_score = scores["torch"]["scores"][0]["score"]
     assert abs(scores["onnx"]["scores"][0]["score"] - torch_score) < 1e-4
+
+
+def test_quickstart_with_onnx_trains_on_torch_and_scores_as_torch(tiny_model_path: Path, tmp_path: Path) -> None:
+    _runtime("onnx")
+    from safetensors.numpy import load_file
+
+    summaries = {}
+    for backend in ("torch", "onnx"):
+        out = tmp_path / backend
+        args = ["quickstart", "-o", str(out), "--model", str(tiny_model_path), "--max-documents", "12"]
+        result = runner.invoke(app, [*args, "--max-steps", "2", "--batch-size", "8", "-q", "--encode-backend", backend])
+        assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
+        summaries[backend] = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    torch_run, onnx_run = summaries["torch"], summaries["onnx"]
+    assert torch_run["scores"] and torch_run["titles"]["queries"] > 0  # python-faq and titles:DIR were scored
+    assert onnx_run["config"]["encode_backend"] == "onnx"
+    # the start and the trained model were both exported (mining, hard negatives and scoring share the cache)
+    assert len(list((tmp_path / "onnx" / "mined" / CACHE_DIR).glob("*/model.onnx"))) == 2
+    weights = [load_file(str(tmp_path / b / "model" / "model.safetensors")) for b in ("torch", "onnx")]
+    assert weights[0].keys() == weights[1].keys()
+    assert all(np.allclose(weights[0][k], weights[1][k], rtol=0, atol=1e-6) for k in weights[0])  # torch trained
+    for model, scores in torch_run["scores"].items():
+        for task, score in scores.items():
+            assert abs(onnx_run["scores"][model][task] - score) < 1e-4, (model, task)
+    for key in ("label_free", "titles"):
+        for field in ("start", "model"):
+            assert abs(onnx_run[key][field] - torch_run[key][field]) < 1e-4, (key, field)

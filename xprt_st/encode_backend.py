@@ -61,7 +61,7 @@ def check_encode_backend(backend: str, device: str | None = None, option: str = 
     missing = [name for name in EXTRAS[backend] if importlib.util.find_spec(name) is None]
     if missing:
         raise EncodeBackendError(
-            f'{option} {backend} needs {", ".join(missing)}, which is not installed: pip install "xprt-st[{backend}]"'
+            f'{option} {backend} needs {" and ".join(missing)} (not installed): pip install "xprt-st[{backend}]"'
         )
     if device is not None and not str(device).startswith("cpu"):
         raise EncodeBackendError(
