@@ -31,7 +31,7 @@ EXTRAS = {"onnx": ("onnxruntime", "onnx"), "openvino": ("openvino", "onnx")}
 
 OPTION_HELP = (
     "What runs the model for encoding only (never training): torch | onnx | openvino, on the CPU; onnx and "
-    'openvino are extras (pip install "xprt-st[onnx]"), export the model once into OUTPUT/.onnx-cache and '
+    'openvino are extras (pip install "xprt-st[onnx]"), export the model once into the run\'s .onnx-cache and '
     "differ from torch by float rounding (docs/mining.md)."
 )
 """The help of every command's ``--encode-backend``."""

@@ -370,7 +370,8 @@ def evaluate_models(
         overwrite: re-run even when the cache holds results for these weights and this task data.
         device: torch device for models loaded here.
         show_progress: show mteb's and the encoder's progress bars.
-        encode_backend: what runs each model's transformer (torch, onnx, openvino: :mod:`xprt_st.encode_backend`).
+        encode_backend: what runs each model's transformer (torch, onnx, openvino: :mod:`xprt_st.encode_backend`);
+            a loaded model given in ``models`` is run by it in place.
         backend_cache: the folder that keeps a non-torch backend's exports (``.onnx-cache`` in it); required then.
 
     Raises:

@@ -26,7 +26,8 @@ class MiningEncoder:
 
     Args:
         config: the run's settings (model, device, prompt, batch size, passage lengths, encode backend).
-        model: an already loaded SentenceTransformer; else ``config.model`` is loaded on first use.
+        model: an already loaded SentenceTransformer (a non-torch ``config.encode_backend`` runs it in place);
+            else ``config.model`` is loaded on first use.
         cache_root: the folder whose ``.onnx-cache`` keeps the export of a non-torch ``config.encode_backend``
             (the mining folder).
     """
