@@ -29,6 +29,7 @@ OPTIONS: dict[str, tuple[str, str]] = {
     "--mining-model": ("str", "the model that encodes passages for mining"),
     "--batch-size": ("int", "training examples (groups or pairs) per step"),
     "--encode-batch-size": ("int", "texts per encoding batch"),
+    "--encode-backend": ("str", "what runs the model when it only encodes (torch, onnx, openvino)"),
     "--epochs": ("float", "passes over the training examples"),
     "--data-dir": ("Path", "the benchmark-data folder ($XPRT_DATA_DIR)"),
     "--max-steps": ("int", "optimizer steps"),

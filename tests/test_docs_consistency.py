@@ -419,3 +419,29 @@ def test_layout_names_only_paths_that_exist_and_every_package() -> None:
 def test_layout_does_not_list_removed_modules(path: str) -> None:
     assert not (REPO / path).exists()
     assert path not in _layout_paths()
+
+
+def test_encode_backend_figures_are_the_recorded_ones() -> None:
+    summary = _json("bench-encode-backend-cpu.json")["summary"]
+    table = _table(_section(MINING, "### Measured: speed and agreement"), "backend")
+    names = {"torch fp32": "torch", "onnx": "onnx", "onnx int8": "onnx-int8", "openvino": "openvino"}
+    assert [row["backend"] for row in table] == list(names)
+    for row in table:
+        run = summary[names[row["backend"]]]
+        assert row["texts/s (median)"] == f"{run['texts_per_second_median']:.1f}"
+        assert row["wall ratio to torch"] == f"{run['ratio_to_torch']:.2f}"
+        assert row["CPU-time ratio to torch"] == f"{run['cpu_ratio_to_torch']:.2f}"
+        assert row["nDCG@10"] == f"{run['ndcg_at_10']:.6f}"
+        difference = run["ndcg_at_10_difference"]
+        assert row["nDCG@10 - torch"] == (f"{difference:+.6f}" if difference else "0")
+        cosine = run["max_one_minus_cosine"]
+        assert row["max 1 - cos vs torch"] == (f"{cosine:.1e}" if cosine > 1e-15 else "0")
+    # the default changes only for a backend at least 1.5x torch whose score agrees to 1e-4; none is
+    offered = [n for n in ("onnx", "openvino") if summary[n]["ratio_to_torch"] >= 1.5]
+    assert not [n for n in offered if abs(summary[n]["ndcg_at_10_difference"]) <= 1e-4]
+    assert "**Decision: torch stays the default.**" in " ".join(MINING.split())
+    from xprt_st.cli.mine import DEFAULTS
+
+    assert DEFAULTS.encode_backend == "torch"
+    cpu = [f"{summary[n]['cpu_ratio_to_torch']:.2f}x" for n in ("onnx", "openvino")]
+    assert f"{cpu[0]} and {cpu[1]} torch's throughput, the same scores, so torch stays the default" in README

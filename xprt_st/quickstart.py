@@ -108,6 +108,9 @@ class QuickstartConfig:
     """With ``corpus``: the field with the title, where ``xprt-st mine`` supports one."""
     html: bool = False
     """With ``corpus``: the text is raw HTML (extracted with trafilatura)."""
+    encode_backend: str = "torch"
+    """What runs the models in the stages that only encode (mining, hard negatives, every evaluation; training
+    is torch's): torch, onnx or openvino (:mod:`xprt_st.encode_backend`); the exports go to ``mined/.onnx-cache``."""
 
     def __post_init__(self) -> None:
         if self.max_steps is None and not self.corpus:
@@ -175,7 +178,7 @@ def _add_hard_negatives(mined: Path, recipe: Recipe, config: QuickstartConfig) -
 
     count = int(recipe.data.requires.get("hard_negatives", 0) or 0)
     if count and int((read_stats(mined) or {}).get("settings", {}).get("hard_negatives", 0) or 0) != count:
-        add_hard_negatives(mined, count, model=config.model, seed=config.seed)
+        add_hard_negatives(mined, count, model=config.model, seed=config.seed, encode_backend=config.encode_backend)
 
 
 def run_quickstart(
@@ -241,6 +244,7 @@ def _run(config: QuickstartConfig, progress: bool, folder: OutputFolder) -> dict
             threshold_quantile=config.threshold_quantile,
             max_tokens=config.max_seq_length,
             seed=config.seed,
+            encode_backend=config.encode_backend,
             progress=progress,
         )
     except MiningConfigError as error:  # OUTPUT/mined is another run's: its groups are kept, not mixed with these
@@ -295,11 +299,13 @@ def _run(config: QuickstartConfig, progress: bool, folder: OutputFolder) -> dict
             seed=config.seed,
             cache_dir=output / "evaluation" / "cache",
             show_progress=False,
+            encode_backend=config.encode_backend,
+            backend_cache=mined,
         )
         report.write(output / "evaluation")
     summary = _summary(report, stats, config)
-    summary["label_free"] = label_free_summary(mined, config.model, model_dir)
-    summary["titles"] = titles_summary(mined, config.model, model_dir)
+    summary["label_free"] = label_free_summary(mined, config.model, model_dir, config.encode_backend)
+    summary["titles"] = titles_summary(mined, config.model, model_dir, config.encode_backend)
     summary["training_passes"] = round(training_passes(config.max_steps, config.batch_size, groups), 3)
     summary["notes"] = notes
     summary["task_corpus_overlap"] = overlap
@@ -328,7 +334,9 @@ def run_notes(config: QuickstartConfig, groups: int) -> tuple[dict[str, str], di
     return notes, overlap
 
 
-def titles_summary(mined: Path, start: str | None, trained: Path) -> dict[str, Any] | None:
+def titles_summary(
+    mined: Path, start: str | None, trained: Path, encode_backend: str = "torch"
+) -> dict[str, Any] | None:
     """``titles:DIR`` of ``trained`` against ``start``: the held-out titles and headings as queries, or None.
 
     The record of :func:`xprt_st.evaluation.titles.comparison_record` (both nDCG@10 scores, the difference and
@@ -338,21 +346,23 @@ def titles_summary(mined: Path, start: str | None, trained: Path) -> dict[str, A
     the label-free check of :func:`label_free_summary` the task does not favour the miner (docs/results.md,
     section 12).
     """
+    from xprt_st.encode_backend import load_encoder
     from xprt_st.evaluation.label_free import HeldOutError
     from xprt_st.evaluation.titles import comparison_record, load_titles_task, score_model
-    from xprt_st.models import load_model
 
     try:
         task = load_titles_task(mined)
     except HeldOutError:  # no held-out part, or no titles in it (NoTitlesError)
         return None
-    before = score_model(load_model(start), task)
-    after = score_model(load_model(trained), task)
+    before = score_model(load_encoder(start, encode_backend, mined), task)
+    after = score_model(load_encoder(trained, encode_backend, mined), task)
     record = comparison_record(after.per_query, before.per_query) | {"first_lines": task.first_lines}
     return record | ({"caveat": task.caveat} if task.caveat else {})
 
 
-def label_free_summary(mined: Path, start: str | None, trained: Path) -> dict[str, Any] | None:
+def label_free_summary(
+    mined: Path, start: str | None, trained: Path, encode_backend: str = "torch"
+) -> dict[str, Any] | None:
     """The label-free check of ``trained`` against ``start`` on the held-out part of ``mined``, or None without one.
 
     The record of :func:`xprt_st.evaluation.label_free.comparison`: both nDCG@10 scores, the difference with
@@ -361,6 +371,7 @@ def label_free_summary(mined: Path, start: str | None, trained: Path) -> dict[st
     When the held-out part holds fewer than 2 anchors (a small corpus's draw), the record is
     ``{"queries": n, "skipped": why}`` instead.
     """
+    from xprt_st.encode_backend import load_encoder
     from xprt_st.evaluation.label_free import (
         TooFewAnchorsError,
         comparison,
@@ -368,7 +379,6 @@ def label_free_summary(mined: Path, start: str | None, trained: Path) -> dict[st
         read_heldout,
         score_model,
     )
-    from xprt_st.models import load_model
     from xprt_st.training.label_free import RESULT_FILE
 
     if read_heldout(mined) is None:
@@ -383,8 +393,8 @@ def label_free_summary(mined: Path, start: str | None, trained: Path) -> dict[st
         same_data = Path(record.get("data", "")).resolve() == Path(mined).resolve()
         if same_data and record.get("queries") == len(heldout.queries):
             return record
-    before = score_model(load_model(start), heldout)
-    after = score_model(load_model(trained), heldout)
+    before = score_model(load_encoder(start, encode_backend, mined), heldout)
+    after = score_model(load_encoder(trained, encode_backend, mined), heldout)
     return comparison(after, before)
 
 

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from xprt_st.cli import app
+from xprt_st.encode_backend import CACHE_DIR, OPTION_HELP, check_encode_backend, load_encoder
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -80,6 +81,7 @@ def evaluate(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Re-run even when cached results exist.")] = False,
     batch_size: Annotated[int, typer.Option("--encode-batch-size", help="Texts per encoding batch.")] = 32,
     device: Annotated[str | None, typer.Option(help="Torch device, e.g. cpu or cuda.")] = None,
+    encode_backend: Annotated[str, typer.Option(help=OPTION_HELP)] = "torch",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help=QUIET_HELP)] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help=VERBOSE_HELP)] = False,
 ) -> None:
@@ -93,6 +95,7 @@ def evaluate(
         from xprt_st.evaluation.catalog import check_sample_sizes
 
         check_sample_sizes(max_queries=max_queries, max_corpus=max_corpus)
+        check_encode_backend(encode_backend, device)
         check_output_folder(output_dir, "--output")
         for spec in specs:
             check_model(spec, "MODELS")
@@ -106,6 +109,8 @@ def evaluate(
         from xprt_st.evaluation.readers import TaskLoadError
         from xprt_st.evaluation.run import default_cache_dir, evaluate_models
 
+        if encode_backend != "torch":
+            folder.record(CACHE_DIR)
         try:
             task_objects = resolve_tasks(tasks, data_dir, max_queries=max_queries, max_corpus=max_corpus, seed=seed)
             report = evaluate_models(
@@ -117,6 +122,8 @@ def evaluate(
                 overwrite=overwrite,
                 device=device,
                 show_progress=verbose,
+                encode_backend=encode_backend,
+                backend_cache=output_dir,
             )
         except (TaskLoadError, ModelLoadError, ValueError) as error:
             raise _fail(error) from error
@@ -138,8 +145,9 @@ def evaluate(
             if rows:
                 console.print(thirds_rich_table(rows))
                 paths["thirds"] = write_thirds_csv(rows, output_dir / "overlap_thirds.csv")
-        drift = _label_free_drift(specs, report.models, tasks, device=device, batch_size=batch_size)
-        drift += _titles_intervals(specs, tasks, report, device=device, batch_size=batch_size)
+        encoding = {"device": device, "batch_size": batch_size, "backend": encode_backend, "cache_root": output_dir}
+        drift = _label_free_drift(specs, report.models, tasks, **encoding)
+        drift += _titles_intervals(specs, tasks, report, **encoding)
         if drift:
             paths["label_free"] = output_dir / "label_free.json"
             paths["label_free"].write_text(json.dumps(drift, indent=2) + "\n", encoding="utf-8")
@@ -163,7 +171,14 @@ def _remove_stale_results(folder: OutputFolder, results: list[str], written: lis
 
 
 def _titles_intervals(
-    specs: list[str], tasks: list[str], report: EvaluationReport, *, device: str | None, batch_size: int
+    specs: list[str],
+    tasks: list[str],
+    report: EvaluationReport,
+    *,
+    device: str | None,
+    batch_size: int,
+    backend: str,
+    cache_root: Path,
 ) -> list[dict[str, Any]]:
     """Each ``titles:DIR`` task's difference with its paired interval against the first model (or the start).
 
@@ -173,7 +188,6 @@ def _titles_intervals(
     """
     from xprt_st.evaluation.catalog import split_task_specs
     from xprt_st.evaluation.titles import TASK_PREFIX, comparison_record, load_titles_task, score_model
-    from xprt_st.models import load_model
     from xprt_st.training.trainer import TrainingStateError, read_training_config
 
     folders = {
@@ -198,7 +212,12 @@ def _titles_intervals(
             except (TrainingStateError, KeyError):
                 continue
             reference, others = f"start {starting}", report.models
+<<<<<<< HEAD
             start = score_model(load_model(starting, device=device), titles, batch_size).per_query
+=======
+            model = load_encoder(starting, backend, cache_root, device)
+            start = score_model(model, load_titles_task(folder), batch_size).per_query
+>>>>>>> backend
         for label in others:
             row = comparison_record(scores[label], start) | caveat
             console.print(
@@ -237,7 +256,14 @@ def _check_heldout_contract(specs: list[str], tasks: list[str]) -> None:
 
 
 def _label_free_drift(
-    specs: list[str], labels: list[str], tasks: list[str], *, device: str | None, batch_size: int
+    specs: list[str],
+    labels: list[str],
+    tasks: list[str],
+    *,
+    device: str | None,
+    batch_size: int,
+    backend: str,
+    cache_root: Path,
 ) -> list[dict[str, Any]]:
     """The label-free difference with its interval and the drift of each ``mined:DIR`` task, printed and returned.
 
@@ -245,7 +271,6 @@ def _label_free_drift(
     xprt-st, with the starting model its ``training_state/`` records; otherwise there is no reference.
     """
     from xprt_st.evaluation.label_free import TASK_PREFIX, compare_to_reference, format_comparison, load_heldout_task
-    from xprt_st.models import load_model
     from xprt_st.training.trainer import TrainingStateError, read_training_config
 
     mined = _specs_with(tasks, TASK_PREFIX)
@@ -267,7 +292,7 @@ def _label_free_drift(
 
     def model(spec: str) -> SentenceTransformer:
         if spec not in loaded:
-            loaded[spec] = load_model(spec, device=device)
+            loaded[spec] = load_encoder(spec, backend, cache_root, device)
         return loaded[spec]
 
     records = []

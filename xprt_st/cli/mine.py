@@ -10,7 +10,12 @@ from rich.console import Console
 from rich.markup import escape
 
 from xprt_st.cli import app
+<<<<<<< HEAD
 from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
+=======
+from xprt_st.cli.common import OutputPathError, check_output_folder, command_logging
+from xprt_st.encode_backend import OPTION_HELP, EncodeBackendError, check_encode_backend
+>>>>>>> backend
 from xprt_st.mining.config import MiningConfig, MiningError, NoGroupsError
 from xprt_st.mining.groups import DEFAULT_THRESHOLD_QUANTILE, PAPER_THRESHOLD
 from xprt_st.mining.layout import STRUCTURE_DIR, STRUCTURE_MIXED_DIR, MiningLayout, read_stats
@@ -93,6 +98,7 @@ def mine(
     batch_size: Annotated[
         int, typer.Option("--encode-batch-size", help="Passages per encoding batch.")
     ] = DEFAULTS.batch_size,
+    encode_backend: Annotated[str, typer.Option(help=OPTION_HELP)] = DEFAULTS.encode_backend,
     max_tokens: Annotated[int, typer.Option(help="Most tokens per passage.")] = DEFAULTS.max_tokens,
     min_tokens: Annotated[
         int, typer.Option(help="A passage closes at a block end after this many.")
@@ -185,6 +191,11 @@ def mine(
     """Turn a document corpus into xPRT training groups (anchor + related passages of the same page)."""
     # Library warnings go to the run's log file when the folder can hold one; a bad --output is left to
     # the miner's own check, which names it before any work.
+    try:
+        check_encode_backend(encode_backend, device)
+    except EncodeBackendError as error:
+        console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False)
+        raise typer.Exit(2) from error
     log_dir = merge_dir if merge_dir is not None else output
     too_long = path_length_problem(log_dir, "--merge" if merge_dir is not None else "--output") if log_dir else None
     if too_long is not None:  # any look at such a path raises OSError (Errno 36)
@@ -231,6 +242,7 @@ def mine(
                 prompt_name=prompt_name,
                 device=device,
                 batch_size=batch_size,
+                encode_backend=encode_backend,
                 max_tokens=max_tokens,
                 min_tokens=min_tokens,
                 overlap_tokens=overlap_tokens,
@@ -294,7 +306,12 @@ def mine(
                 from xprt_st.mining.hard_negatives import add_hard_negatives
 
                 add_hard_negatives(
-                    folder, hard_negatives, model=model, max_ratio=hard_negative_max_ratio, batch_size=batch_size
+                    folder,
+                    hard_negatives,
+                    model=model,
+                    max_ratio=hard_negative_max_ratio,
+                    batch_size=batch_size,
+                    encode_backend=encode_backend,
                 )
                 stats = read_stats(folder) or stats
             if structure_kinds:

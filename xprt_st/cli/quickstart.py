@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from xprt_st.cli import app
+from xprt_st.encode_backend import OPTION_HELP, check_encode_backend
 from xprt_st.quickstart_defaults import DEFAULTS, HOLDOUT, LABEL_FREE_NOTE, closing_note
 
 console = Console(emoji=False)  # a task or folder named like :m: stays text
@@ -72,6 +73,7 @@ def quickstart(
         int | None,
         typer.Option(min=1, hidden=True, help="Mine only the first N of the 100 shipped pages (tests, quick looks)."),
     ] = None,
+    encode_backend: Annotated[str, typer.Option(help=OPTION_HELP)] = "torch",
     overwrite: Annotated[
         bool,
         typer.Option(
@@ -119,8 +121,10 @@ def quickstart(
         id_field=id_field,
         title_field=title_field,
         html=html,
+        encode_backend=encode_backend,
     )
     try:
+        check_encode_backend(encode_backend)
         check_output_folder(output, "--output")
         check_quickstart_values(max_steps=config.max_steps, batch_size=batch_size, seed=seed)
         check_inputs(config)

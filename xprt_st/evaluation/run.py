@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from sentence_transformers import SentenceTransformer
 
+from xprt_st.encode_backend import backend_of, use_encode_backend
 from xprt_st.evaluation.catalog import resolve_tasks
 from xprt_st.evaluation.tasks import PER_PAIR_KEY, PER_QUERY_KEY, task_label
 from xprt_st.models import is_default_model, load_model
@@ -45,16 +46,28 @@ def default_cache_dir() -> Path:
 
 
 def model_fingerprint(model: SentenceTransformer) -> str:
+<<<<<<< HEAD
     """A short hash of what decides the model's embeddings: its weights, its modules with their settings (the
     pooling mode, ...), its token limit and its prompts. It is the revision of its mteb result key, so a folder
     whose pooling or ``max_seq_length`` was changed in place is scored again, not read from the cache."""
+=======
+    """A short hash of the model's weights, its module layout and a non-torch encode backend: the revision of its
+    mteb result key."""
+>>>>>>> backend
     digest = hashlib.sha1()
     for name, tensor in model.state_dict().items():
         digest.update(name.encode())
         digest.update(str(tuple(tensor.shape)).encode())
         digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
+<<<<<<< HEAD
     modules = [(type(module).__name__, getattr(module, "get_config_dict", dict)()) for module in model]
     digest.update(repr([modules, model.max_seq_length, sorted(model.prompts.items())]).encode())
+=======
+    digest.update(repr([type(module).__name__ for module in model]).encode())
+    backend = backend_of(model)
+    if backend != "torch":  # another runtime's scores are not torch's bits; torch keys stay as they were
+        digest.update(backend.encode())
+>>>>>>> backend
     return digest.hexdigest()[:16]
 
 
@@ -354,6 +367,8 @@ def evaluate_models(
     overwrite: bool = False,
     device: str | None = None,
     show_progress: bool = False,
+    encode_backend: str = "torch",
+    backend_cache: str | Path | None = None,
 ) -> EvaluationReport:
     """Evaluate several models on the same tasks, one after the other, into one report.
 
@@ -370,6 +385,9 @@ def evaluate_models(
         overwrite: re-run even when the cache holds results for these weights and this task data.
         device: torch device for models loaded here.
         show_progress: show mteb's and the encoder's progress bars.
+        encode_backend: what runs each model's transformer (torch, onnx, openvino: :mod:`xprt_st.encode_backend`);
+            a loaded model given in ``models`` is run by it in place.
+        backend_cache: the folder that keeps a non-torch backend's exports (``.onnx-cache`` in it); required then.
 
     Raises:
         xprt_st.evaluation.local.TaskLoadError: a task spec could not be resolved.
@@ -389,7 +407,12 @@ def evaluate_models(
     report = EvaluationReport(models=names, tasks=[task_label(task) for task in tasks])
     report.task_objects = {task_label(task): task for task in tasks}
     for spec, label in zip(models, names, strict=True):
-        model = spec if isinstance(spec, SentenceTransformer) else load_model(spec, device=device)
+        on = device if device is not None or encode_backend == "torch" else "cpu"  # other backends run on the CPU
+        model = spec if isinstance(spec, SentenceTransformer) else load_model(spec, device=on)
+        if encode_backend != "torch":
+            if backend_cache is None:
+                raise ValueError(f"encode_backend={encode_backend!r} needs backend_cache, the folder of its exports")
+            model = use_encode_backend(model, encode_backend, Path(backend_cache))
         logger.info("evaluating %s on %s", label, ", ".join(report.tasks))
         pairs: dict[str, dict[str, list[float]]] = {}
         scores, per_query = evaluate_model(

@@ -2,7 +2,9 @@
 
 Stage settings (passages, model, ranking, sharding) shape the stored scores and are checked when a
 run resumes; merge settings (threshold, quantile, positive, pairs, seed, holdout) may change on every
-``xprt-st mine --merge``; runtime settings (device, batch size, skipping) never change a result.
+``xprt-st mine --merge``; runtime settings (device, batch size, encode backend, skipping) never change a result
+beyond float rounding (docs/mining.md measures the backends; stored vectors record theirs, so they are never
+reused across backends).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from xprt_st.encode_backend import ENCODE_BACKENDS
 from xprt_st.mining.ablations import PAIRS, POSITIVES
 from xprt_st.mining.groups import DEFAULT_THRESHOLD_QUANTILE, DEFAULT_TOP_K, RANK_BY
 from xprt_st.mining.passages import (
@@ -91,6 +94,8 @@ class MiningConfig:
     """Name of a prompt in the model's ``prompts`` (alternative to ``prompt``)."""
     device: str | None = None
     batch_size: int = 64
+    encode_backend: str = "torch"
+    """What runs the mining model's transformer: torch, onnx or openvino (:mod:`xprt_st.encode_backend`)."""
     max_tokens: int = DEFAULT_MAX_TOKENS
     min_tokens: int = DEFAULT_MIN_TOKENS
     overlap_tokens: int = DEFAULT_OVERLAP_TOKENS
@@ -116,7 +121,7 @@ class MiningConfig:
     :func:`~xprt_st.mining.holdout.is_held_out` from a hash of ``seed`` and the document id."""
 
     MERGE_FIELDS = ("threshold", "threshold_quantile", "positive", "pairs", "seed", "holdout")
-    RUNTIME_FIELDS = ("device", "batch_size", "skip_unreadable")
+    RUNTIME_FIELDS = ("device", "batch_size", "encode_backend", "skip_unreadable")
 
     def __post_init__(self) -> None:
         self.validate()
@@ -153,6 +158,7 @@ class MiningConfig:
         """Raise :class:`MiningConfigError` listing every invalid setting with its valid values."""
         problems = []
         for name, value, valid in (
+            ("encode_backend", self.encode_backend, ENCODE_BACKENDS),
             ("rank_by", self.rank_by, RANK_BY),
             ("positive", self.positive, POSITIVES),
             ("pairs", self.pairs, PAIRS),

@@ -9,6 +9,7 @@ size, so the vectors are those of ``model.encode(passages)``.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,13 +25,18 @@ class MiningEncoder:
     """Encode passages with the mining model of ``config`` (or the already loaded ``model``).
 
     Args:
-        config: the run's settings (model, device, prompt, batch size, passage lengths).
-        model: an already loaded SentenceTransformer; else ``config.model`` is loaded on first use.
+        config: the run's settings (model, device, prompt, batch size, passage lengths, encode backend).
+        model: an already loaded SentenceTransformer (a non-torch ``config.encode_backend`` runs it in place);
+            else ``config.model`` is loaded on first use.
+        cache_root: the folder whose ``.onnx-cache`` keeps the export of a non-torch ``config.encode_backend``
+            (the mining folder).
     """
 
-    def __init__(self, config: MiningConfig, model: Any = None) -> None:
+    def __init__(self, config: MiningConfig, model: Any = None, cache_root: Path | None = None) -> None:
         self.config = config
         self._model = model
+        self._cache_root = cache_root
+        self._backend_set = False
         self._pool: Any = None
         self._plan: TokenPlan | None = None
         self._planned = False
@@ -42,7 +48,15 @@ class MiningEncoder:
         if self._model is None:
             from xprt_st.models import load_model
 
-            self._model = load_model(self.config.model, device=self.config.device)
+            self._model = load_model(self.config.model, device=self._device())
+        if not self._backend_set:
+            self._backend_set = True
+            if self.config.encode_backend != "torch":
+                from xprt_st.encode_backend import use_encode_backend
+
+                if self._cache_root is None:
+                    raise MiningConfigError(f"encode_backend={self.config.encode_backend!r} needs the mining folder")
+                use_encode_backend(self._model, self.config.encode_backend, self._cache_root)
         return self._model
 
     def prompt_text(self) -> str:
@@ -97,8 +111,12 @@ class MiningEncoder:
                 logger.info("the mining model tokenizes passages itself (its tokenizer or prompt needs the text)")
         return self._plan
 
+    def _device(self) -> str | None:
+        """The configured device; the CPU for a non-torch backend (it runs there) when none is given."""
+        return self.config.device or (None if self.config.encode_backend == "torch" else "cpu")
+
     def _uses_pool(self) -> bool:
-        return self._pool is not None or (self.config.device is None and cuda_device_count() > 1)
+        return self._pool is not None or (self._device() is None and cuda_device_count() > 1)
 
     def encode(self, passages: list[str], token_ids: list[np.ndarray | None] | None = None) -> np.ndarray:
         """L2-normalised passage vectors, batched; several GPUs encode in parallel through a process pool.
@@ -122,7 +140,7 @@ class MiningEncoder:
             kwargs["prompt_name"] = self.config.prompt_name
         elif self.config.prompt is not None:
             kwargs["prompt"] = self.config.prompt
-        if self._pool is None and self.config.device is None and cuda_device_count() > 1:
+        if self._pool is None and self._device() is None and cuda_device_count() > 1:
             self._pool = self.model.start_multi_process_pool()
         if self._pool is not None:
             kwargs["pool"] = self._pool

@@ -193,6 +193,7 @@ def add_hard_negatives(
     pool_chunk: int = 8192,
     seed: int = 0,
     reuse_embeddings: bool = True,
+    encode_backend: str = "torch",
 ) -> dict[str, Any]:
     """Add ``negative_1 .. negative_{count}`` to the training groups of the merged mining folder ``folder``.
 
@@ -208,6 +209,8 @@ def add_hard_negatives(
             training document.
         reuse_embeddings: copy the vectors mining stored where they fit (:mod:`xprt_st.mining.passage_vectors`);
             false encodes every passage again.
+        encode_backend: what runs the model's transformer (:mod:`xprt_st.encode_backend`); its export is kept
+            in ``folder/.onnx-cache``. Stored vectors of another backend are not reused.
 
     Returns:
         The statistics also written under ``hard_negatives`` in ``stats.json`` (whose ``settings`` then record
@@ -215,9 +218,9 @@ def add_hard_negatives(
     """
     import datasets
 
+    from xprt_st.encode_backend import load_encoder
     from xprt_st.mining.layout import DATASET_STATE, STATS_FILE, atomic_write_json, read_stats
     from xprt_st.mining.layout.merged import publish_dataset
-    from xprt_st.models import load_model
 
     folder = Path(folder)
     if count < 1:
@@ -244,7 +247,7 @@ def add_hard_negatives(
 
     pool_rows = np.flatnonzero(~held_out)
     check_candidates(folder, count, labels[pool_rows])
-    sentence_model = model if model is not None and not isinstance(model, str | Path) else load_model(model)
+    sentence_model = load_encoder(model, encode_backend, folder)
     with tempfile.TemporaryDirectory(prefix="xprt-hard-negatives-") as scratch:
         dim = (
             getattr(sentence_model, "get_embedding_dimension", None) or sentence_model.get_sentence_embedding_dimension

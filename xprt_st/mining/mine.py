@@ -145,6 +145,7 @@ def mine(corpus: Any, output_dir: str | Path, **settings: Any) -> dict[str, Any]
             max_ratio=max_ratio,
             batch_size=config.batch_size,
             seed=config.seed,
+            encode_backend=config.encode_backend,
         )
         result = read_stats(output_dir) or result
     if structure:

@@ -171,7 +171,7 @@ class Engine:
         self.output_dir = Path(output_dir)
         self.config = config or MiningConfig()
         self.config.validate()
-        self.encoder = MiningEncoder(self.config, model)
+        self.encoder = MiningEncoder(self.config, model, self.output_dir)
         self.layout = MiningLayout(self.output_dir)
         self.progress = progress
         self.overwrite = overwrite

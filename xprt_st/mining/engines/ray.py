@@ -184,7 +184,7 @@ class RayEngine(Engine):
         self.worker_model = model
         # The driver only needs the tokenizer and the model's length limit: keep it off the workers' GPUs.
         if model is None:
-            self.encoder = MiningEncoder(dataclasses.replace(self.config, device="cpu"))
+            self.encoder = MiningEncoder(dataclasses.replace(self.config, device="cpu"), cache_root=self.output_dir)
         self.num_workers = num_workers
         self.address = address
         self.worker_restarts = worker_restarts
@@ -402,7 +402,7 @@ class ChunkWorker:
 
         model = ray.get(model_ref[0]) if model_ref else None
         self.config = config
-        self.encoder = MiningEncoder(config, model)
+        self.encoder = MiningEncoder(config, model, Path(output_dir))
         if model is None and config.encodes:
             _ = self.encoder.model  # load now, once per worker, not inside the first chunk's timing
         self.scorer: TfidfScorer = ray.get(scorer_ref[0])

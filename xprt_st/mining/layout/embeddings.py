@@ -9,8 +9,8 @@ concatenates them, chunk by chunk into a memory map, in the order of ``passages.
 encoding.
 
 A stage that needs passage vectors (the hard-negative pass) calls :func:`stored_vectors`: it gets the
-memory map only when the model's weights, its maximum length, the prompt and the texts are those the
-vectors were made of; otherwise None, and it encodes.
+memory map only when the model's weights, its maximum length, the prompt, the encode backend and the texts
+are those the vectors were made of; otherwise None, and it encodes.
 """
 
 from __future__ import annotations
@@ -34,19 +34,27 @@ by batch padding (< 1e-5)."""
 
 
 def encoder_identity(model: Any, prompt: str) -> dict[str, Any]:
-    """What decides a passage's vector besides its text: a hash of the weights, the maximum length, the prompt.
+    """What decides a passage's vector besides its text: a hash of the weights, the maximum length, the prompt
+    and the encode backend that ran the model (:mod:`xprt_st.encode_backend`: its vectors are not torch's bits).
 
     Hashing the weights (not the name) lets a loaded model, a path and a name be compared alike; it
     takes well under a second for a MiniLM-sized model.
     """
     import torch
 
+    from xprt_st.encode_backend import backend_of
+
     digest = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
         digest.update(name.encode())
         # the raw bytes of any dtype: numpy has no bfloat16, which a bf16 mining model's weights are
         digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    return {"weights_sha256": digest.hexdigest(), "max_seq_length": model.max_seq_length, "prompt": prompt}
+    return {
+        "weights_sha256": digest.hexdigest(),
+        "max_seq_length": model.max_seq_length,
+        "prompt": prompt,
+        "encode_backend": backend_of(model),
+    }
 
 
 def texts_sha256(texts: Iterable[str]) -> str:

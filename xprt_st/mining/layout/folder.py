@@ -42,6 +42,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from xprt_st.encode_backend import CACHE_DIR
 from xprt_st.mining.config import (
     MiningConfigError,
     MiningError,
@@ -140,8 +141,10 @@ OWNED_NAMES = (
     LOG_FILE,
     EMBEDDINGS_FILE,
     EMBEDDINGS_RECORD,
+    CACHE_DIR,
 )
-"""Top-level names mining writes (with ``data-*.arrow``, temporary folders, locks and ``shards/`` parts)."""
+"""Top-level names mining writes (with ``data-*.arrow``, temporary folders, locks and ``shards/`` parts);
+``.onnx-cache`` holds the exports of ``--encode-backend onnx|openvino``."""
 CHUNK_PATTERN = "chunk-[0-9][0-9][0-9][0-9][0-9]"
 
 
@@ -302,8 +305,8 @@ class MiningLayout:
             return
         logger.warning("--overwrite: deleting the mining run stored in %s", self.output_dir)
         for path in owned:
-            if path.name == LOG_FILE or path.name.startswith(LOCK_PREFIX):
-                continue  # the running command's own log and lock
+            if path.name in (LOG_FILE, CACHE_DIR) or path.name.startswith(LOCK_PREFIX):
+                continue  # the running command's own log and lock; exports keyed by their weights stay valid
             remove_path(path)
         shards = self.output_dir / SHARDS_DIR
         if shards.is_dir() and not shards.is_symlink() and not any(shards.iterdir()):
