@@ -212,12 +212,8 @@ def _titles_intervals(
             except (TrainingStateError, KeyError):
                 continue
             reference, others = f"start {starting}", report.models
-<<<<<<< HEAD
-            start = score_model(load_model(starting, device=device), titles, batch_size).per_query
-=======
             model = load_encoder(starting, backend, cache_root, device)
-            start = score_model(model, load_titles_task(folder), batch_size).per_query
->>>>>>> backend
+            start = score_model(model, titles, batch_size).per_query
         for label in others:
             row = comparison_record(scores[label], start) | caveat
             console.print(

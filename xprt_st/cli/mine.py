@@ -10,12 +10,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from xprt_st.cli import app
-<<<<<<< HEAD
 from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
-=======
-from xprt_st.cli.common import OutputPathError, check_output_folder, command_logging
 from xprt_st.encode_backend import OPTION_HELP, EncodeBackendError, check_encode_backend
->>>>>>> backend
 from xprt_st.mining.config import MiningConfig, MiningError, NoGroupsError
 from xprt_st.mining.groups import DEFAULT_THRESHOLD_QUANTILE, PAPER_THRESHOLD
 from xprt_st.mining.layout import STRUCTURE_DIR, STRUCTURE_MIXED_DIR, MiningLayout, read_stats

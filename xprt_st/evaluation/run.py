@@ -46,28 +46,20 @@ def default_cache_dir() -> Path:
 
 
 def model_fingerprint(model: SentenceTransformer) -> str:
-<<<<<<< HEAD
     """A short hash of what decides the model's embeddings: its weights, its modules with their settings (the
-    pooling mode, ...), its token limit and its prompts. It is the revision of its mteb result key, so a folder
-    whose pooling or ``max_seq_length`` was changed in place is scored again, not read from the cache."""
-=======
-    """A short hash of the model's weights, its module layout and a non-torch encode backend: the revision of its
-    mteb result key."""
->>>>>>> backend
+    pooling mode, ...), its token limit, its prompts and a non-torch encode backend. It is the revision of its mteb
+    result key, so a folder whose pooling or ``max_seq_length`` was changed in place is scored again, not read from
+    the cache."""
     digest = hashlib.sha1()
     for name, tensor in model.state_dict().items():
         digest.update(name.encode())
         digest.update(str(tuple(tensor.shape)).encode())
         digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
-<<<<<<< HEAD
     modules = [(type(module).__name__, getattr(module, "get_config_dict", dict)()) for module in model]
     digest.update(repr([modules, model.max_seq_length, sorted(model.prompts.items())]).encode())
-=======
-    digest.update(repr([type(module).__name__ for module in model]).encode())
     backend = backend_of(model)
-    if backend != "torch":  # another runtime's scores are not torch's bits; torch keys stay as they were
+    if backend != "torch":  # another runtime's scores are not torch's bits
         digest.update(backend.encode())
->>>>>>> backend
     return digest.hexdigest()[:16]
 
 
