@@ -281,9 +281,9 @@ class MiningLayout:
             return
         if not self.output_dir.is_dir():
             return
-        foreign = []  # without a run's manifest nothing here is mining's but the command's own log and lock
-        for path in sorted(self.output_dir.iterdir()):
-            if path.name == LOG_FILE or (path.name.startswith(LOCK_PREFIX) and path.suffix == ".lock"):
+        foreign = []  # without a run's manifest nothing here is mining's but the command's own log, lock and export
+        for path in sorted(self.output_dir.iterdir()):  # (the model loads, and exports, before the run is recorded)
+            if path.name in (LOG_FILE, CACHE_DIR) or (path.name.startswith(LOCK_PREFIX) and path.suffix == ".lock"):
                 continue
             if path.name == SHARDS_DIR and path.is_dir() and not path.is_symlink() and any(path.iterdir()):
                 foreign += [f"{SHARDS_DIR}/{p.name}" for p in sorted(path.iterdir())]
