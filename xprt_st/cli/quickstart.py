@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Annotated
 
@@ -11,7 +12,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from xprt_st.cli import app
+from xprt_st.progress_lines import Heartbeat
 from xprt_st.quickstart_defaults import DEFAULTS, HOLDOUT, LABEL_FREE_NOTE, closing_note
+from xprt_st.stage_timing import StageTimer, format_rows
 
 console = Console()
 
@@ -137,11 +140,13 @@ def quickstart(
         console.print(f"[bold red]error:[/bold red] {escape(str(error))}", highlight=False)
         raise typer.Exit(2) from error
     console.rule("[bold]xprt-st quickstart[/bold]: mine -> pre-train -> evaluate")
+    timer = StageTimer()
     try:
-        with command_logging(
-            "quickstart", output, verbose=verbose, progress=progress, show_info=verbose, folder=folder
+        with (
+            command_logging("quickstart", output, verbose=verbose, progress=progress, show_info=verbose, folder=folder),
+            progress_lines(timer, progress),
         ):
-            summary = run_quickstart(config, progress=progress, folder=folder)
+            summary = run_quickstart(config, progress=progress, folder=folder, timer=timer)
     except NoGroupsError as error:  # a corpus too small or too short to mine: what mining found is kept
         console.print(f"[bold red]no groups:[/bold red] {escape(str(error))}", highlight=False)
         raise typer.Exit(1) from error
@@ -164,9 +169,31 @@ def quickstart(
             console.print(LABEL_FREE_NOTE, highlight=False)
     if summary.get("titles"):
         console.print(titles_line(summary["titles"]), highlight=False)
+    if summary.get("stages"):
+        console.print(stage_table(summary["stages"]))
     console.print(
         f"Everything is in [bold]{output}[/bold]; the trained model loads with SentenceTransformer('{output}/model')."
     )
+
+
+def progress_lines(timer: StageTimer, progress: bool) -> contextlib.AbstractContextManager:
+    """A progress line every 30 s naming the running stage, when progress is on and stdout is not a terminal (a
+    log file or CI job, where progress bars stay silent); otherwise nothing."""
+    if progress and not console.is_terminal:
+        return Heartbeat(timer, lambda line: console.print(line, highlight=False, markup=False))
+    return contextlib.nullcontext()
+
+
+def stage_table(rows: list[dict]) -> Table:
+    """The closing table of the stages: wall and CPU seconds, and whether a stage reused an encoding."""
+    table = Table(title="Time by stage (seconds)")
+    table.add_column("stage", style="bold")
+    table.add_column("wall", justify="right")
+    table.add_column("CPU", justify="right")
+    table.add_column("reused vectors")
+    for cells in format_rows(rows):
+        table.add_row(*cells)
+    return table
 
 
 def _print_scores(summary: dict) -> None:

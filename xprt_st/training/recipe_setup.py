@@ -38,7 +38,7 @@ from xprt_st.recipe import Recipe
 from xprt_st.training.data import MinedData, load_mined
 from xprt_st.training.label_free import LabelFreeEvaluator, evaluation_arguments, training_evaluator
 from xprt_st.training.objectives import build_loss, get_objective
-from xprt_st.training.progress import LogLinesCallback, RichProgressCallback
+from xprt_st.training.progress import LogLinesCallback, RichProgressCallback, StageStepsCallback
 from xprt_st.training.retention_text import add_retention_text, retention_positions
 from xprt_st.training.schedules import Schedule, TermScheduleCallback
 from xprt_st.training.trainer import TRAINING_STATE_DIR, XPRTTrainer
@@ -182,6 +182,7 @@ def trainer_setup(
     if schedules:
         all_callbacks.insert(0, TermScheduleCallback(loss, schedules))
     all_callbacks.append(RichProgressCallback() if progress else LogLinesCallback())
+    all_callbacks.append(StageStepsCallback())
 
     return TrainerSetup(
         model=sentence_model,
