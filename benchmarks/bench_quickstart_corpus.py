@@ -21,7 +21,10 @@ writing files). Python start-up and imports are the process's wall time minus th
 **What is compared.** The mined groups (every column, hard negatives included), the trained weights
 (largest absolute difference) and every score of ``summary.json`` must agree between the checkouts; the
 JSON says how closely they do. The ratios are this checkout's seconds over the reference's, per stage, for
-the stages that are not training steps (everything but ``train``), and for the whole run.
+the stages that are not training steps (everything but ``train``; also without the labelled evaluation,
+which encodes whole documents no other stage reads), and for the whole process. With ``--repeats`` above 1
+every turn is kept and the ratios are those of the first turn of each; ``--recompute`` recomputes them from a
+written JSON.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ WRAPPED = [  # (module, attribute or Class.method, stage): names both the older 
     ("xprt_st.quickstart", "titles_summary", "titles: start and trained"),
 ]
 TRAINING = "train"
+EVALUATION = "evaluate: task (start and trained)"
 
 
 def build_inputs(data_dir: Path, documents: int, folder: Path) -> tuple[Path, Path]:
@@ -178,6 +182,21 @@ def agreement(reference: Path, code: Path) -> dict[str, Any]:
 
     groups = [datasets.load_from_disk(str(folder / "mined")) for folder in (reference, code)]
     same_groups = groups[0].column_names == groups[1].column_names and groups[0].to_dict() == groups[1].to_dict()
+    columns = [c for c in groups[0].column_names if c in groups[1].column_names]
+    differing = {
+        c: [i for i, (a, b) in enumerate(zip(groups[0][c], groups[1][c], strict=True)) if a != b] for c in columns
+    }
+    rows = sorted({i for found in differing.values() for i in found})
+    repeated = [  # per run: the rows whose negatives are one passage repeated (a single survivor, or a random one)
+        {i for i, (a, b) in enumerate(zip(g["negative_1"], g["negative_2"], strict=True)) if a == b}
+        if "negative_2" in g.column_names
+        else set()
+        for g in groups
+    ]
+    hard_negatives = [
+        json.loads((folder / "mined" / "stats.json").read_text(encoding="utf-8")).get("hard_negatives")
+        for folder in (reference, code)
+    ]
     weights = [load_file(str(folder / "model" / "model.safetensors")) for folder in (reference, code)]
     largest = max(float(np.abs(weights[0][k] - weights[1][k]).max()) for k in weights[0])
     summaries = [json.loads((folder / "summary.json").read_text(encoding="utf-8")) for folder in (reference, code)]
@@ -194,6 +213,11 @@ def agreement(reference: Path, code: Path) -> dict[str, Any]:
         "groups_equal": same_groups,
         "groups": len(groups[0]),
         "group_columns": groups[0].column_names,
+        "differing_rows_per_column": {c: len(found) for c, found in differing.items()},
+        "differing_rows": rows,
+        "repeated_negative_rows": [len(r) for r in repeated],
+        "differing_rows_with_repeated_negatives_in_both": sum(i in repeated[0] and i in repeated[1] for i in rows),
+        "hard_negative_stats": hard_negatives,
         "weights_keys_equal": sorted(weights[0]) == sorted(weights[1]),
         "weights_max_abs_difference": largest,
         "score_abs_differences": scores,
@@ -218,15 +242,19 @@ def ratios(reference: dict[str, Any], code: dict[str, Any]) -> dict[str, Any]:
             }
         )
 
-    def seconds(record: dict[str, Any], key: str, training: bool) -> float:
-        return sum(r[key] for r in record["stages"] if (r["stage"] == TRAINING) == training)
+    def seconds(record: dict[str, Any], key: str, wanted: Any) -> float:
+        return sum(r[key] for r in record["stages"] if wanted(r["stage"]))
 
+    parts = {
+        "not_training": lambda name: name != TRAINING,
+        "training": lambda name: name == TRAINING,
+        "not_training_nor_labelled_evaluation": lambda name: name != TRAINING and name != EVALUATION,
+    }
     summary = {}
     for key in ("wall_s", "cpu_s"):
-        outside = [seconds(r, key, False) for r in (reference, code)]
-        inside = [seconds(r, key, True) for r in (reference, code)]
-        summary[f"not_training_{key}"] = {"reference": outside[0], "code": outside[1], "ratio": outside[1] / outside[0]}
-        summary[f"training_{key}"] = {"reference": inside[0], "code": inside[1], "ratio": inside[1] / inside[0]}
+        for part, wanted in parts.items():
+            both = [seconds(r, key, wanted) for r in (reference, code)]
+            summary[f"{part}_{key}"] = {"reference": both[0], "code": both[1], "ratio": both[1] / both[0]}
         whole = [reference[key], code[key]]
         summary[f"whole_process_{key}"] = {"reference": whole[0], "code": whole[1], "ratio": whole[1] / whole[0]}
     return {"stages": table, **summary}
@@ -246,7 +274,22 @@ def main() -> None:
     )
     parser.add_argument("--work", type=Path, default=None, help="where the runs go (default: a temporary folder)")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--recompute",
+        action="store_true",
+        help="only recompute the ratios of --json from the turns it holds (and the agreement, if their runs remain)",
+    )
     args = parser.parse_args()
+    if args.recompute:
+        result = json.loads(args.json.read_text(encoding="utf-8"))
+        turns = result["turns"]
+        first = [next(t for t in turns if t["label"].startswith(label)) for label in ("reference", "code")]
+        result["ratios"] = ratios(*first)
+        if all((Path(t["output"]) / "summary.json").is_file() for t in first):
+            result["agreement"] = agreement(Path(first[0]["output"]), Path(first[1]["output"]))
+        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        print(json.dumps(result["ratios"], indent=2))
+        return
 
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-quickstart-corpus-"))
     corpus, beir = build_inputs(args.data_dir, args.documents, work / "inputs")
