@@ -89,3 +89,21 @@ def test_the_heartbeat_thread_starts_and_stops() -> None:
     with Heartbeat(timer, lines.append, interval=30.0) as beat:
         assert beat._thread is not None and beat._thread.is_alive()
     assert not beat._thread.is_alive() and lines == []
+
+
+def test_progress_lines_are_on_only_for_a_console_that_is_not_a_terminal() -> None:
+    import contextlib
+    import io
+
+    from rich.console import Console
+
+    from xprt_st.progress_lines import command_progress, heartbeat_for
+
+    timer = StageTimer()
+    assert isinstance(heartbeat_for(timer, Console(file=io.StringIO()), True), Heartbeat)  # a log file
+    terminal = Console(file=io.StringIO(), force_terminal=True)
+    assert isinstance(heartbeat_for(timer, terminal, True), contextlib.nullcontext)
+    assert isinstance(heartbeat_for(timer, Console(file=io.StringIO()), False), contextlib.nullcontext)  # -q
+    with command_progress("mine", Console(file=io.StringIO()), True) as active, stage("encode for mining"):
+        pass
+    assert [row["stage"] for row in active.rows()] == ["mine", "encode for mining"]

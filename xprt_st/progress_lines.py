@@ -12,12 +12,17 @@ the thread only calls it every second.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import TracebackType
+from typing import TYPE_CHECKING
 
-from xprt_st.stage_timing import StageTimer
+from xprt_st.stage_timing import StageTimer, timing
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 INTERVAL = 30.0
 """Seconds between two progress lines at most."""
@@ -94,3 +99,19 @@ class Heartbeat:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+
+
+def heartbeat_for(timer: StageTimer, console: Console, enabled: bool) -> contextlib.AbstractContextManager:
+    """A :class:`Heartbeat` printing to ``console`` when ``enabled`` and the console is not a terminal (a log
+    file or a CI job, where progress bars stay silent); otherwise nothing."""
+    if enabled and not console.is_terminal:
+        return Heartbeat(timer, lambda line: console.print(line, highlight=False, markup=False))
+    return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def command_progress(name: str, console: Console, enabled: bool) -> Iterator[StageTimer]:
+    """Run a command's block as stage ``name`` of a new active timer, with :func:`heartbeat_for` beside it."""
+    timer = StageTimer()
+    with timing(timer), timer.stage(name), heartbeat_for(timer, console, enabled):
+        yield timer

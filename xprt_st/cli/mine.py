@@ -20,6 +20,7 @@ from xprt_st.mining.report import write_report
 from xprt_st.mining.stats import summary_table
 from xprt_st.mining.structure import parse_kinds, structure_line, write_mixed_groups, write_structure_groups
 from xprt_st.paths import path_length_problem
+from xprt_st.progress_lines import command_progress
 
 DEFAULTS = MiningConfig()
 """Every option's default is the library's (one place holds each default)."""
@@ -186,7 +187,10 @@ def mine(
             check_output_folder(log_dir, "--output")
         except OutputPathError:
             log_dir = None
-    with command_logging("mine", log_dir, verbose=verbose, progress=not quiet, show_info=False):
+    with (
+        command_logging("mine", log_dir, verbose=verbose, progress=not quiet, show_info=False),
+        command_progress("mine", console, not quiet),
+    ):
         try:
             if threshold is not None and threshold_quantile is not None:
                 raise typer.BadParameter("give --threshold or --threshold-quantile, not both")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Annotated
 
@@ -12,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from xprt_st.cli import app
-from xprt_st.progress_lines import Heartbeat
+from xprt_st.progress_lines import heartbeat_for
 from xprt_st.quickstart_defaults import DEFAULTS, HOLDOUT, LABEL_FREE_NOTE, closing_note
 from xprt_st.stage_timing import StageTimer, format_rows
 
@@ -144,7 +143,7 @@ def quickstart(
     try:
         with (
             command_logging("quickstart", output, verbose=verbose, progress=progress, show_info=verbose, folder=folder),
-            progress_lines(timer, progress),
+            heartbeat_for(timer, console, progress),
         ):
             summary = run_quickstart(config, progress=progress, folder=folder, timer=timer)
     except NoGroupsError as error:  # a corpus too small or too short to mine: what mining found is kept
@@ -174,14 +173,6 @@ def quickstart(
     console.print(
         f"Everything is in [bold]{output}[/bold]; the trained model loads with SentenceTransformer('{output}/model')."
     )
-
-
-def progress_lines(timer: StageTimer, progress: bool) -> contextlib.AbstractContextManager:
-    """A progress line every 30 s naming the running stage, when progress is on and stdout is not a terminal (a
-    log file or CI job, where progress bars stay silent); otherwise nothing."""
-    if progress and not console.is_terminal:
-        return Heartbeat(timer, lambda line: console.print(line, highlight=False, markup=False))
-    return contextlib.nullcontext()
 
 
 def stage_table(rows: list[dict]) -> Table:
