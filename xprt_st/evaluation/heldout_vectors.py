@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from xprt_st.mining.layout import PASSAGES_FILE
-from xprt_st.mining.layout.embeddings import encoder_identity, stored_vectors, texts_sha256
+from xprt_st.mining.layout.embeddings import EMBEDDINGS_RECORD, encoder_identity, stored_vectors, texts_sha256
 from xprt_st.stage_timing import mark_reused
 
 if TYPE_CHECKING:
@@ -91,6 +91,12 @@ def _mining_vectors(
 
     path = folder / PASSAGES_FILE
     if not path.exists() or not texts:
+        return None
+    try:  # another model's vectors (every training step's model) are told apart before any passage is read
+        record = json.loads((folder / EMBEDDINGS_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if any(record.get(key) != value for key, value in identity.items()):
         return None
     try:
         table = pq.read_table(path, columns=["label", "passage_index", "text"]).to_pydict()
