@@ -445,3 +445,63 @@ def test_encode_backend_figures_are_the_recorded_ones() -> None:
     assert DEFAULTS.encode_backend == "torch"
     cpu = [f"{summary[n]['cpu_ratio_to_torch']:.2f}x" for n in ("onnx", "openvino")]
     assert f"{cpu[0]} and {cpu[1]} torch's throughput, the same scores, so torch stays the default" in README
+
+
+# --- The quickstart's stage table (benchmarks/bench_quickstart_corpus.py) --------------------------------------
+
+QUICKSTART_BENCH = "bench-quickstart-corpus-cpu.json"
+SUMMARY_ROWS = {  # docs/mining.md's summary rows -> the ratios' keys
+    "not training": "not_training",
+    "not training, without the labelled evaluation": "not_training_nor_labelled_evaluation",
+    "training steps": "training",
+}
+
+
+def _quickstart_turns() -> tuple[dict, dict, dict]:
+    result = _json(QUICKSTART_BENCH)
+    first = [next(t for t in result["turns"] if t["label"].startswith(label)) for label in ("reference", "code")]
+    return result, first[0], first[1]
+
+
+def test_the_quickstart_stage_table_is_the_benchmarks() -> None:
+    result, before, now = _quickstart_turns()
+    section = _section(MINING, "### The quickstart, stage by stage")
+    rows = {row["stage"].strip("*`"): row for row in _table(section, "stage")}
+    stages = {name: (next(r for r in before["stages"] if r["stage"] == name), r) for name, r in
+              ((r["stage"], r) for r in now["stages"])}  # fmt: skip
+    for name, (old, new) in stages.items():
+        row = rows[name]
+        assert _number(row["before: CPU s"]) == round(old["cpu_s"], 1), name
+        assert _number(row["now: CPU s"]) == round(new["cpu_s"], 1), name
+        assert _number(row["before: wall s"]) == round(old["wall_s"], 1), name
+        assert _number(row["now: wall s"]) == round(new["wall_s"], 1), name
+    for label, key in SUMMARY_ROWS.items():
+        row = rows[label]
+        for clock in ("cpu", "wall"):
+            figures = result["ratios"][f"{key}_{clock}_s"]
+            assert _number(row[f"before: {clock if clock == 'wall' else 'CPU'} s"]) == round(figures["reference"], 1)
+            assert _number(row[f"now: {clock if clock == 'wall' else 'CPU'} s"]) == round(figures["code"], 1)
+        assert _number(row["now / before, CPU"]) == round(result["ratios"][f"{key}_cpu_s"]["ratio"], 2), label
+    whole = rows["whole process"]
+    assert _number(whole["before: CPU s"]) == round(before["cpu_s"], 1)
+    assert _number(whole["now: CPU s"]) == round(now["cpu_s"], 1)
+    assert _number(whole["now / before, CPU"]) == round(result["ratios"]["whole_process_cpu_s"]["ratio"], 2)
+    assert result["agreement"]["all_within_1e-6"] == ("the same groups, weights and scores" in section)
+
+
+def test_the_readme_quickstart_stage_figures_are_the_benchmarks() -> None:
+    result, before, now = _quickstart_turns()
+    own = README.split("## On your own documents")[1].split("\n## ")[0]  # its bash block's "# 1." lines are no headings
+    table = next(t for t in _tables(own) if "quickstart stages" in next(iter(t[0])))
+    header = next(iter(table[0]))
+    assert f"{result['documents']:,} NFCorpus abstracts, {result['max_steps']} steps, one thread, CPU s" in header
+    rows = {row[header]: row for row in table}
+    old, new = rows["every stage encoding its texts"], rows["each text once per model"]
+    ratios = result["ratios"]
+    for column, key in (("not training", "not_training_cpu_s"), ("training steps", "training_cpu_s")):
+        assert _number(old[column]) == round(ratios[key]["reference"])
+        assert _number(new[column]) == round(ratios[key]["code"])
+    assert _number(old["whole run"]) == round(before["cpu_s"])
+    assert _number(new["whole run"]) == round(now["cpu_s"])
+    assert f"{ratios['not_training_cpu_s']['ratio']:.2f}x" in new["not training"]
+    assert f"{ratios['whole_process_cpu_s']['ratio']:.2f}x" in new["whole run"]

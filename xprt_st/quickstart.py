@@ -42,6 +42,7 @@ from xprt_st.quickstart_defaults import (
 )
 from xprt_st.quickstart_notes import passes_note, task_corpus_note, task_corpus_overlap, training_passes
 from xprt_st.recipe import Recipe, load_recipe
+from xprt_st.stage_timing import StageTimer, stage, timing
 from xprt_st.training import train_recipe
 
 logger = logging.getLogger(__name__)
@@ -178,11 +179,15 @@ def _add_hard_negatives(mined: Path, recipe: Recipe, config: QuickstartConfig) -
 
     count = int(recipe.data.requires.get("hard_negatives", 0) or 0)
     if count and int((read_stats(mined) or {}).get("settings", {}).get("hard_negatives", 0) or 0) != count:
-        add_hard_negatives(mined, count, model=config.model, seed=config.seed, encode_backend=config.encode_backend)
+        with stage("hard negatives"):
+            add_hard_negatives(mined, count, model=config.model, seed=config.seed, encode_backend=config.encode_backend)
 
 
 def run_quickstart(
-    config: QuickstartConfig, progress: bool = True, folder: OutputFolder | None = None
+    config: QuickstartConfig,
+    progress: bool = True,
+    folder: OutputFolder | None = None,
+    timer: StageTimer | None = None,
 ) -> dict[str, Any]:
     """Mine the shipped corpus, train ``config.recipe`` briefly, evaluate before and after.
 
@@ -197,13 +202,17 @@ def run_quickstart(
         paired bootstrap 95% interval over the task's queries; ``gained`` is True only when every task's
         interval lies above 0. ``label_free`` is :func:`label_free_summary` on the pages held out of
         training (None with ``holdout`` 0), ``titles`` :func:`titles_summary` on their titles and headings
-        (None without).
+        (None without). ``stages`` is the table of ``timer`` (:class:`~xprt_st.stage_timing.StageTimer`; a new one
+        without it): per stage its wall and CPU seconds and whether it reused an encoding, ``other`` being the
+        time between stages (checks, loading the recipe, writing files).
     """
     check_inputs(config)
-    if folder is None:
-        with command_folder(config.output, "quickstart") as held:
-            return _run(config, progress, held)
-    return _run(config, progress, folder)
+    timer = StageTimer() if timer is None else timer
+    with timing(timer), timer.stage("other"):
+        if folder is None:
+            with command_folder(config.output, "quickstart") as held:
+                return _run(config, progress, held, timer)
+        return _run(config, progress, folder, timer)
 
 
 def quickstart_sources(config: QuickstartConfig) -> list[str | Path]:
@@ -224,7 +233,7 @@ def check_reuse(config: QuickstartConfig, folder: OutputFolder) -> None:
         raise QuickstartInputError(f"--output {config.output}: {error}") from error
 
 
-def _run(config: QuickstartConfig, progress: bool, folder: OutputFolder) -> dict[str, Any]:
+def _run(config: QuickstartConfig, progress: bool, folder: OutputFolder, timer: StageTimer) -> dict[str, Any]:
     """:func:`run_quickstart` once the output folder is held."""
     check_reuse(config, folder)
     output = Path(config.output)
@@ -235,18 +244,19 @@ def _run(config: QuickstartConfig, progress: bool, folder: OutputFolder) -> dict
         folder.record("corpus-subset.jsonl")
         corpus = [_first_documents(QUICKSTART_CORPUS, config.max_documents, output / "corpus-subset.jsonl")]
     try:
-        stats = mine(
-            corpus,
-            mined,
-            **config.mining_fields(),
-            holdout=config.holdout,
-            model=config.model,
-            threshold_quantile=config.threshold_quantile,
-            max_tokens=config.max_seq_length,
-            seed=config.seed,
-            encode_backend=config.encode_backend,
-            progress=progress,
-        )
+        with stage("mine"):
+            stats = mine(
+                corpus,
+                mined,
+                **config.mining_fields(),
+                holdout=config.holdout,
+                model=config.model,
+                threshold_quantile=config.threshold_quantile,
+                max_tokens=config.max_seq_length,
+                seed=config.seed,
+                encode_backend=config.encode_backend,
+                progress=progress,
+            )
     except MiningConfigError as error:  # OUTPUT/mined is another run's: its groups are kept, not mixed with these
         raise QuickstartInputError(
             f"--output {output}: {error.reason} Give a new --output folder, or delete {mined} to mine again."
@@ -287,21 +297,23 @@ def _run(config: QuickstartConfig, progress: bool, folder: OutputFolder) -> dict
         logger.warning("%s", notes["passes"])
     if not trained:
         reuse.start_stage(config, folder, reuse.MODEL, reuse.training_fingerprint(config_given))
-        train_recipe(recipe, data=mined, output=model_dir, progress=progress)
+        with stage("train"):
+            train_recipe(recipe, data=mined, output=model_dir, progress=progress)
     tasks = list(config.tasks)
     report = None
     if tasks:
         folder.record("evaluation")
-        report = evaluate_models(
-            [config.model, model_dir],
-            tasks,
-            labels=["starting model", f"after {config.recipe}"],
-            seed=config.seed,
-            cache_dir=output / "evaluation" / "cache",
-            show_progress=False,
-            encode_backend=config.encode_backend,
-            backend_cache=mined,
-        )
+        with stage(f"evaluate: {', '.join(tasks)}"):
+            report = evaluate_models(
+                [config.model, model_dir],
+                tasks,
+                labels=["starting model", f"after {config.recipe}"],
+                seed=config.seed,
+                cache_dir=output / "evaluation" / "cache",
+                show_progress=False,
+                encode_backend=config.encode_backend,
+                backend_cache=mined,
+            )
         report.write(output / "evaluation")
     summary = _summary(report, stats, config)
     summary["label_free"] = label_free_summary(mined, config.model, model_dir, config.encode_backend)
@@ -309,6 +321,7 @@ def _run(config: QuickstartConfig, progress: bool, folder: OutputFolder) -> dict
     summary["training_passes"] = round(training_passes(config.max_steps, config.batch_size, groups), 3)
     summary["notes"] = notes
     summary["task_corpus_overlap"] = overlap
+    summary["stages"] = timer.rows()
     folder.record("summary.json")
     (output / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
     return summary
@@ -354,8 +367,10 @@ def titles_summary(
         task = load_titles_task(mined)
     except HeldOutError:  # no held-out part, or no titles in it (NoTitlesError)
         return None
-    before = score_model(load_encoder(start, encode_backend, mined), task)
-    after = score_model(load_encoder(trained, encode_backend, mined), task)
+    with stage("titles: start"):
+        before = score_model(load_encoder(start, encode_backend, mined), task)
+    with stage("titles: trained"):
+        after = score_model(load_encoder(trained, encode_backend, mined), task)
     record = comparison_record(after.per_query, before.per_query) | {"first_lines": task.first_lines}
     return record | ({"caveat": task.caveat} if task.caveat else {})
 
@@ -393,8 +408,10 @@ def label_free_summary(
         same_data = Path(record.get("data", "")).resolve() == Path(mined).resolve()
         if same_data and record.get("queries") == len(heldout.queries):
             return record
-    before = score_model(load_encoder(start, encode_backend, mined), heldout)
-    after = score_model(load_encoder(trained, encode_backend, mined), heldout)
+    with stage("label-free: start"):
+        before = score_model(load_encoder(start, encode_backend, mined), heldout)
+    with stage("label-free: trained"):
+        after = score_model(load_encoder(trained, encode_backend, mined), heldout)
     return comparison(after, before)
 
 

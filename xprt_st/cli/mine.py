@@ -28,6 +28,7 @@ from xprt_st.mining.structure import (
     write_structure_groups,
 )
 from xprt_st.paths import path_length_problem
+from xprt_st.progress_lines import command_progress
 
 DEFAULTS = MiningConfig()
 """Every option's default is the library's (one place holds each default)."""
@@ -204,7 +205,10 @@ def mine(
             log_dir = None
     from xprt_st.models import ModelLoadError
 
-    with command_logging("mine", log_dir, verbose=verbose, progress=not quiet, show_info=False):
+    with (
+        command_logging("mine", log_dir, verbose=verbose, progress=not quiet, show_info=False),
+        command_progress("mine", console, not quiet),
+    ):
         try:
             if threshold is not None and threshold_quantile is not None:
                 raise typer.BadParameter("give --threshold or --threshold-quantile, not both")

@@ -12,7 +12,9 @@ from rich.table import Table
 
 from xprt_st.cli import app
 from xprt_st.encode_backend import OPTION_HELP, check_encode_backend
+from xprt_st.progress_lines import heartbeat_for
 from xprt_st.quickstart_defaults import DEFAULTS, HOLDOUT, LABEL_FREE_NOTE, closing_note
+from xprt_st.stage_timing import StageTimer, format_rows
 
 console = Console(emoji=False)  # a task or folder named like :m: stays text
 
@@ -141,11 +143,13 @@ def quickstart(
         console.print(f"[bold red]error:[/bold red] {escape(str(error))}", highlight=False)
         raise typer.Exit(2) from error
     console.rule("[bold]xprt-st quickstart[/bold]: mine -> pre-train -> evaluate")
+    timer = StageTimer()
     try:
-        with command_logging(
-            "quickstart", output, verbose=verbose, progress=progress, show_info=verbose, folder=folder
+        with (
+            command_logging("quickstart", output, verbose=verbose, progress=progress, show_info=verbose, folder=folder),
+            heartbeat_for(timer, console, progress),
         ):
-            summary = run_quickstart(config, progress=progress, folder=folder)
+            summary = run_quickstart(config, progress=progress, folder=folder, timer=timer)
     except NoGroupsError as error:  # a corpus too small or too short to mine: what mining found is kept
         console.print(f"[bold red]no groups:[/bold red] {escape(str(error))}", highlight=False)
         raise typer.Exit(1) from error
@@ -173,11 +177,25 @@ def quickstart(
             console.print(LABEL_FREE_NOTE, highlight=False, markup=False)
     if summary.get("titles"):
         console.print(titles_line(summary["titles"]), highlight=False, markup=False)
+    if summary.get("stages"):
+        console.print(stage_table(summary["stages"]))
     console.print(
         f"Everything is in [bold]{escape(str(output))}[/bold]; the trained model loads with "
         f"SentenceTransformer('{escape(str(output))}/model').",
         highlight=False,
     )
+
+
+def stage_table(rows: list[dict]) -> Table:
+    """The closing table of the stages: wall and CPU seconds, and whether a stage reused an encoding."""
+    table = Table(title="Time by stage (seconds)")
+    table.add_column("stage", style="bold")
+    table.add_column("wall", justify="right")
+    table.add_column("CPU", justify="right")
+    table.add_column("reused vectors")
+    for cells in format_rows(rows):
+        table.add_row(*cells)
+    return table
 
 
 def _print_scores(summary: dict) -> None:

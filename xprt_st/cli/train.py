@@ -100,6 +100,7 @@ def train(
     from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
     from xprt_st.models import ModelLoadError
     from xprt_st.output_folder import command_folder
+    from xprt_st.progress_lines import command_progress
     from xprt_st.recipe import RecipeError, load_recipe
     from xprt_st.training.checkpoints import CheckpointSpaceError, CheckpointWriteError
     from xprt_st.training.data import MinedDataError
@@ -143,7 +144,10 @@ def train(
         console.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
         raise typer.Exit(2) from error
     main_process = int(os.environ.get("RANK", "0")) == 0  # under torchrun / accelerate launch, one process reports
-    with command_logging("train", output, verbose=verbose, progress=progress, show_info=main_process):
+    with (
+        command_logging("train", output, verbose=verbose, progress=progress, show_info=main_process),
+        command_progress("train", console, progress and main_process),
+    ):
         try:
             folder = train_recipe(
                 resolved,

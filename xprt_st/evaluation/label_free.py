@@ -414,11 +414,11 @@ class Drift:
 
 
 def encode_passages(model: SentenceTransformer, heldout: HeldOut, batch_size: int = 32) -> np.ndarray:
-    """The model's embedding of every held-out passage (as passages: anchors are passages too)."""
-    return np.asarray(
-        model.encode(heldout.texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False),
-        dtype=np.float32,
-    )
+    """The model's embedding of every held-out passage (as passages: anchors are passages too), encoded once per
+    model and shared with ``titles:DIR`` (:func:`~xprt_st.evaluation.heldout_vectors.heldout_passage_vectors`)."""
+    from xprt_st.evaluation.heldout_vectors import heldout_passage_vectors
+
+    return heldout_passage_vectors(model, heldout.path, heldout.texts, heldout.ids, batch_size)
 
 
 def score_model(model: SentenceTransformer, heldout: HeldOut, batch_size: int = 32) -> LabelFreeScore:

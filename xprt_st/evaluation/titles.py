@@ -306,16 +306,15 @@ class TitlesScore:
 def score_model(
     model: SentenceTransformer, task: TitlesTask, batch_size: int = 32, passages: np.ndarray | None = None
 ) -> TitlesScore:
-    """Score a SentenceTransformer: encode the queries and (unless given) the held-out passages."""
+    """Score a SentenceTransformer: encode the queries and (unless given) the held-out passages, which are the
+    label-free task's and encoded once per model for both
+    (:func:`~xprt_st.evaluation.heldout_vectors.heldout_passage_vectors`)."""
+    from xprt_st.evaluation.heldout_vectors import heldout_passage_vectors
 
-    def encode(texts: list[str]) -> np.ndarray:
-        return np.asarray(
-            model.encode(texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False),
-            dtype=np.float32,
-        )
-
-    passages = encode(task.texts) if passages is None else passages
-    return TitlesScore(score_embeddings(task, encode(task.queries), passages), passages)
+    if passages is None:
+        passages = heldout_passage_vectors(model, task.path, task.texts, task.ids, batch_size)
+    queries = model.encode(task.queries, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
+    return TitlesScore(score_embeddings(task, np.asarray(queries, dtype=np.float32), passages), passages)
 
 
 def difference(model: TitlesScore | dict[str, float], start: TitlesScore | dict[str, float]) -> Interval:

@@ -17,6 +17,7 @@ import numpy as np
 from xprt_st.mining.config import MiningConfig, MiningConfigError
 from xprt_st.mining.passages import PassageSplitter
 from xprt_st.mining.token_ids import TokenPlan, token_plan, unsafe_characters
+from xprt_st.stage_timing import stage
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +127,10 @@ class MiningEncoder:
         tokenized again. The first batch of an encoder is also built the text way and compared: at any
         difference the encoder keeps the text path from then on (with a warning).
         """
+        with stage("encode for mining"):
+            return self._encode(passages, token_ids)
+
+    def _encode(self, passages: list[str], token_ids: list[np.ndarray | None] | None) -> np.ndarray:
         if token_ids is not None and passages and not self._uses_pool() and self.plan() is not None:
             vectors = self._encode_ids(passages, token_ids)
             if vectors is not None:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from xprt_st.mining.layout.embeddings import encoder_identity, stored_vectors, texts_sha256
+from xprt_st.stage_timing import advance, mark_reused
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ def fill_passage_vectors(
             out[start : start + ENCODE_STEP] = stored[rows[start : start + ENCODE_STEP]]
         todo = np.flatnonzero(np.isnan(out[: len(rows), 0])) if out.shape[1] else todo[:0]
     for start in range(0, len(todo), ENCODE_STEP):
+        advance(start, len(todo))
         positions = todo[start : start + ENCODE_STEP]
         out[positions] = model.encode(
             [texts[int(r)] for r in rows[positions]],
@@ -52,5 +54,7 @@ def fill_passage_vectors(
             show_progress_bar=False,
         )
     reused = len(rows) - len(todo)
+    if reused:
+        mark_reused()
     logger.info("passage vectors: %d reused from mining, %d encoded", reused, len(todo))
     return reused

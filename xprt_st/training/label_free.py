@@ -41,6 +41,7 @@ from xprt_st.evaluation.label_free import (
     knn_overlap,
     score_model,
 )
+from xprt_st.stage_timing import stage
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -94,7 +95,7 @@ class LabelFreeEvaluator(BaseEvaluator):
 
     def score_start(self, model: SentenceTransformer) -> LabelFreeScore:
         """Score the starting model (the reference of every later call) and return its score."""
-        self.start = self._score(model)
+        self.start = self._score(model, "label-free: start")
         self.history.append({"step": 0, f"{self.name}_{PRIMARY_METRIC}": self.start.score, "model": "start"})
         logger.info("label-free nDCG@10 of the starting model: %.4f", self.start.score)
         return self.start
@@ -119,12 +120,13 @@ class LabelFreeEvaluator(BaseEvaluator):
         self.history.append({"step": steps, "epoch": epoch, **metrics})
         return metrics
 
-    def _score(self, model: SentenceTransformer) -> LabelFreeScore:
+    def _score(self, model: SentenceTransformer, stage_name: str = "label-free: trained") -> LabelFreeScore:
         limit = model.max_seq_length
         if self.max_seq_length is not None:
             model.max_seq_length = self.max_seq_length
         try:
-            return score_model(model, self.heldout, self.batch_size)
+            with stage(stage_name):
+                return score_model(model, self.heldout, self.batch_size)
         finally:
             model.max_seq_length = limit
 

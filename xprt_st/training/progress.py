@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from xprt_st.stage_timing import advance
+
 HIDDEN_LOG_KEYS = {
     "epoch",
     "grad_norm",
@@ -173,3 +175,11 @@ class LogLinesCallback(TrainerCallback):
             logger.info("step %d/%d: %s", state.global_step, state.max_steps, terms)
         if state.is_world_process_zero and logs and not self.start_reported:
             self.start_reported = report_start_loss(logs, state.global_step, self.hard_negatives)
+
+
+class StageStepsCallback(TrainerCallback):
+    """Report the step count to the run's stage timer (:func:`xprt_st.stage_timing.advance`), for the progress
+    lines a log gets when no display is seen; nothing without an active timer."""
+
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs) -> None:
+        advance(state.global_step, state.max_steps)

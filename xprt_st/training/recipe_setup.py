@@ -39,7 +39,7 @@ from xprt_st.recipe import Recipe
 from xprt_st.training.data import MinedData, load_mined
 from xprt_st.training.label_free import LabelFreeEvaluator, evaluation_arguments, training_evaluator
 from xprt_st.training.objectives import build_loss, get_objective
-from xprt_st.training.progress import LogLinesCallback, RichProgressCallback
+from xprt_st.training.progress import LogLinesCallback, RichProgressCallback, StageStepsCallback
 from xprt_st.training.retention_text import add_retention_text, retention_positions
 from xprt_st.training.schedules import Schedule, TermScheduleCallback
 from xprt_st.training.trainer import TRAINING_STATE_DIR, XPRTTrainer
@@ -186,6 +186,7 @@ def trainer_setup(
     all_callbacks.append(
         RichProgressCallback(hard_negatives=hard_negatives) if progress else LogLinesCallback(hard_negatives)
     )
+    all_callbacks.append(StageStepsCallback())
 
     return TrainerSetup(
         model=sentence_model,

@@ -18,6 +18,7 @@ from xprt_st.mining.layout import remove_temporary
 from xprt_st.mining.merge import merge
 from xprt_st.mining.progress import progress_bar
 from xprt_st.mining.tfidf import TfidfScorer
+from xprt_st.stage_timing import advance, stage
 
 logger = logging.getLogger(__name__)
 
@@ -117,14 +118,21 @@ class GroupBuilder(Engine):
         result.chunks_reused = [c for c in range(num_chunks) if c not in todo]
         if todo:
             scorer = self.corpus_tfidf() if self.config.encodes else TfidfScorer()
+            done = [0]
+
+            def scored(count: int) -> None:
+                progress.advance(task, count)
+                done[0] += count
+                advance(done[0], total)
+
             with progress_bar(self.progress) as progress:
                 task = progress.add_task(f"shard {shard_index}: encoding", total=total)
                 for c in range(num_chunks):
                     if c not in todo:
-                        progress.advance(task, min(size, total - c * size))
+                        scored(min(size, total - c * size))
                         continue
                     chunk_docs = folder.read_documents(c * size, min((c + 1) * size, total))
-                    table, seconds, vectors = self.score(chunk_docs, scorer, lambda k: progress.advance(task, k))
+                    table, seconds, vectors = self.score(chunk_docs, scorer, scored)
                     self.write_chunk(shard_index, n, c, table, seconds, vectors)
                     result.chunks_computed.append(c)
         result.counts = self.finish_shard(shard_index, n, counts, num_chunks)
@@ -135,7 +143,14 @@ class GroupBuilder(Engine):
         folder = self.layout.shard_split(shard_index, self.num_shards)
         if folder.has_split() and (folder.frequencies_path.is_file() or not self.config.encodes):
             return folder.split_counts()
-        with progress_bar(self.progress) as progress:
+        read = [0]
+
+        def on_record() -> None:
+            progress.advance(task)
+            read[0] += 1
+            advance(read[0])
+
+        with stage("read corpus"), progress_bar(self.progress) as progress:
             task = progress.add_task(f"shard {shard_index}: reading", total=None)
             return split_sources(
                 self.corpus,
@@ -143,7 +158,7 @@ class GroupBuilder(Engine):
                 self.splitter(),
                 folder,
                 keep=lambda ordinal: ordinal % self.num_shards == shard_index,
-                on_record=lambda: progress.advance(task),
+                on_record=on_record,
             )
 
     def corpus_tfidf(self) -> TfidfScorer:
