@@ -168,3 +168,34 @@ def test_a_re_merge_keeps_the_folders_hard_negatives_unless_told_to_drop_them(tm
     dropped = CliRunner().invoke(app, ["mine", "--merge", str(out), "--hard-negatives", "0", *common])
     assert dropped.exit_code == 0, dropped.output
     assert negatives() == []
+
+
+def test_a_group_that_no_longer_needs_a_stand_in_moves_no_other_groups(
+    tmp_path: Path, tiny_model, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stand-in of a group whose every candidate was filtered is drawn per group. Before, one generator
+    served them in turn, so a near-tie that gave one group a real negative (a stored encoding against a fresh
+    one differ by float rounding) shifted every later group's stand-in."""
+    import xprt_st.mining.hard_negatives as module
+
+    corpus = _corpus(tmp_path / "c.jsonl", 16)
+    out = tmp_path / "mined"
+    settings = {"max_tokens": 32, "min_tokens": 8, "batch_size": 16, "id_field": "id"}
+    mine(corpus, out, model=tiny_model, progress=False, **settings)
+    original = module.positive_aware_filter
+
+    def runs(first_found: bool) -> list[str]:
+        def nothing_survives(scores, indices, positive_scores, count, max_ratio):
+            chosen, found = original(scores, indices, positive_scores, count, max_ratio=1e-9)
+            found[:] = 0
+            if first_found:  # the first group's candidate now passes the filter
+                chosen[0], found[0] = indices[0, :count], count
+            return chosen, found
+
+        monkeypatch.setattr(module, "positive_aware_filter", nothing_survives)
+        add_hard_negatives(out, 1, model=tiny_model, seed=3)
+        return datasets.load_from_disk(str(out))["negative_1"]
+
+    every_group_drawn, first_not_drawn = runs(False), runs(True)
+    assert len(every_group_drawn) >= 4
+    assert first_not_drawn[1:] == every_group_drawn[1:]

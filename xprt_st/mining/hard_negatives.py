@@ -205,8 +205,9 @@ def add_hard_negatives(
         depth: candidates kept per anchor before the filter (default ``max(4 * count, count + 16)``).
         batch_size: encoder batch.
         query_chunk, pool_chunk: anchors and passages scored at once (the memory bound).
-        seed: draws the stand-in of a group whose every candidate was filtered: a random passage of another
-            training document.
+        seed: with the group's row, draws the stand-in of a group whose every candidate was filtered: a random
+            passage of another training document (drawn per group, so a group whose candidates change by a
+            near-tie, as between a stored and a fresh encoding, changes no other group's stand-in).
         reuse_embeddings: copy the vectors mining stored where they fit (:mod:`xprt_st.mining.passage_vectors`);
             false encodes every passage again.
         encode_backend: what runs the model's transformer (:mod:`xprt_st.encode_backend`); its export is kept
@@ -262,7 +263,6 @@ def add_hard_negatives(
         position = np.full(len(labels), -1, dtype=np.int64)
         position[pool_rows] = np.arange(len(pool_rows))
         pool_labels = labels[pool_rows]
-        rng = np.random.default_rng(seed)
         chosen_rows = np.empty((len(anchor_rows), count), dtype=np.int64)
         survived = np.empty(len(anchor_rows), dtype=np.int64)
         scores_kept: list[float] = []
@@ -276,7 +276,8 @@ def add_hard_negatives(
             chosen, found = positive_aware_filter(scores, indices, positive_scores, count, max_ratio)
             for row in np.flatnonzero(found == 0):  # every candidate filtered: a random other document's passage
                 others = np.flatnonzero(pool_labels != pool_labels[a[row]])  # not empty: check_candidates
-                chosen[row] = others[rng.integers(len(others))]
+                draw = np.random.default_rng([seed % 2**63, start + int(row)])
+                chosen[row] = others[draw.integers(len(others))]
             for row in np.flatnonzero(found > 0):
                 scores_kept += [float(np.dot(queries[row], pool[i])) for i in chosen[row, : found[row]]]
             positives_seen += positive_scores.tolist()
