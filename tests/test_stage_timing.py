@@ -83,6 +83,33 @@ def test_a_progress_line_comes_every_30_seconds_of_a_long_stage_with_how_far_it_
     assert beat.poll() is None  # between stages: no line
 
 
+def test_a_stage_entered_chunk_by_chunk_counts_from_its_first_chunk_and_a_new_one_settles_first() -> None:
+    """Before, each chunk's "encode for mining" counted from its own start ("26 s so far", then "15 s so far"), and
+    a stage opened a moment after the last line was named at once ("train, 0 s so far")."""
+    wall = Clock()
+    timer = StageTimer(wall=wall, cpu=wall)
+    lines: list[str] = []
+    beat = Heartbeat(timer, lines.append, interval=30.0, clock=wall)
+    with timing(timer), stage("mine"):
+        for _chunk in range(3):  # 20 s of encoding, then 5 s of scoring, per chunk
+            with stage("encode for mining"):
+                for _ in range(20):
+                    wall.now += 1.0
+                    beat.poll()
+            wall.now += 5.0
+        wall.now += 40.0  # (no poll meanwhile)
+        with stage("train"):
+            wall.now += 1.0
+            assert beat.poll() is None  # 56 s since the last line, but train has run 1 s
+            wall.now += 5.0
+            beat.poll()
+    assert lines == [
+        "still working: encode for mining, 30 s so far",  # the second chunk, 30 s after the first began
+        "still working: encode for mining, 60 s so far",
+        "still working: train, 6 s so far",
+    ]
+
+
 def test_the_heartbeat_thread_starts_and_stops() -> None:
     timer = StageTimer()
     lines: list[str] = []

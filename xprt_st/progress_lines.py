@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 INTERVAL = 30.0
 """Seconds between two progress lines at most."""
+SETTLE = 5.0
+"""A stage open for less than this is not named yet: the line waits for it (no "train, 0 s so far")."""
 
 
 def progress_line(stage: str, seconds: float, done: int | None, total: int | None) -> str:
@@ -76,7 +78,7 @@ class Heartbeat:
         if now - self._last < self.interval:
             return None
         current = self.timer.now()
-        if current is None:  # between stages: nothing is running long
+        if current is None or current[1] < SETTLE:  # between stages, or one just begun: nothing running long
             return None
         line = progress_line(*current)
         self._last = now

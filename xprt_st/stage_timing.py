@@ -45,13 +45,13 @@ class StageTime:
     done: int | None = None
     total: int | None = None
     """How far the stage is (:func:`advance`), for progress lines."""
+    started: float | None = None
+    """Wall clock when the stage was first entered (a stage entered again, chunk by chunk, runs since then)."""
 
 
 @dataclass
 class _Open:
     row: StageTime
-    opened: float
-    """Wall clock when the stage was entered (for progress lines: how long it has run)."""
     wall: float
     cpu: float
     """The clocks when the stage last became the innermost one."""
@@ -81,9 +81,9 @@ class StageTimer:
             wall, cpu = self.wall(), self.cpu()
             if self._stack:
                 self._charge(self._stack[-1], wall, cpu)
-            row = self._rows.setdefault(name, StageTime(name))
+            row = self._rows.setdefault(name, StageTime(name, started=wall))
             row.done = row.total = None
-            self._stack.append(_Open(row, wall, wall, cpu))
+            self._stack.append(_Open(row, wall, cpu))
         try:
             yield row
         finally:
@@ -112,14 +112,15 @@ class StageTimer:
                 self._stack[-1].row.done, self._stack[-1].row.total = done, total
 
     def now(self) -> tuple[str, float, int | None, int | None] | None:
-        """The innermost open stage: its name, wall seconds since it was entered, and how far it is (``done``,
-        ``total``; the nearest outer stage's count when it reports none); None between stages."""
+        """The innermost open stage: its name, wall seconds since it was first entered (a stage entered chunk by
+        chunk counts from its first chunk), and how far it is (``done``, ``total``; the nearest outer stage's
+        count when it reports none); None between stages."""
         with self._lock:
             if not self._stack:
                 return None
             entry = self._stack[-1]
             counted = next((e.row for e in reversed(self._stack) if e.row.done is not None), entry.row)
-            return entry.row.name, self.wall() - entry.opened, counted.done, counted.total
+            return entry.row.name, self.wall() - (entry.row.started or 0.0), counted.done, counted.total
 
     def rows(self) -> list[dict[str, Any]]:
         """The table, one dict per stage: ``stage``, ``wall_s``, ``cpu_s`` (rounded to ms), ``reused``; the
