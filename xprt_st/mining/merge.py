@@ -347,13 +347,14 @@ def _contamination(output_dir: Path) -> dict[str, Any]:
     """Held-out documents and passages whose text the training part repeats (logged when there are any)."""
     found = heldout_contamination(output_dir / PASSAGES_FILE)
     if found["documents"] or found["passages"]:
+        examples = "; ".join(found["examples"])
         logger.warning(
             "%d held-out document(s) repeat the exact text of a training document under another id, and %d held-out "
-            "passage(s) are also training passages (e.g. %s): the label-free check is partly a score on training "
+            "passage(s) are also training passages%s: the label-free check is partly a score on training "
             "text. Remove the duplicates from the corpus (stats.json: holdout.contamination).",
             found["documents"],
             found["passages"],
-            "; ".join(found["examples"]) or "-",
+            f" (e.g. {examples})" if examples else "",
         )
     return found
 
