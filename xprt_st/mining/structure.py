@@ -348,8 +348,10 @@ def structure_negatives(
     """``count`` hard negatives per structure group: the anchor's nearest training passages of other documents.
 
     The anchors (titles, headings) and the training passages of ``folder/passages.parquet`` are embedded with
-    the mining model (``model``: a SentenceTransformer, a name or None for the offline default); NV-Retriever's
-    positive-aware filter (``max_ratio``) drops likely false negatives, as for the mined groups
+    the mining model (``model``: a SentenceTransformer, a name or None for the offline default); the passages'
+    vectors are mining's stored ones where model, length and texts are the same
+    (:func:`~xprt_st.mining.passage_vectors.fill_passage_vectors`). NV-Retriever's positive-aware filter
+    (``max_ratio``) drops likely false negatives, as for the mined groups
     (:mod:`xprt_st.mining.hard_negatives`). A group whose every candidate is filtered keeps its nearest one.
     """
     import numpy as np
@@ -358,18 +360,24 @@ def structure_negatives(
     from xprt_st.columns import ANCHOR, LABEL, POSITIVE
     from xprt_st.mining.hard_negatives import nearest_other_documents, positive_aware_filter
     from xprt_st.mining.layout import PASSAGES_FILE
+    from xprt_st.mining.passage_vectors import fill_passage_vectors
     from xprt_st.models import load_model
 
     table = pq.read_table(folder / PASSAGES_FILE, columns=["label", "text", "held_out"])
     keep = ~np.asarray(table.column("held_out").to_numpy(zero_copy_only=False), dtype=bool)
-    texts = [t for t, k in zip(table.column("text").to_pylist(), keep, strict=True) if k]
+    every_text = table.column("text").to_pylist()
+    pool_rows = np.flatnonzero(keep)
+    texts = [every_text[int(row)] for row in pool_rows]
     labels = np.asarray(table.column("label").to_numpy(), dtype=np.int64)[keep]
     encoder = model if model is not None and not isinstance(model, str | Path) else load_model(model)
 
     def encode(values: list[str]) -> np.ndarray:
         return encoder.encode(values, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
 
-    pool, queries, positives = encode(texts), encode(rows[ANCHOR]), encode(rows[POSITIVE])
+    dim = (getattr(encoder, "get_embedding_dimension", None) or encoder.get_sentence_embedding_dimension)()
+    pool = np.empty((len(pool_rows), dim), dtype=np.float32)
+    fill_passage_vectors(folder, every_text, pool_rows, encoder, pool, batch_size=32)  # mining's, where they fit
+    queries, positives = encode(rows[ANCHOR]), encode(rows[POSITIVE])
     query_labels = np.asarray(rows[LABEL], dtype=np.int64)
     depth = max(4 * count, count + 16)
     scores, indices = nearest_other_documents(queries, query_labels, pool, labels, depth)
