@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,36 @@ def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(xprt_st.quickstart, "run_quickstart", started)
     monkeypatch.setattr(xprt_st.models, "load_model", started)
+
+
+@pytest.fixture
+def elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working folder outside the repository, without ../shared/data."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.delenv("XPRT_DATA_DIR", raising=False)
+    return work
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, str]]]:
+    """Every text ``SentenceTransformer.encode`` is given from now on in the test, with a hash of the weights that
+    encoded it (``(weights_sha256, text)``); this process's held-out encodings are forgotten before and after."""
+    from sentence_transformers import SentenceTransformer
+
+    from xprt_st.evaluation import heldout_vectors
+    from xprt_st.mining.layout.embeddings import encoder_identity
+
+    seen: list[tuple[str, str]] = []
+    original = SentenceTransformer.encode
+
+    def counting(self, sentences, *args, **kwargs):
+        weights = encoder_identity(self, "")["weights_sha256"]
+        seen.extend((weights, text) for text in ([sentences] if isinstance(sentences, str) else sentences))
+        return original(self, sentences, *args, **kwargs)
+
+    monkeypatch.setattr(SentenceTransformer, "encode", counting)
+    heldout_vectors.forget()
+    yield seen
+    heldout_vectors.forget()

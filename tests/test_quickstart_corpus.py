@@ -52,16 +52,6 @@ def _write_user_data(folder: Path) -> tuple[Path, Path]:
     return corpus, beir
 
 
-@pytest.fixture
-def elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A working folder outside the repository, without ../shared/data."""
-    work = tmp_path / "work"
-    work.mkdir()
-    monkeypatch.chdir(work)
-    monkeypatch.delenv("XPRT_DATA_DIR", raising=False)
-    return work
-
-
 def _flat(text: str) -> str:
     return " ".join(text.split())
 

@@ -91,15 +91,20 @@ def test_a_rerun_with_a_changed_setting_stops_before_any_work_naming_what_differ
     assert (output / "summary.json").read_text() == summary
 
 
-def test_a_rerun_with_the_same_settings_reuses_the_model_without_training(
-    first_run: tuple[Path, dict[str, str]], monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def no_training(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A quickstart that would train fails the test: the rerun must reuse the model."""
     import xprt_st.quickstart
 
     def trained(*args, **kwargs):
-        raise AssertionError("the same settings trained again")
+        raise AssertionError("a rerun that should reuse the model trained again")
 
     monkeypatch.setattr(xprt_st.quickstart, "train_recipe", trained)
+
+
+def test_a_rerun_with_the_same_settings_reuses_the_model_without_training(
+    first_run: tuple[Path, dict[str, str]], no_training: None
+) -> None:
     root, options = first_run
     result = CliRunner().invoke(app, _args(options))
     assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
@@ -109,16 +114,8 @@ def test_a_rerun_with_the_same_settings_reuses_the_model_without_training(
     assert {"mined", "model", "summary.json"} <= set(manifest["files"])
 
 
-def test_the_recipe_files_location_is_not_a_setting(
-    first_run: tuple[Path, dict[str, str]], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_recipe_files_location_is_not_a_setting(first_run: tuple[Path, dict[str, str]], no_training: None) -> None:
     """The same recipe from another checkout or install (the first release stored its path and prose) is reused."""
-    import xprt_st.quickstart
-
-    def trained(*args, **kwargs):
-        raise AssertionError("a moved recipe file trained again")
-
-    monkeypatch.setattr(xprt_st.quickstart, "train_recipe", trained)
     root, options = first_run
     path = root / "out" / FINGERPRINT_FILE
     stored = path.read_text()

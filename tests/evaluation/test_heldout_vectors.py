@@ -8,12 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
-import pytest
 import torch
-from sentence_transformers import SentenceTransformer
 
 from tests.mining.test_mining_merge import TOPICS
-from xprt_st.evaluation import heldout_vectors, label_free, titles
+from xprt_st.evaluation import label_free, titles
 from xprt_st.mining import mine
 
 SETTINGS = {"max_tokens": 32, "min_tokens": 8, "batch_size": 16, "id_field": "id", "holdout": 0.4}
@@ -32,25 +30,6 @@ def _corpus(path: Path, documents: int) -> Path:
         rows.append(json.dumps({"text": "\n\n".join(paragraphs), "id": f"doc-{i}", "title": f"{topic} report {i}"}))
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
     return path
-
-
-@pytest.fixture
-def counted(monkeypatch):
-    """Every text SentenceTransformer.encode is given, with a hash of the weights that encoded it."""
-    from xprt_st.mining.layout.embeddings import encoder_identity
-
-    seen: list[tuple[str, str]] = []
-    original = SentenceTransformer.encode
-
-    def counting(self, sentences, *args, **kwargs):
-        weights = encoder_identity(self, "")["weights_sha256"]
-        seen.extend((weights, text) for text in ([sentences] if isinstance(sentences, str) else sentences))
-        return original(self, sentences, *args, **kwargs)
-
-    monkeypatch.setattr(SentenceTransformer, "encode", counting)
-    heldout_vectors.forget()
-    yield seen
-    heldout_vectors.forget()
 
 
 def _fresh(model, texts: list[str]) -> np.ndarray:

@@ -8,7 +8,6 @@ from pathlib import Path
 import datasets
 import numpy as np
 import pyarrow.parquet as pq
-from sentence_transformers import SentenceTransformer
 
 from tests.mining.test_mining_merge import _corpus
 from xprt_st.mining import mine
@@ -23,9 +22,7 @@ def _negatives(folder: Path) -> dict[str, list[str]]:
     return {c: groups[c] for c in groups.column_names if c.startswith("negative_")}
 
 
-def test_hard_negatives_reuse_mining_vectors_and_match_a_fresh_encoding(
-    tmp_path: Path, tiny_model, monkeypatch
-) -> None:
+def test_hard_negatives_reuse_mining_vectors_and_match_a_fresh_encoding(tmp_path: Path, tiny_model, counted) -> None:
     corpus = _corpus(tmp_path / "c.jsonl", 16)
     out = tmp_path / "mined"
     mine(corpus, out, model=tiny_model, progress=False, **SETTINGS)
@@ -45,15 +42,9 @@ def test_hard_negatives_reuse_mining_vectors_and_match_a_fresh_encoding(
     fresh = tiny_model.encode([r["text"] for r in passages], normalize_embeddings=True, convert_to_numpy=True)
     assert np.abs(stored[encoded] - fresh[encoded]).max() < 1e-5
 
-    seen: list[str] = []
-    original = SentenceTransformer.encode
-
-    def counting(self, sentences, *args, **kwargs):
-        seen.extend([sentences] if isinstance(sentences, str) else list(sentences))
-        return original(self, sentences, *args, **kwargs)
-
-    monkeypatch.setattr(SentenceTransformer, "encode", counting)
+    already = len(counted)
     summary = add_hard_negatives(out, 2, model=tiny_model, batch_size=16)
+    seen = [text for _, text in counted[already:]]
     mined_texts = {r["text"] for r, e in zip(passages, encoded, strict=True) if e}
     training_single = {r["text"] for r, s in zip(passages, single, strict=True) if s and not r["held_out"]}
     assert not set(seen) & mined_texts, "the hard-negative pass encoded a passage mining had encoded"
@@ -61,16 +52,16 @@ def test_hard_negatives_reuse_mining_vectors_and_match_a_fresh_encoding(
     assert summary["reused_vectors"] == int((encoded & ~np.array([r["held_out"] for r in passages])).sum()) > 0
     reused = _negatives(out)
 
-    seen.clear()
+    already = len(counted)
     add_hard_negatives(out, 2, model=tiny_model, batch_size=16, reuse_embeddings=False)
-    assert len(seen) == sum(not r["held_out"] for r in passages)  # today's path: every training passage again
+    assert len(counted) - already == sum(not r["held_out"] for r in passages)  # every training passage again
     assert _negatives(out) == reused  # the same hard negatives as a fresh encoding
 
     # a re-merge changes nothing about passages: the same vectors, nothing encoded
-    seen.clear()
+    already = len(counted)
     merge(out)
     assert np.array_equal(np.load(out / "embeddings.npy"), stored, equal_nan=True)
-    assert seen == []
+    assert len(counted) == already
 
 
 def test_stored_vectors_are_not_reused_for_another_model(tmp_path: Path, tiny_model, minilm) -> None:

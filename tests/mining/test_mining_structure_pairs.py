@@ -187,26 +187,18 @@ def test_plain_text_corpus_has_no_structure_and_says_so(tmp_path, tiny_model_pat
     assert bad.exit_code != 0 and "--structure: anchors is not one of" in " ".join(bad.output.split())
 
 
-def test_structure_negatives_encode_no_passage_mining_encoded(tmp_path, tiny_model, monkeypatch):
+def test_structure_negatives_encode_no_passage_mining_encoded(tmp_path, tiny_model, counted):
     """The structure pairs' hard-negative pool is the training passages: their vectors come from mining's stored
     ones (before, every training passage was encoded again), and the negatives are those a fresh encoding gives."""
-    from sentence_transformers import SentenceTransformer
-
     corpus = _jsonl(tmp_path / "md.jsonl", _articles(10, markdown=True))
     fresh, reused = tmp_path / "fresh", tmp_path / "reused"
     for out in (fresh, reused):
         GroupBuilder([corpus], out, _config(), model=tiny_model, progress=False).run()
     (fresh / "embeddings.npy").unlink()  # no stored vectors: every passage is encoded
     write_structure_groups(fresh, ("titles", "headings"), hard_negatives=2, model=tiny_model)
-    seen: list[str] = []
-    original = SentenceTransformer.encode
-
-    def counting(self, sentences, *args, **kwargs):
-        seen.extend([sentences] if isinstance(sentences, str) else list(sentences))
-        return original(self, sentences, *args, **kwargs)
-
-    monkeypatch.setattr(SentenceTransformer, "encode", counting)
+    already = len(counted)
     write_structure_groups(reused, ("titles", "headings"), hard_negatives=2, model=tiny_model)
+    seen = [text for _, text in counted[already:]]
     groups = datasets.load_from_disk(str(reused / "structure")).to_pandas()
     passages = set(pq.read_table(reused / "passages.parquet").column("text").to_pylist())
     assert seen and set(seen) <= set(groups["anchor"]) | set(groups["positive"])
