@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
-from tests.mining.test_mining_merge import TOPICS
+from tests.mining.test_mining_merge import _corpus as merge_corpus
 from xprt_st.evaluation import label_free, titles
 from xprt_st.mining import mine
 
@@ -19,17 +19,7 @@ SETTINGS = {"max_tokens": 32, "min_tokens": 8, "batch_size": 16, "id_field": "id
 
 def _corpus(path: Path, documents: int) -> Path:
     """Documents of 1 to 6 paragraphs (the one-paragraph ones are not encoded by mining), each with a title."""
-    rows = []
-    for i in range(documents):
-        topic = TOPICS[i % len(TOPICS)]
-        paragraphs = [
-            f"The {topic} story part {j} of document {i} mentions {topic} facts and {topic} history. "
-            f"Experts on the {topic} add detail number {i * 10 + j} about {TOPICS[(i + j) % len(TOPICS)]}."
-            for j in range(1 + i % 6)
-        ]
-        rows.append(json.dumps({"text": "\n\n".join(paragraphs), "id": f"doc-{i}", "title": f"{topic} report {i}"}))
-    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
-    return path
+    return merge_corpus(path, documents, least=1, spread=6, titles=True)
 
 
 def _fresh(model, texts: list[str]) -> np.ndarray:

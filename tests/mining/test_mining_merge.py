@@ -17,16 +17,18 @@ from xprt_st.mining import GroupBuilder, MiningConfig, is_held_out, load_heldout
 TOPICS = ["river", "violin", "glacier", "tax", "comet", "bakery", "chess", "volcano", "orchid", "railway"]
 
 
-def _corpus(path: Path, documents: int) -> Path:
+def _corpus(path: Path, documents: int, least: int = 3, spread: int = 4, titles: bool = False) -> Path:
+    """``documents`` JSONL documents of ``least + i % spread`` paragraphs each (with a ``title`` when ``titles``)."""
     rows = []
     for i in range(documents):
         topic = TOPICS[i % len(TOPICS)]
         paragraphs = [
             f"The {topic} story part {j} of document {i} mentions {topic} facts and {topic} history. "
             f"Experts on the {topic} add detail number {i * 10 + j} about {TOPICS[(i + j) % len(TOPICS)]}."
-            for j in range(3 + i % 4)
+            for j in range(least + i % spread)
         ]
-        rows.append(json.dumps({"text": "\n\n".join(paragraphs), "id": f"doc-{i}"}))
+        row = {"text": "\n\n".join(paragraphs), "id": f"doc-{i}"}
+        rows.append(json.dumps(row | ({"title": f"{topic} report {i}"} if titles else {})))
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
     return path
 
