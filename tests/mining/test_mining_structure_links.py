@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from xprt_st.cli import app
 from xprt_st.mining import is_held_out
 from xprt_st.mining.link_targets import resolve, text_drop_reason
-from xprt_st.mining.links import page_links
+from xprt_st.mining.links import element_anchors, page_links
 from xprt_st.mining.structure import positive_text
 
 NAV = '<nav><a href="{up}index.html">Home</a> <a href="{up}guide/brewing.html">Brewing</a></nav>'
@@ -43,6 +43,7 @@ INDEX = _page(
         "for its target</a> ends here."
     )
     + _p('Once more, <a href="guide/brewing.html">brewing tea at home</a> is worth a second look.')
+    + _p('One kind is <a href="green.html#sencha">a steamed green tea</a>, another is shaded before picking.')
     + '<h2 id="tea-kinds">Kinds of tea</h2>'
     + _p("KINDS-MARK Green, black and oolong teas differ by how long the leaves oxidise.")
     + "<h2>Buying tea</h2>"
@@ -57,6 +58,7 @@ BREWING = _page(
     + "</section>"
     + '<h2><a name="steeping-time"></a>Steeping time</h2>'
     + _p('STEEP-MARK Three minutes suit most leaves; <a href="#storage">keeping leaves fresh</a> matters too.')
+    + _p('Cooler water suits <a href="../green.html#gyokuro-note">tea grown in the shade</a> best of all.')
     + '<span id="storage"></span><!-- a comment --><h2>Storage</h2>'
     + _p("STORAGE-MARK Keep the leaves in a dark, dry tin away from spices."),
     up="../",
@@ -71,7 +73,13 @@ GREEN = _page(
     + _p(
         'See also <a href="index.html">the tea handbook</a> for the other kinds, '
         'not <a href="gone.html">a gone page</a>.'
-    ),
+    )
+    # an API-entry-like <dt id> and an empty Sphinx-like <span id> target before a paragraph: no heading names them
+    + '<dl><dt id="sencha">Sencha leaves</dt><dd>'
+    + _p("SENCHA-MARK Sencha is steamed right after picking, which keeps it grassy and bright.")
+    + "</dd></dl>"
+    + '<span class="target" id="gyokuro-note"></span>'
+    + _p("GYOKURO-MARK Gyokuro grows under shade for weeks before the harvest, which makes it sweet."),
 )
 SECRET = _page(
     "Secret blend",
@@ -107,16 +115,41 @@ def test_resolve_relative_paths_folders_fragments_and_outside_links():
 
 
 def test_page_links_keep_targets_mark_navigation_and_name_headings():
-    links, ids = page_links(BREWING, "Brewing tea\n\nBREWING-MARK ... see kinds of tea. keeping leaves fresh")
+    links, ids, elements = page_links(
+        BREWING, "Brewing tea\n\nBREWING-MARK ... see kinds of tea. keeping leaves fresh tea grown in the shade"
+    )
     assert [(link.text, link.target, link.navigation) for link in links] == [
         ("Home", "../index.html", True),  # in <nav>
         ("Brewing", "../guide/brewing.html", True),
         ("kinds of tea", "../index.html#tea-kinds", False),
         ("keeping leaves fresh", "#storage", False),
+        ("tea grown in the shade", "../green.html#gyokuro-note", False),
     ]
     assert dict(ids)["Water temperature"] == ("water-temperature",)  # the <section id> it opens
     assert dict(ids)["Steeping time"] == ("steeping-time",)  # an <a name> inside it
     assert dict(ids)["Storage"] == ("storage",)  # an empty element just before it
+    assert elements == []  # every id of the page names a heading
+
+
+def test_element_ids_name_entries_and_empty_targets_but_not_navigation_or_headings():
+    page = GREEN.replace("<nav>", '<nav id="site-nav"><span id="in-nav">Tea site</span>')
+    _, ids, elements = page_links(page, "")
+    assert dict(ids)["Green tea"] == ()
+    assert elements == [
+        ("sencha", "Sencha leaves"),  # the <dt id>'s own text
+        ("gyokuro-note", "GYOKURO-MARK Gyokuro grows under shade for weeks before"),  # what follows the empty span
+    ]
+
+
+def test_element_anchors_find_the_passage_in_page_order_case_and_spacing_aside():
+    text = "Intro words here.\n\nopen(file)  Opens it.\n\nMore on open(file) later.\n\nclose(file)\nCloses it."
+    spans = [(0, 17), (19, 40), (42, 67), (69, len(text))]
+    elements = [("open", "OPEN(file) Opens"), ("again", "open(file)"), ("close", "close(file)"), ("lost", "gone")]
+    anchors = element_anchors(elements, text, spans, taken={"close"})
+    assert [(anchor.id, anchor.first) for anchor in anchors] == [("open", 1), ("again", 1)]
+    # from where the previous entry was found: the same words later in the page go to the later passage
+    later = element_anchors([("open", "Opens it"), ("again", "open(file)")], text, spans)
+    assert [(anchor.id, anchor.first) for anchor in later] == [("open", 1), ("again", 2)]
 
 
 def test_mine_structure_links_on_a_small_site_each_pair_by_hand(tmp_path, tiny_model_path):
@@ -162,6 +195,10 @@ def test_mine_structure_links_on_a_small_site_each_pair_by_hand(tmp_path, tiny_m
         "how long to steep it": ("guide/brewing.html", "STEEP-MARK"),
         "keeping leaves fresh": ("guide/brewing.html", "STORAGE-MARK"),
         "kinds of tea": ("index.html", "KINDS-MARK"),
+        # a #fragment no heading carries: the passage that holds the element's text (a <dt id>), or, for an empty
+        # <span id>, the text after it
+        "a steamed green tea": ("green.html", "SENCHA-MARK"),
+        "tea grown in the shade": ("green.html", "GYOKURO-MARK"),
     }
     assert set(found) == set(expected)
     for anchor, (name, mark) in expected.items():
@@ -174,7 +211,7 @@ def test_mine_structure_links_on_a_small_site_each_pair_by_hand(tmp_path, tiny_m
     assert not groups["anchor"].isin(["brewing the blend", "green part", "Secret blend"]).any()  # ... nor a source
 
     stats = json.loads((out / "stats.json").read_text())["structure"]
-    assert stats["kept"]["link"] == 6
+    assert stats["kept"]["link"] == 8
     assert stats["dropped"]["link"] == {
         "navigation": 6,  # Home and Brewing in each training page's <nav>
         "generic": 1,  # "here"
@@ -185,7 +222,7 @@ def test_mine_structure_links_on_a_small_site_each_pair_by_hand(tmp_path, tiny_m
         "too_long": 1,
         "duplicate": 1,  # "brewing tea at home" a second time
     }
-    assert stats["links_found"] == 6 + sum(stats["dropped"]["link"].values())
+    assert stats["links_found"] == 8 + sum(stats["dropped"]["link"].values())
     assert stats["heldout_links_skipped"] == 4  # secret.html's two links and its two <nav> links
     assert stats["groups"] == len(groups)
 

@@ -151,9 +151,10 @@ def mine(
             help="After the merge, also write DIR/structure: groups whose anchor is a title, a section heading or "
             "a link text of a training document and whose positive is a passage it names (a title: the most central "
             "passage; a heading: its section's first; a link of an --html page: the first passage of the page it "
-            "points at in the corpus, or of the section its #fragment names), with --hard-negatives K negatives "
-            "each. Kinds: titles,headings,links. Held-out pages give none, nor are they link targets; drops are "
-            "counted by reason in stats.json. Read by recipes structure-positive and structure-mixed. Default: none.",
+            "points at in the corpus, of the section its #fragment names, or the passage holding the element it "
+            "names), with --hard-negatives K negatives each. Kinds: titles,headings,links. Held-out pages give "
+            "none, nor are they link targets; drops are counted by reason in stats.json. Read by recipes "
+            "structure-positive and structure-mixed. Default: none.",
         ),
     ] = None,
     structure_mix: Annotated[

@@ -2,7 +2,8 @@
 
 ``xprt-st mine --structure links`` reads the links the split stage kept of every HTML page
 (:mod:`xprt_st.mining.links`) and pairs a link's text with the first passage of the page it points at, or, with a
-``#fragment``, of the section whose heading carries that id. The target is found by the page's id (a file's path,
+``#fragment``, of the section whose heading carries that id, else the passage that holds the element carrying it
+(an API entry's ``<dt id>``). The target is found by the page's id (a file's path,
 a zip member's path, the ``--id-field`` value): the ``href`` resolved against the linking page's id as a relative
 URL would be (``../library/os.html`` from ``python3.11/html/reference/import.html``), a link to a folder as its
 ``index.html``, or the ``href`` itself as an id. The group's label is the target page's, so the same-document mask
@@ -10,9 +11,9 @@ keeps the target's other passages from being the link's negatives.
 
 A link is dropped, and counted by reason (:data:`LINK_DROPS`), when it is navigation (outside the main text), its
 text is empty, too long or generic, its target is no page of the corpus, it points at its own page without a
-fragment, its target is a held-out page, its fragment names no heading of the target, the positive is its own text,
-or the same text already points at the same passage. Held-out pages contribute no links either (the caller skips
-them), so the held-out contract holds on both ends.
+fragment, its target is a held-out page, its fragment names no heading or element of the target, the positive is
+its own text, or the same text already points at the same passage. Held-out pages contribute no links either (the
+caller skips them), so the held-out contract holds on both ends.
 
 Example:
     >>> resolve("docs/ref/import.html", "../lib/os.html#files")
@@ -131,7 +132,7 @@ class Page:
     held_out: bool
     first: str
     anchors: dict[str, str] = field(default_factory=dict)
-    """Each heading id of the page with the first passage of its section."""
+    """Each heading id of the page with the first passage of its section, each other id with its passage."""
 
 
 @dataclass(frozen=True, slots=True)

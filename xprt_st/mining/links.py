@@ -15,22 +15,30 @@ time (lxml) and only reads from it:
   ``id`` (or ``name``), those of elements inside it (``<a name>``), those of empty elements just before it
   (Sphinx's ``<span id>``), and its parent's when the heading opens it (``<section id>``, ``<div class="section"
   id>``). They are matched, in order and by text, to the headings of the main text, and each id is stored with
-  the first passage of its section (:func:`heading_anchors`).
+  the first passage of its section (:func:`heading_anchors`);
+- every other id on the page (:func:`element_ids`: an API entry's ``<dt id>``, Sphinx's empty ``<span id>`` target
+  before a paragraph or an entry, a term's ``<span id>``), with the first words of the text it marks: found in the
+  main text, each id is stored with the passage that holds those words (:func:`element_anchors`). Sphinx's
+  cross-references (``functions.html#eval``) name such entries, not headings.
 
 Example:
     >>> page = ('<html><body><nav><a href="index.html">Home</a></nav><main><section id="use"><h2>Use it</h2>'
     ...         '<p>See <a href="api.html#run">the run function</a>.</p></section></main></body></html>')
-    >>> links, ids = page_links(page, "Use it\\n\\nSee the run function.")
+    >>> links, ids, elements = page_links(page, "Use it\\n\\nSee the run function.")
     >>> [(link.text, link.target, link.navigation) for link in links]
     [('Home', 'index.html', True), ('the run function', 'api.html#run', False)]
     >>> ids
     [('Use it', ('use',))]
+    >>> elements  # the <section id> names the heading already
+    []
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
-from collections.abc import Sequence
+import re
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +53,13 @@ NAVIGATION_NAMES = frozenset({"related", "toc", "masthead", "topbar", "header", 
 NAVIGATION_STEMS = ("nav", "sidebar", "breadcrumb", "menu", "pagination")
 """Parts of a class or id token that mark a navigation block (``navbar``, ``sphinxsidebar``, ``md-nav__link``)."""
 _HEADING_TAGS = {f"h{level}": level for level in range(1, MAX_LEVEL + 1)}
+ELEMENT_WORDS = 8
+"""How many of an element's first words find it in the main text (enough to tell two API entries apart)."""
+_NO_TEXT_TAGS = frozenset(
+    {"html", "head", "title", "meta", "link", "script", "style", "noscript", "body", "form", "input", "button"}
+    | {"select", "option", "textarea", "img", "iframe", "svg"}
+)
+"""Elements whose id marks no text of the main text (the page itself, scripts, form controls, images)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,15 +142,47 @@ def heading_ids(root: Any) -> list[tuple[str, tuple[str, ...]]]:
     return found
 
 
-def page_links(html: str, main_text: str, origin: str = "") -> tuple[list[Link], list[tuple[str, tuple[str, ...]]]]:
-    """The links of ``html`` and the ids of its headings (:func:`heading_ids`); ``main_text`` is what mining kept.
+def _marked_words(element: Any) -> str:
+    """The first :data:`ELEMENT_WORDS` words of the text ``element`` marks: its own, or, when it has none (an empty
+    target ``<span id>``), what follows it (its tail, else its next sibling with text)."""
+    for text in (element.text_content(), element.tail or "", *(s.text_content() for s in element.itersiblings())):
+        words = link_text(text).split()
+        if words:
+            return " ".join(words[:ELEMENT_WORDS])
+    return ""
 
-    A page lxml cannot read has neither (logged with ``origin``).
+
+def element_ids(root: Any, headings: Sequence[tuple[str, tuple[str, ...]]] = ()) -> list[tuple[str, str]]:
+    """Every id or ``<a name>`` of the page that names no heading (``headings``: :func:`heading_ids`), in page order,
+    with the first words of the text it marks (:func:`_marked_words`); ids inside navigation blocks, on elements
+    that mark no text (:data:`_NO_TEXT_TAGS`) or marking no words are left out, and each id counts once."""
+    named = {name for _, ids in headings for name in ids}
+    found: list[tuple[str, str]] = []
+    for element in root.iter():
+        if not isinstance(element.tag, str) or element.tag.lower() in _NO_TEXT_TAGS | _HEADING_TAGS.keys():
+            continue
+        names = [name.strip() for name in _ids(element) if name and name.strip() and name.strip() not in named]
+        if not names or in_navigation(element):
+            continue
+        words = _marked_words(element)
+        for name in dict.fromkeys(names) if words else ():
+            named.add(name)
+            found.append((name, words))
+    return found
+
+
+def page_links(
+    html: str, main_text: str, origin: str = ""
+) -> tuple[list[Link], list[tuple[str, tuple[str, ...]]], list[tuple[str, str]]]:
+    """The links of ``html``, the ids of its headings (:func:`heading_ids`) and its other ids with the words they
+    mark (:func:`element_ids`); ``main_text`` is what mining kept.
+
+    A page lxml cannot read has none of them (logged with ``origin``).
     """
     root = parse_page(html)
     if root is None:
         logger.info("%s: the page could not be parsed for its links; it has none", origin)
-        return [], []
+        return [], [], []
     kept = " ".join(main_text.split())
     links = []
     for anchor in root.iter("a"):
@@ -145,7 +192,8 @@ def page_links(html: str, main_text: str, origin: str = "") -> tuple[list[Link],
         text = link_text(anchor.text_content())
         navigation = in_navigation(anchor) or (bool(text) and text not in kept)
         links.append(Link(text, href.strip(), navigation))
-    return links, heading_ids(root)
+    headings = heading_ids(root)
+    return links, headings, element_ids(root, headings)
 
 
 def heading_anchors(
@@ -177,4 +225,49 @@ def heading_anchors(
             if name not in seen:
                 seen.add(name)
                 anchors.append(Anchor(name, first))
+    return anchors
+
+
+def element_anchors(
+    elements: Sequence[tuple[str, str]],
+    text: str,
+    passage_spans: Sequence[tuple[int, int]],
+    taken: Collection[str] = (),
+) -> list[Anchor]:
+    """Each id of :func:`element_ids` with the passage of the main text ``text`` that holds the words it marks.
+
+    The words are looked up case-folded with the whitespace squashed, from where the previous element's were found
+    (the page's order), else from the start; the passage is the first that ends after them. An id already in
+    ``taken`` (a heading's), or whose words are not in the main text (trafilatura dropped them), is left out.
+
+    Example:
+        >>> text = "Built-ins\\n\\neval(expression)\\nRuns it."
+        >>> element_anchors([("eval", "EVAL(expression)")], text, [(0, 9), (11, 36)])
+        [Anchor(id='eval', first=1)]
+    """
+    words = list(re.finditer(r"\S+", text))
+    folded = [match.group().casefold() for match in words]
+    offsets = [0]
+    for word in folded[:-1]:
+        offsets.append(offsets[-1] + len(word) + 1)
+    joined = " ".join(folded)
+    ends = [stop for _, stop in passage_spans]
+    anchors: list[Anchor] = []
+    seen = set(taken)
+    cursor = 0
+    for name, marked in elements:
+        if name in seen:
+            continue
+        wanted = " ".join(marked.split()).casefold()
+        at = joined.find(wanted, cursor)
+        if at < 0:
+            at = joined.find(wanted)
+        if at < 0 or not wanted:
+            continue
+        cursor = at
+        where = words[bisect.bisect_right(offsets, at) - 1].start()
+        first = bisect.bisect_right(ends, where)
+        if first < len(passage_spans):
+            seen.add(name)
+            anchors.append(Anchor(name, first))
     return anchors

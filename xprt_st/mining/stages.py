@@ -27,7 +27,7 @@ import pyarrow as pa
 from xprt_st.mining.groups import MIN_PASSAGES, rank_all_passages
 from xprt_st.mining.headings import Section, markdown_headings, plain_title, sections
 from xprt_st.mining.html_text import extract_main_text_with_headings
-from xprt_st.mining.links import Anchor, Link, heading_anchors, page_links
+from xprt_st.mining.links import Anchor, Link, element_anchors, heading_anchors, page_links
 from xprt_st.mining.passages import PassageSplitter
 from xprt_st.mining.records import RawRecord, is_plain_document
 from xprt_st.mining.scoring import TfidfScorer, tfidf_cosines
@@ -183,6 +183,7 @@ class SplitStage:
         text, title = record.text, record.title
         links: list[Link] = []
         ids: list[tuple[str, tuple[str, ...]]] = []
+        elements: list[tuple[str, str]] = []
         if self.html and not is_plain_document(record):
             text, marks, page_title = extract_main_text_with_headings(text, record.origin)
             if text is None:
@@ -190,7 +191,7 @@ class SplitStage:
                 self.skipped["html_cut_before_main_text" if record.bytes_not_read else "html_no_main_text"] += 1
                 return None
             title = title or page_title
-            links, ids = page_links(record.text, text, record.origin)
+            links, ids, elements = page_links(record.text, text, record.origin)
         else:
             marks = markdown_headings(text)
             if title is None:  # a Markdown page's first "# ..." is its title, as an HTML page's first <h1>
@@ -208,6 +209,8 @@ class SplitStage:
         self._counts["passages"] += len(split.passages)
         self._documents_with_passages += 1
         found = sections(marks, title, split.spans, len(text))
+        anchors = heading_anchors(marks, ids, split.spans, len(text))
+        anchors += element_anchors(elements, text, split.spans, {anchor.id for anchor in anchors})
         return Document(
             record.ordinal,
             record.doc_id,
@@ -217,7 +220,7 @@ class SplitStage:
             split.token_ids,
             headings=found,
             links=links,
-            anchors=heading_anchors(marks, ids, split.spans, len(text)),
+            anchors=anchors,
         )
 
     @property
