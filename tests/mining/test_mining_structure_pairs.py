@@ -15,6 +15,7 @@ from xprt_st.mining import GroupBuilder, MiningConfig, is_held_out
 from xprt_st.mining.hard_negatives import add_hard_negatives
 from xprt_st.mining.headings import Section
 from xprt_st.mining.structure import (
+    STRUCTURE_RULES,
     document_pairs,
     drop_reason,
     mixed_rows,
@@ -96,17 +97,18 @@ def test_mine_structure_on_html_pages_each_pair_checked_and_held_out_pages_give_
     for i in train:
         own = side[side["label"] == i]
         mine = groups[groups["label"] == i].set_index("anchor")
-        assert sorted(mine.index) == sorted([f"Page {i} title", f"Topic {i}", "Sub A1"])  # "See also" dropped
+        # "See also" dropped as generic, "Sub A1" as shared: every page has a section of that heading
+        assert sorted(mine.index) == sorted([f"Page {i} title", f"Topic {i}"])
         assert mine.loc[f"Page {i} title", "positive"] == own.loc[own["centrality"].idxmax(), "text"]
         assert mine.loc[f"Topic {i}", "positive"].startswith(f"Text of section A of page {i}")
-        assert mine.loc["Sub A1", "positive"].startswith(f"Sub section text of page {i}")
         assert (mine["related_4"] == mine["positive"]).all()
     stats = json.loads((out / "stats.json").read_text())["structure"]
-    assert stats["kept"] == {"title": len(train), "heading": 2 * len(train)}
-    assert stats["dropped"] == {"heading": {"generic": len(train)}}
+    assert stats["kept"] == {"title": len(train), "heading": len(train)}
+    assert stats["dropped"] == {"heading": {"generic": len(train), "shared": len(train)}}
     assert stats["heldout_documents_skipped"] == len(held)
     own_stats = json.loads((out / "structure" / "stats.json").read_text())
-    assert own_stats["settings"]["pairs"] == "structure" and own_stats["groups"] == 3 * len(train)
+    assert own_stats["settings"]["pairs"] == "structure" and own_stats["groups"] == 2 * len(train)
+    assert own_stats["settings"]["structure_rules"] == STRUCTURE_RULES
 
 
 def _articles(documents: int, markdown: bool) -> list[dict]:
@@ -149,6 +151,13 @@ def test_markdown_structure_with_hard_negatives_from_other_documents(tmp_path, t
     assert stats["settings"]["hard_negatives"] == 2 and stats["structure"]["hard_negatives"]["groups"] == 30
     # the same merge and settings again: the stored pairs are kept (the model, which could not encode, is not used)
     assert write_structure_groups(out, ("titles", "headings"), hard_negatives=2, model=object()) == counts
+    # written under the rules before shared titles and headings were dropped: written again, not reused
+    own = out / "structure" / "stats.json"
+    older = json.loads(own.read_text())
+    del older["settings"]["structure_rules"]
+    own.write_text(json.dumps(older))
+    assert write_structure_groups(out, ("titles", "headings"), hard_negatives=2, model=tiny_model) == counts
+    assert json.loads(own.read_text())["settings"]["structure_rules"] == STRUCTURE_RULES
     # the mix: every mined group once and as many structure groups (share 0.5), negatives in both or neither
     with pytest.raises(ValueError, match="give both the same --hard-negatives"):
         write_mixed_groups(out / "structure", out, tmp_path / "mixed", 0.5)

@@ -24,7 +24,8 @@ contribute none, neither their own titles, headings and links nor as a link's ta
 positives).
 
 A title or heading is dropped when it is empty, longer than :data:`MAX_ANCHOR_WORDS` words, or generic
-(:data:`GENERIC_ANCHORS`: "Introduction", "See also", navigation words), or when it is the positive's own text; a
+(:data:`GENERIC_ANCHORS`: "Introduction", "See also", navigation words), when it is the positive's own text, or
+when the same text is the title or heading of another training document (``shared``, :func:`shared_anchors`); a
 link for the reasons of :data:`~xprt_st.mining.link_targets.LINK_DROPS`. Each drop is counted by kind and reason.
 
 Example:
@@ -43,13 +44,16 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from xprt_st.mining.layout import STRUCTURE_DIR
 
+STRUCTURE_RULES = 2
+"""The version of the pairing rules (2: ``shared`` titles and headings dropped); ``DIR/structure`` written under other
+rules is written again, not reused."""
 STRUCTURE_KINDS = ("titles", "headings", "links")
 """What ``--structure`` accepts (links: of HTML pages mined with ``--html``)."""
 MAX_ANCHOR_WORDS = 24
@@ -172,6 +176,31 @@ def document_pairs(
     return pairs, {"kept": dict(kept), "dropped": {k: dict(v) for k, v in dropped.items()}}
 
 
+def anchor_key(anchor: str) -> str:
+    """What makes two titles or headings the same text: case-folded, whitespace squashed, end punctuation off."""
+    return " ".join(anchor.split()).casefold().rstrip(".:;!?")
+
+
+def shared_anchors(anchors: Iterable[tuple[str, int]]) -> set[str]:
+    """The :func:`anchor_key` of every title or heading text that ``anchors`` (``(text, document label)``) give to
+    more than one document.
+
+    Such a text names no one document: ArguAna's titles are its debates' topic words, each the title of 13
+    arguments on average, and "Module contents" heads many pages of a library's documentation. As an anchor its
+    positive is one of several documents it fits equally, and the others are in-batch or hard negatives that are
+    not negatives, so :func:`write_structure_groups` drops every pair of such a text (``shared``). A text repeated
+    within one document (two sections headed "Usage") is kept: the same-document mask covers it.
+
+    Example:
+        >>> sorted(shared_anchors([("Tax policy", 1), ("tax  policy.", 2), ("Usage", 3), ("Usage", 3)]))
+        ['tax policy']
+    """
+    labels: dict[str, set[int]] = {}
+    for text, label in anchors:
+        labels.setdefault(anchor_key(text), set()).add(label)
+    return {key for key, owners in labels.items() if len(owners) > 1}
+
+
 def same_text(anchor: str, passage: str) -> bool:
     """Whether ``passage`` is ``anchor``'s own text (whitespace aside): no pair, the words would be copied."""
     return " ".join(anchor.split()) == " ".join(passage.split())
@@ -263,6 +292,7 @@ def write_structure_groups(
     columns = ["label", "doc_id", "text", "centrality", "headings"] + (["links", "anchors"] if "links" in kinds else [])
     pages: dict[str, Page] = {}  # every page a link can name (held-out ones too: their links are counted dropped)
     links: list[tuple[str, Any]] = []  # (linking page key, link) of the training pages
+    pending: list[tuple[str, str, str, int]] = []  # (kind, anchor, positive, label) of the titles and headings
 
     def add_row(anchor: str, positive: str, label: int) -> None:
         rows[ANCHOR].append(anchor)
@@ -294,9 +324,15 @@ def write_structure_groups(
                 links += [(page_key(data["doc_id"][start]), link) for link in own_links]
                 pairs, counts = document_pairs(passages, data["centrality"][start:stop], sections, kinds)
                 add_counts(total, counts)
-                for pair in pairs:
-                    add_row(pair.anchor, passages[pair.positive], label)
+                pending += [(pair.kind, pair.anchor, passages[pair.positive], label) for pair in pairs]
             start = stop
+    shared = shared_anchors((anchor, label) for _, anchor, _, label in pending)
+    for kind, anchor, positive, label in pending:
+        if anchor_key(anchor) in shared:
+            add_counts(total, {"kept": {kind: -1}, "dropped": {kind: {"shared": 1}}})
+        else:
+            add_row(anchor, positive, label)
+    total["kept"] = {kind: n for kind, n in total["kept"].items() if n}
     if "links" in kinds:
         resolved, dropped = link_pairs(links, pages, same_text)
         total["links_found"] = len(links)
@@ -321,6 +357,7 @@ def write_structure_groups(
         dataset = datasets.Dataset.from_dict(rows, features=features)
         dataset.save_to_disk(str(target))
         own = {**stats, "settings": {**settings, "pairs": "structure", "structure": ",".join(kinds)}}
+        own["settings"]["structure_rules"] = STRUCTURE_RULES
         own["groups"] = total["groups"]
         own["structure"] = total
         own.pop("hard_negatives", None)
@@ -337,7 +374,9 @@ def _same_structure(previous: dict[str, Any], stats: dict[str, Any], kinds: Sequ
     own = dict(previous.get("settings", {}))
     if own.get("structure") != ",".join(kinds) or int(own.get("hard_negatives") or 0) != negatives:
         return False
-    ignored = {"pairs", "structure", "hard_negatives", "hard_negative_max_ratio"}
+    if own.get("structure_rules", 1) != STRUCTURE_RULES:
+        return False
+    ignored = {"pairs", "structure", "hard_negatives", "hard_negative_max_ratio", "structure_rules"}
     merged = {k: v for k, v in stats.get("settings", {}).items() if k not in ignored}
     return all(own.get(k) == v for k, v in merged.items()) and previous.get("threshold") == stats.get("threshold")
 
