@@ -443,6 +443,30 @@ def test_a_finished_model_of_an_edited_recipe_is_refused(tmp_path: Path) -> None
         _check_complete(folder, edited)
 
 
+def test_a_finished_model_of_data_written_again_since_is_refused(tmp_path: Path) -> None:
+    import datasets
+
+    from xprt_st.compare.run import _check_complete
+    from xprt_st.fingerprint import dataset_identity
+
+    data = tmp_path / "structure"
+    rows = {"anchor": ["Tea", "Coffee"], "positive": ["Tea is a drink.", "Coffee is too."], "label": [0, 1]}
+    datasets.Dataset.from_dict(rows).save_to_disk(str(data))
+    trained_on = dataset_identity(data)
+    datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / "again"))
+    assert dataset_identity(tmp_path / "again") == trained_on  # the same rows written again: the same data
+    folder = tmp_path / "seed-42" / "structure-positive"
+    folder.mkdir(parents=True)
+    (folder / "COMPLETE").write_text(json.dumps({"recipe": "structure-positive", "seed": 42, "data": trained_on}))
+    _check_complete(folder, {}, trained_on, data)
+    # the structure folder written again under other rules (one pair dropped): the model is not of this data
+    datasets.Dataset.from_dict({k: v[:1] for k, v in rows.items()}).save_to_disk(str(data))
+    with pytest.raises(CompareConfigError, match=r"was trained on other data than .*structure holds now"):
+        _check_complete(folder, {}, dataset_identity(data), data)
+    (folder / "COMPLETE").write_text(json.dumps({"recipe": "structure-positive", "seed": 42}))  # before markers had it
+    _check_complete(folder, {}, dataset_identity(data), data)
+
+
 def _build_script():
     """benchmarks/build_unsupervised_start.py as a module (benchmarks/ is not a package)."""
     import importlib.util

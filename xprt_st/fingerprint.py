@@ -110,6 +110,22 @@ def difference_line(what: str, found: Sequence[tuple[str, Any, Any]], option: st
     return f"{what} was made with other settings ({named}); reusing it would report another run as this one. {ways}"
 
 
+def dataset_identity(folder: str | Path) -> str:
+    """A hash of the Arrow files of the saved dataset ``folder`` (their names and bytes, sorted by name): the same
+    rows in the same order written again give the same value, other rows another. What a finished model records of
+    the data it was trained on, so a rerun that rewrote that data (another version's mining rules, a re-merge)
+    does not report the old model as one of the new data."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted(Path(folder).glob("*.arrow")):
+        digest.update(path.name.encode("utf-8") + b"\0")
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
+
+
 def read_fingerprints(folder: str | Path) -> dict[str, Any]:
     """The stored ``{stage: fingerprint}`` of ``folder``; empty without a (readable) file."""
     try:

@@ -32,6 +32,7 @@ from xprt_st.compare.reuse import (
     scores_stage,
 )
 from xprt_st.compare.variants import data_variant, prepare_mixed, prepare_variant
+from xprt_st.fingerprint import dataset_identity
 
 if TYPE_CHECKING:
     from mteb.abstasks import AbsTask
@@ -91,9 +92,19 @@ def _resolved_recipe(recipe_name: str, config: CompareConfig, seed: int) -> Reci
     )
 
 
-def _check_complete(folder: Path, resolved: dict[str, Any]) -> None:
-    """Refuse a finished model trained with another resolved recipe (e.g. its YAML file was edited since)."""
+def _check_complete(
+    folder: Path, resolved: dict[str, Any], trained_on: str | None = None, data: Path | None = None
+) -> None:
+    """Refuse a finished model trained with another resolved recipe (e.g. its YAML file was edited since), or on
+    other data than ``data`` holds now (``trained_on``: :func:`~xprt_st.fingerprint.dataset_identity`; a marker
+    written before markers recorded the data is not compared)."""
     marker = json.loads((folder / COMPLETE).read_text(encoding="utf-8") or "{}")
+    if trained_on is not None and marker.get("data") not in (None, trained_on):
+        raise CompareConfigError(
+            f"{folder} was trained on other data than {data} holds now (it was written again since, e.g. by "
+            "another version's mining rules); its scores would be reported as a model of this data. Delete "
+            f"{folder} and its scores under scores/, or use another --output."
+        )
     recorded = marker.get("resolved")
     if recorded is None:  # written before markers recorded the recipe
         return
@@ -209,13 +220,14 @@ def _train_and_evaluate(
     progress: bool,
 ) -> None:
     resolved = _resolved_recipe(name, config, seed).to_dict()
+    trained_on = dataset_identity(data)
     if (folder / COMPLETE).is_file():
-        _check_complete(folder, resolved)
+        _check_complete(folder, resolved, trained_on, data)
     else:
         started = time.perf_counter()
         logger.info("seed %d: training %s", seed, label)
         _train(name, config, seed, data, folder, progress, mined=run / "mined")
-        marker = {"recipe": name, "seed": seed, "resolved": resolved}
+        marker = {"recipe": name, "seed": seed, "resolved": resolved, "data": trained_on}
         (folder / COMPLETE).write_text(json.dumps(marker) + "\n", encoding="utf-8")
         _record_timing(run, f"seed {seed} train {label}", time.perf_counter() - started)
     scores_file = run / "scores" / config.evaluation_key() / f"seed-{seed}" / f"{label}.json"
