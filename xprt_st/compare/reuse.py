@@ -1,8 +1,9 @@
 """What a comparison rerun takes from its run folder, checked against the inputs that made it.
 
 ``compare_config.yaml`` keeps the settings fixed (:func:`xprt_st.compare.run.check_unchanged`), and a finished
-model records its resolved recipe and a hash of the data it trained on. Two stages are found by path alone and reused as they are: the corpus built from
-the sources (``RUN/corpus``) and the scores under ``RUN/scores/<evaluation key>``, a hash of the task specs. A source
+model records its resolved recipe and a hash of the data it trained on. Two stages are found by path alone and
+reused as they are: the corpus built from the sources (``RUN/corpus``) and the scores under
+``RUN/scores/<evaluation key>``, a hash of the task specs. A source
 file edited since, or a task folder whose files changed, would therefore leave the old corpus, or the old scores, in
 a report of the new ones. So each stage gets a fingerprint (:mod:`xprt_st.fingerprint`) when a run first makes it:
 the sources' paths and sizes, and each task's mteb name, which carries a hash of its data files and subsample. A
