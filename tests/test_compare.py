@@ -22,7 +22,7 @@ from xprt_st.compare import (
     markdown_report,
     write_report,
 )
-from xprt_st.compare.run import _claim
+from xprt_st.compare.run import _claim, data_folders, train_one
 
 runner = CliRunner()
 
@@ -352,6 +352,32 @@ def test_recipe_lock_is_exclusive_and_stale_locks_are_taken_over(tmp_path: Path)
     stale = tmp_path / "seed-1" / ".tsdae.lock"
     stale.write_text("999999999")  # a killed process
     assert _claim(stale) == stale
+
+
+def test_each_recipe_data_folder_is_named_without_making_it_and_a_held_recipe_is_left_to_its_process(
+    tmp_path: Path,
+) -> None:
+    # what benchmarks/structure_comparison.py's workers read: the folders prepare_data makes, by recipe
+    raw = {
+        "corpus": [{"path": "x.jsonl"}],
+        "tasks": ["stsb"],
+        "recipes": ["change-only-positive", "change-only-positive-hard", "structure-positive", "structure-mixed"],
+    }
+    (tmp_path / "stub.yaml").write_text(yaml.safe_dump(raw))
+    config = load_compare_config(tmp_path / "stub.yaml")
+    run = tmp_path / "run"
+    assert data_folders(config, run) == {
+        "change-only-positive": run / "mined",
+        "change-only-positive-hard": run / "data" / "hard-negatives-2",
+        "structure-positive": run / "mined" / "structure",
+        "structure-mixed": run / "data" / "structure-mixed-0.5-2",
+    }
+    assert not run.exists()
+    # another live process holds seed 7's structure-positive: this one trains and scores nothing of it
+    lock = _claim(run / "seed-7" / ".structure-positive.lock")
+    assert lock is not None
+    assert train_one(config, run, "structure-positive", 7, run / "mined" / "structure", []) is False
+    assert sorted(p.name for p in (run / "seed-7").iterdir()) == [".structure-positive.lock"]
 
 
 def test_from_bert_setting_mines_with_the_embedder_and_trains_the_pretrained_bert(

@@ -237,6 +237,114 @@ def _train_and_evaluate(
         _record_timing(run, f"seed {seed} evaluate {label}", time.perf_counter() - started)
 
 
+def data_folders(config: CompareConfig, run: Path) -> dict[str, Path]:
+    """Each recipe's training data folder in ``run`` (by recipe name, and by data variant), without making any."""
+    from xprt_st.recipe import load_recipe
+
+    mined = run / "mined"
+    folders: dict[str, Path] = {}
+    for name in config.recipes:
+        recipe = load_recipe(name, setting=config.setting, override_labels=config.override_labels())
+        variant, _ = data_variant(recipe.data.requires)
+        folders[name] = {"mined": mined, "structure": mined / "structure"}.get(variant, run / "data" / variant)
+    return folders
+
+
+def prepare_data(config: CompareConfig, run: Path, *, progress: bool = True) -> dict[str, Path]:
+    """Build ``run``'s corpus, mine it and make every recipe's data variant (each stage skipped when done).
+
+    Returns:
+        :func:`data_folders`: each recipe's training data folder, all made.
+    """
+    from xprt_st.mining import mine
+    from xprt_st.mining.layout import read_stats
+    from xprt_st.recipe import load_recipe
+
+    started = time.perf_counter()
+    fresh_corpus = not (run / "corpus" / CORPUS_FILE).is_file()
+    corpus_stats = build_corpus(config, run / "corpus")
+    if fresh_corpus:
+        record_stage(run, CORPUS, corpus_fingerprint(config))
+    mined = run / "mined"
+    fresh = read_stats(mined) is None
+    # On complete shards this only re-merges (seconds), so a changed threshold applies without re-encoding.
+    mining_stats = mine(
+        [run / "corpus" / CORPUS_FILE],
+        mined,
+        model=config.mining_model or config.model,
+        progress=progress,
+        **mining_settings(config),
+    )
+    if fresh:
+        _record_timing(run, "corpus+mining", time.perf_counter() - started)
+    logger.info(
+        "mining: %d groups from %d of %d documents (threshold %s)",
+        mining_stats["groups"],
+        mining_stats["documents_with_groups"],
+        mining_stats["documents"],
+        mining_stats["threshold"],
+    )
+    logger.info("corpus: %d documents", corpus_stats["documents"])
+
+    folders = data_folders(config, run)
+    made: set[Path] = {mined, mined / "structure"}
+    for name in config.recipes:
+        folder = folders[name]
+        if folder in made:
+            continue
+        recipe = load_recipe(name, setting=config.setting, override_labels=config.override_labels())
+        variant, options = data_variant(recipe.data.requires)
+        model = config.mining_model or config.model
+        if variant.startswith("structure-mixed"):
+            prepare_mixed(run, mined, folder, options, config.corpus_seed, progress, model)
+        else:
+            prepare_variant(mined, folder, options, config.corpus_seed, progress, model=model)
+        made.add(folder)
+    return folders
+
+
+def evaluate_start(config: CompareConfig, run: Path, tasks: Sequence[Any]) -> None:
+    """Score the starting model on ``tasks`` into ``run/scores`` (once: a scored start is kept)."""
+    start_file = run / "scores" / config.evaluation_key() / f"{START_LABEL}.json"
+    if not start_file.parent.exists():
+        record_stage(run, scores_stage(config), scores_fingerprint(tasks))
+    if not start_file.is_file():
+        started = time.perf_counter()
+        _evaluate(config.model, START_LABEL, tasks, config, _cache_dir(config, run), start_file)
+        _record_timing(run, "evaluate start", time.perf_counter() - started)
+
+
+def _cache_dir(config: CompareConfig, run: Path) -> Path:
+    return run / "eval-cache" / config.evaluation_key()
+
+
+def train_one(
+    config: CompareConfig,
+    run: Path,
+    name: str,
+    seed: int,
+    data: Path,
+    tasks: Sequence[Any],
+    *,
+    progress: bool = True,
+) -> bool:
+    """Train recipe ``name`` with ``seed`` on ``data`` and score it, unless done; False when another process holds it.
+
+    Several processes may call this on one run folder at once (one per recipe and seed, say): a lock per recipe and
+    seed keeps each model trained once.
+    """
+    label = Path(name).stem
+    folder = run / f"seed-{seed}" / label
+    lock = _claim(run / f"seed-{seed}" / f".{label}.lock")
+    if lock is None:
+        return False
+    try:
+        _train_and_evaluate(name, label, seed, folder, data, tasks, config, run, _cache_dir(config, run), progress)
+    finally:
+        lock.unlink(missing_ok=True)
+    return True
+
+
 def check_compare_inputs(config: CompareConfig, output: str | Path, report_only: bool = False) -> list[AbsTask]:
     """Everything a comparison reads, checked before any work; returns the resolved evaluation tasks.
 
@@ -288,78 +396,21 @@ def run_compare(
             corpus source cannot be loaded (:func:`check_compare_inputs`).
     """
     from xprt_st.evaluation.tasks import task_label
-    from xprt_st.mining import mine
-    from xprt_st.mining.layout import read_stats
-    from xprt_st.recipe import load_recipe
 
     run = Path(output)
     if tasks is None:
         tasks = check_compare_inputs(config, run, report_only)
     run.mkdir(parents=True, exist_ok=True)
     (run / CONFIG_FILE).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
-    cache_dir = run / "eval-cache" / config.evaluation_key()
     labels = [task_label(task) for task in tasks]
 
     if not report_only:
-        started = time.perf_counter()
-        fresh_corpus = not (run / "corpus" / CORPUS_FILE).is_file()
-        corpus_stats = build_corpus(config, run / "corpus")
-        if fresh_corpus:
-            record_stage(run, CORPUS, corpus_fingerprint(config))
-        mined = run / "mined"
-        fresh = read_stats(mined) is None
-        # On complete shards this only re-merges (seconds), so a changed threshold applies without re-encoding.
-        mining_stats = mine(
-            [run / "corpus" / CORPUS_FILE],
-            mined,
-            model=config.mining_model or config.model,
-            progress=progress,
-            **mining_settings(config),
-        )
-        if fresh:
-            _record_timing(run, "corpus+mining", time.perf_counter() - started)
-        logger.info(
-            "mining: %d groups from %d of %d documents (threshold %s)",
-            mining_stats["groups"],
-            mining_stats["documents_with_groups"],
-            mining_stats["documents"],
-            mining_stats["threshold"],
-        )
-        logger.info("corpus: %d documents", corpus_stats["documents"])
-
-        data: dict[str, Path] = {}
-        for name in config.recipes:
-            recipe = load_recipe(name, setting=config.setting, override_labels=config.override_labels())
-            variant, options = data_variant(recipe.data.requires)
-            if variant not in data:
-                folder = {"mined": mined, "structure": mined / "structure"}.get(variant, run / "data" / variant)
-                model = config.mining_model or config.model
-                if variant.startswith("structure-mixed"):
-                    prepare_mixed(run, mined, folder, options, config.corpus_seed, progress, model)
-                elif variant not in ("mined", "structure"):
-                    prepare_variant(mined, folder, options, config.corpus_seed, progress, model=model)
-                data[variant] = folder
-            data[name] = data[variant]
-
-        start_file = run / "scores" / config.evaluation_key() / f"{START_LABEL}.json"
-        if not start_file.parent.exists():
-            record_stage(run, scores_stage(config), scores_fingerprint(tasks))
-        if not start_file.is_file():
-            started = time.perf_counter()
-            _evaluate(config.model, START_LABEL, tasks, config, cache_dir, start_file)
-            _record_timing(run, "evaluate start", time.perf_counter() - started)
+        data = prepare_data(config, run, progress=progress)
+        evaluate_start(config, run, tasks)
         for seed in config.seeds:
             for name in config.recipes:
-                label = Path(name).stem
-                folder = run / f"seed-{seed}" / label
-                lock = _claim(run / f"seed-{seed}" / f".{label}.lock")
-                if lock is None:
-                    logger.info("seed %d: %s is being trained by another compare process; skipped here", seed, label)
-                    continue
-                try:
-                    _train_and_evaluate(name, label, seed, folder, data[name], tasks, config, run, cache_dir, progress)
-                finally:
-                    lock.unlink(missing_ok=True)
+                if not train_one(config, run, name, seed, data[name], tasks, progress=progress):
+                    logger.info("seed %d: %s is being trained by another compare process; skipped here", seed, name)
 
     result = collect_results(run, config, labels)
     write_report(result, run, config)
