@@ -362,6 +362,7 @@ def test_each_recipe_data_folder_is_named_without_making_it_and_a_held_recipe_is
         "corpus": [{"path": "x.jsonl"}],
         "tasks": ["stsb"],
         "recipes": ["change-only-positive", "change-only-positive-hard", "structure-positive", "structure-mixed"],
+        "mining": {"structure": ["titles"], "structure_hard_negatives": 2},
     }
     (tmp_path / "stub.yaml").write_text(yaml.safe_dump(raw))
     config = load_compare_config(tmp_path / "stub.yaml")
@@ -378,6 +379,51 @@ def test_each_recipe_data_folder_is_named_without_making_it_and_a_held_recipe_is
     assert lock is not None
     assert train_one(config, run, "structure-positive", 7, run / "mined" / "structure", []) is False
     assert sorted(p.name for p in (run / "seed-7").iterdir()) == [".structure-positive.lock"]
+
+
+def test_structure_recipes_need_structure_mining_in_the_config(tmp_path: Path) -> None:
+    raw = {"corpus": [{"path": "x.jsonl"}], "tasks": ["stsb"], "recipes": ["structure-positive", "structure-mixed"]}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(CompareConfigError) as error:
+        load_compare_config(tmp_path / "c.yaml")
+    lines = str(error.value).splitlines()
+    assert "  - recipe structure-positive: it trains on structure pairs: set mining.structure" in lines[1]
+    assert "  - recipe structure-mixed: it trains on structure pairs" in lines[2]
+    raw["mining"] = {"structure": ["titles"]}  # but no hard negatives for the pairs, which both recipes read
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(CompareConfigError, match=r"set mining.structure_hard_negatives: 2"):
+        load_compare_config(tmp_path / "c.yaml")
+    raw["mining"]["structure_hard_negatives"] = 2
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
+    assert load_compare_config(tmp_path / "c.yaml").recipes == ["structure-positive", "structure-mixed"]
+
+
+def test_a_corpus_without_structure_pairs_stops_the_structure_recipes_in_one_line_and_keeps_the_mining(
+    tmp_path: Path, tiny_model_path: Path
+) -> None:
+    # plain paragraphs: no title, heading or link to pair (ArguAna's shared titles end the same way)
+    config = _config(tmp_path, tiny_model_path)
+    raw = yaml.safe_load(config.read_text())
+    raw["mining"] |= {"structure": ["titles", "headings"], "structure_hard_negatives": 2}
+    raw["recipes"] = ["structure-mixed", "change-only-positive"]
+    config.write_text(yaml.safe_dump(raw))
+    run = tmp_path / "run"
+    result = runner.invoke(app, ["compare", "--config", str(config), "--output", str(run), "--quiet"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    flat = " ".join(result.output.split())
+    assert "structure-mixed train on structure pairs, and the corpus has none" in flat, flat
+    assert "the corpus has no titles or headings to pair" in flat and "remove these recipes" in flat, flat
+    stats = json.loads((run / "mined" / "stats.json").read_text())
+    assert stats["structure"]["groups"] == 0 and not (run / "seed-1").exists()
+    # the mining is kept: the other recipe trains on it without mining again
+    stamp = (run / "mined" / "stats.json").stat().st_mtime_ns
+    result = runner.invoke(
+        app, ["compare", "--config", str(config), "--output", str(run), "--quiet", "--recipes", "change-only-positive"]
+    )
+    assert result.exit_code == 0, result.output
+    assert (run / "seed-1" / "change-only-positive" / "COMPLETE").is_file()
+    assert json.loads((run / "mined" / "stats.json").read_text())["passages"] == stats["passages"]
+    assert (run / "mined" / "shards").is_dir() and stamp > 0
 
 
 def test_from_bert_setting_mines_with_the_embedder_and_trains_the_pretrained_bert(

@@ -30,7 +30,7 @@ def _config(pages: Path, model: Path, keep_html: bool, **mining: object) -> Comp
     source = {"path": str(pages), "html": True, "id_field": "id"} | ({"keep_html": True} if keep_html else {})
     settings = {"max_tokens": 48, "min_tokens": 8, "batch_size": 16} | mining
     return CompareConfig.from_dict(
-        {"model": str(model), "corpus": [source], "tasks": ["stsb"], "recipes": ["structure-positive"]}
+        {"model": str(model), "corpus": [source], "tasks": ["stsb"], "recipes": ["change-only-positive"]}
         | {"mining": settings}
     )
 
@@ -59,7 +59,7 @@ def test_keep_html_mines_the_same_passages_and_keeps_headings_and_links(tmp_path
 
 
 def test_keep_html_needs_html_pages_on_every_source_and_html_mining(tmp_path: Path):
-    base = {"tasks": ["stsb"], "recipes": ["structure-positive"]}
+    base = {"tasks": ["stsb"], "recipes": ["change-only-positive"]}
     cases = {
         "corpus[0].keep_html: keeps a page's raw HTML; give it with html: true": [
             {"path": "a.jsonl", "keep_html": True}

@@ -109,6 +109,9 @@ def compare(
             highlight=False,
         )
         raise typer.Exit(1) from error
+    except CompareConfigError as error:  # found only after mining (no structure pairs): the mining is kept
+        console.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
+        raise typer.Exit(1) from error
 
     Console(emoji=False).print(gain_table(result))
     console.print(f"[green]done:[/green] {escape(str(output))}/compare.md, compare.csv, compare.png", highlight=False)

@@ -209,11 +209,24 @@ class CompareConfig:
                 # every model is evaluated with its own pooling: the objective must train that vector
                 vector = trained_vector_problems(recipe.objective.name, recipe.objective.args)
                 problems += [f"recipe {name}: {problem}" for problem in vector]
+                problems += [f"recipe {name}: {problem}" for problem in self._structure_problems(recipe.data.requires)]
         if problems:
             given = f" as changed by {', '.join(flags.values())}" if flags else ""
             raise CompareConfigError(
                 f"{len(problems)} problem(s) in {source}{given}:\n" + "\n".join(f"  - {p}" for p in problems)
             )
+
+    def _structure_problems(self, requires: dict[str, str]) -> list[str]:
+        """What a recipe trained on structure pairs needs of ``mining``: the pairs, with its hard negatives."""
+        if requires.get("pairs") not in ("structure", "structure-mixed"):
+            return []
+        if not self.mining.get("structure"):
+            return ["it trains on structure pairs: set mining.structure (e.g. [titles, headings, links])"]
+        wanted = int(requires.get("hard_negatives", 0) or 0)
+        given = int(self.mining.get("structure_hard_negatives", 0) or 0)
+        if wanted != given:
+            return [f"it reads {wanted} hard negatives a structure pair: set mining.structure_hard_negatives: {wanted}"]
+        return []
 
     def recipe_overrides(self, seed: int) -> dict[str, Any]:
         """The dotted overrides applied to every recipe, identical but for nothing: the seed is shared too."""

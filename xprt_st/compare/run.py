@@ -287,6 +287,7 @@ def prepare_data(config: CompareConfig, run: Path, *, progress: bool = True) -> 
     logger.info("corpus: %d documents", corpus_stats["documents"])
 
     folders = data_folders(config, run)
+    _check_structure_pairs(folders, mined, mining_stats)
     made: set[Path] = {mined, mined / "structure"}
     for name in config.recipes:
         folder = folders[name]
@@ -301,6 +302,25 @@ def prepare_data(config: CompareConfig, run: Path, *, progress: bool = True) -> 
             prepare_variant(mined, folder, options, config.corpus_seed, progress, model=model)
         made.add(folder)
     return folders
+
+
+def _check_structure_pairs(folders: dict[str, Path], mined: Path, mining_stats: dict[str, Any]) -> None:
+    """Refuse recipes that train on structure pairs when mining found none (kept: a rerun without them reuses it)."""
+    needing = [
+        name
+        for name, folder in folders.items()
+        if folder == mined / "structure" or folder.name.startswith("structure-mixed")
+    ]
+    if not needing or (mined / "structure").is_dir():
+        return
+    structure = mining_stats.get("structure") or {}
+    dropped = {kind: sum(reasons.values()) for kind, reasons in (structure.get("dropped") or {}).items()}
+    found = f" ({', '.join(f'{count} {kind}s dropped' for kind, count in dropped.items())})" if dropped else ""
+    raise CompareConfigError(
+        f"{', '.join(needing)} train on structure pairs, and the corpus has none: "
+        f"{structure.get('note', 'no titles, headings or links were found')}{found}; see {mined / 'stats.json'}. "
+        "The mining is kept: remove these recipes and run again to train the others on it."
+    )
 
 
 def evaluate_start(config: CompareConfig, run: Path, tasks: Sequence[Any]) -> None:
