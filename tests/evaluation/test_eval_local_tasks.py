@@ -242,3 +242,17 @@ def test_empty_queries_and_repeated_ids_are_counted_and_said(beir_folder: Path, 
     assert "corpus.jsonl: 1 id(s) appear more than once" in caplog.text
     assert data.queries["q-tea"] == "How hot should green tea water be?"
     assert data.document_text("d-tea") == "Tea Brew it at 80 degrees."
+
+
+def test_two_tasks_that_tables_would_show_under_one_name_are_refused_naming_both(tmp_path: Path) -> None:
+    # scores are kept by the shown name: before, the second folder's scores were the first's, with no word
+    from tests.evaluation.conftest import CORPUS, QRELS, QUERIES, write_beir
+
+    first = write_beir(tmp_path / "site-a" / "test")
+    other = {key: {**value, "text": value["text"] + " again"} for key, value in CORPUS.items()}
+    second = write_beir(tmp_path / "site-b" / "test", other, QUERIES, QRELS)
+    with pytest.raises(TaskLoadError) as error:
+        resolve_tasks([f"{first},{second}"])
+    message = str(error.value)
+    assert f"{first} and {second} are both shown as test" in message and "separate runs" in message
+    assert [len(task.beir.corpus) for task in resolve_tasks([str(first)]) + resolve_tasks([str(second)])] == [7, 7]

@@ -328,18 +328,23 @@ def load_compare_config(
 
 def resolve_compare_tasks(config: CompareConfig) -> list[AbsTask]:
     """The mteb tasks of the config, each with its own subsample (seeded by ``eval_seed``)."""
-    from xprt_st.evaluation.catalog import resolve_task
+    from xprt_st.evaluation.catalog import check_distinct_labels, resolve_task
 
-    return [
-        resolve_task(
-            _beir_folder_under_data_dir(task.name, config),
-            config.data_dir,
-            max_queries=task.max_queries,
-            max_corpus=task.max_corpus,
-            seed=config.eval_seed,
+    specs_and_tasks = [
+        (
+            task.name,
+            resolve_task(
+                _beir_folder_under_data_dir(task.name, config),
+                config.data_dir,
+                max_queries=task.max_queries,
+                max_corpus=task.max_corpus,
+                seed=config.eval_seed,
+            ),
         )
         for task in config.tasks
     ]
+    check_distinct_labels(specs_and_tasks)
+    return [task for _, task in specs_and_tasks]
 
 
 def _beir_folder_under_data_dir(name: str, config: CompareConfig) -> str:

@@ -50,6 +50,7 @@ from xprt_st.evaluation.tasks import (
     _fingerprint,
     make_retrieval_task,
     make_sts_task,
+    task_label,
 )
 from xprt_st.evaluation.titles import TASK_PREFIX as TITLES_PREFIX
 from xprt_st.evaluation.titles import titles_task
@@ -382,7 +383,28 @@ def resolve_tasks(
     names = split_task_specs(specs)
     if not names:
         raise TaskLoadError(f"no task given; valid names: {', '.join(LOCAL_TASKS)}, a BEIR folder or an STS file")
-    tasks = []
-    for name in dict.fromkeys(names):
-        tasks.append(resolve_task(name, data_dir, max_queries=max_queries, max_corpus=max_corpus, seed=seed))
-    return tasks
+    specs_and_tasks = [
+        (name, resolve_task(name, data_dir, max_queries=max_queries, max_corpus=max_corpus, seed=seed))
+        for name in dict.fromkeys(names)
+    ]
+    check_distinct_labels(specs_and_tasks)
+    return [task for _, task in specs_and_tasks]
+
+
+def check_distinct_labels(specs_and_tasks: Sequence[tuple[str, AbsTask]]) -> None:
+    """Refuse two tasks that tables would show under one name (``titles:a/mined`` and ``titles:b/mined`` are both
+    ``titles:mined``): scores are kept by that name, so one task's scores would be shown as the other's.
+
+    Raises:
+        TaskLoadError: naming the specs that share each label.
+    """
+    by_label: dict[str, list[str]] = {}
+    for spec, task in specs_and_tasks:
+        by_label.setdefault(task_label(task), []).append(spec)
+    shared = {label: specs for label, specs in by_label.items() if len(specs) > 1}
+    if shared:
+        lines = "; ".join(f"{' and '.join(specs)} are both shown as {label}" for label, specs in shared.items())
+        raise TaskLoadError(
+            f"{lines}: one's scores would be reported as the other's. Evaluate them in separate runs, or give the "
+            "folders different names."
+        )
