@@ -3,7 +3,8 @@
 Writes ``OUT/compare.md``, ``OUT/compare.csv`` and ``OUT/timings.json`` as the run wrote them, and
 ``OUT/records.json``: the corpus, mining and hard-negative statistics, every model's ``label_free.json``, and the
 objective loss each training logged at its first logged step (``start of training: objective loss ...``), read
-from the run's own ``xprt-st.log``::
+from the run's own ``xprt-st.log``, the structure pairs' statistics and each model's logged losses (its checkpoints'
+``trainer_state.json``, which runs trained elsewhere by benchmarks/structure_comparison.py keep)::
 
     python benchmarks/in_domain_records.py runs/in-domain-arguana benchmarks/results/in-domain-arguana
 """
@@ -33,6 +34,18 @@ def start_losses(log: Path) -> dict[str, dict[str, Any]]:
     return losses
 
 
+def logged_losses(run: Path) -> dict[str, dict[str, float]]:
+    """``{"seed-S/RECIPE": {"25": loss, ...}}``: every training loss a model's last checkpoint logged, by step."""
+    losses: dict[str, dict[str, float]] = {}
+    for state in sorted(run.glob("seed-*/*/checkpoint-*/trainer_state.json")):
+        model = state.parent.parent
+        history = json.loads(state.read_text(encoding="utf-8")).get("log_history", [])
+        losses[f"{model.parent.name}/{model.name}"] = {
+            str(entry["step"]): round(float(entry["loss"]), 4) for entry in history if "loss" in entry
+        }
+    return losses
+
+
 def records(run: Path) -> dict[str, Any]:
     """The run's statistics and per-model records, each read from the file the run wrote."""
 
@@ -48,8 +61,14 @@ def records(run: Path) -> dict[str, Any]:
             folder.name: (read(folder / "stats.json") or {}).get("hard_negatives")
             for folder in sorted((run / "data").glob("hard-negatives-*"))
         },
+        "structure": stats.get("structure"),
+        "structure_mix": {
+            folder.name: (read(folder / "stats.json") or {}).get("structure_mix")
+            for folder in sorted((run / "data").glob("structure-mixed-*"))
+        },
         "label_free": {str(path.relative_to(run)): read(path) for path in sorted(run.glob("seed-*/*/label_free.json"))},
         "start_losses": start_losses(run / "xprt-st.log"),
+        "logged_losses": logged_losses(run),
     }
 
 

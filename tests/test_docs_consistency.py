@@ -505,3 +505,34 @@ def test_the_readme_quickstart_stage_figures_are_the_benchmarks() -> None:
     assert _number(new["whole run"]) == round(now["cpu_s"])
     assert f"{ratios['not_training_cpu_s']['ratio']:.2f}x" in new["not training"]
     assert f"{ratios['whole_process_cpu_s']['ratio']:.2f}x" in new["whole run"]
+
+
+def test_structure_figures_are_section_14s() -> None:
+    section = _section(RESULTS, "## 14. ")
+
+    def means(subsection: str) -> dict[str, float]:
+        table = _table(_section(section, f"### {subsection}"), "recipe")
+        return {row["recipe"]: _number(row["mean"]) for row in table if row["recipe"] != "start"}
+
+    structure = [
+        value
+        for subsection in ("NFCorpus", "The Python documentation")
+        for recipe, value in means(subsection).items()
+        if recipe.startswith("structure")
+    ]
+    small_bert = means("From the small BERT")
+    first = "gain over the start on held-out titles (nDCG@10 x100) [95% CI]"
+    titles = [
+        value
+        for row in _table(_section(section, "### Did the structure pairs"), first)
+        if not row[first].startswith("start")
+        for value in _signed(" ".join(list(row.values())[1:]))[::3]  # each cell's gain, not its interval
+    ]
+    row = _readme_row("in-domain with titles")
+    expected = [min(structure), max(structure), round(min(titles), 1), round(max(titles), 1)]
+    expected += [min(small_bert.values()), max(small_bert.values())]
+    assert _signed(row["result"]) == expected
+    headline = README.split("## Install")[0]
+    assert f"held-out titles {expected[2]:+.1f} to {expected[3]:+.1f}" in headline
+    sp, hard = small_bert["structure-positive"], small_bert["change-only-positive-hard"]
+    assert f"({sp:+.2f} against {hard:+.2f})" in headline
