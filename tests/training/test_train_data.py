@@ -62,3 +62,26 @@ def test_the_fix_for_other_mined_data_names_a_real_command_and_a_short_column_li
     assert "--hard_negatives" not in message
     columns = len(Dataset.load_from_disk(str(folder)).column_names)
     assert "negative_20" not in message and f"and {columns - 8} more." in message
+
+
+def test_a_structure_recipe_on_the_mined_groups_is_sent_to_the_structure_folder_or_told_there_is_none(tmp_path):
+    # before: "mine again with `xprt-st mine ... --pairs structure`", an option mine does not have
+    none = {"groups": 0, "note": "the corpus has no titles to pair (none found, or every one dropped)"}
+    folder = write_mined(tmp_path / "plain", stats={"settings": {"pairs": "mined"}, "structure": none})
+    with pytest.raises(MinedDataError) as caught:
+        load_mined(folder, requires={"pairs": "structure"})
+    assert f"{folder}/stats.json says the corpus has no titles to pair" in str(caught.value)
+    with pytest.raises(MinedDataError, match=r"structure was not written: .* says the corpus has no titles to pair"):
+        load_mined(folder / "structure", requires={"pairs": "structure"})
+    # a folder mined without --structure: the real command, and where its pairs will be
+    other = write_mined(tmp_path / "other", stats={"settings": {"pairs": "mined"}})
+    with pytest.raises(MinedDataError) as caught:
+        load_mined(other, requires={"pairs": "structure-mixed"})
+    assert (
+        "--structure titles,headings,links --hard-negatives 2 --structure-mix 0.5` and train on DIR/structure-mixed"
+        in (" ".join(str(caught.value).split()))
+    )
+    # the pairs are there: train on them
+    write_mined(other / "structure", stats={"settings": {"pairs": "structure"}})
+    with pytest.raises(MinedDataError, match=rf"train on {other}/structure, which this folder's mining wrote"):
+        load_mined(other, requires={"pairs": "structure"})

@@ -18,7 +18,7 @@ from typing import Any
 from datasets import Dataset, DatasetDict, load_from_disk
 
 from xprt_st.columns import GROUP_COLUMNS, LABEL
-from xprt_st.mining.layout import CONFIG_FILE, STATS_FILE
+from xprt_st.mining.layout import CONFIG_FILE, STATS_FILE, STRUCTURE_DIR, STRUCTURE_MIXED_DIR
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +43,9 @@ def read_stats(path: str | Path) -> dict[str, Any]:
     folder = Path(path)
     stats_path = folder / STATS_FILE
     if not folder.is_dir():
+        none = _no_structure_pairs(folder.parent) if folder.name in (STRUCTURE_DIR, STRUCTURE_MIXED_DIR) else None
+        if none is not None:  # the mining ran with --structure and found nothing to pair
+            raise MinedDataError(f"data folder {folder} was not written: {none}")
         raise MinedDataError(f"data folder {folder} does not exist or is not a folder; {MINE_HINT}")
     if not stats_path.is_file():
         if (folder / CONFIG_FILE).is_file():
@@ -123,11 +126,12 @@ def load_mined(
             logger.warning("%s/%s does not record %r; assuming it was mined with %r", folder, STATS_FILE, key, expected)
         elif str(found) != str(expected):
             option = f"--{key.replace('_', '-')} {expected}"
-            fix = (
-                f"add them to this folder with `xprt-st mine --merge {folder} {option}`"
-                if key == "hard_negatives"  # the one setting a re-merge adds to a mined folder
-                else f"mine again with `xprt-st mine ... {option}`"
-            )
+            if key == "hard_negatives":  # the one setting a re-merge adds to a mined folder
+                fix = f"add them to this folder with `xprt-st mine --merge {folder} {option}`"
+            elif key == "pairs" and str(expected) in (STRUCTURE_DIR, STRUCTURE_MIXED_DIR):
+                fix = _structure_fix(folder, str(expected))
+            else:
+                fix = f"mine again with `xprt-st mine ... {option}`"
             problems.append(
                 f"the recipe needs data mined with {key}={expected!r} but {STATS_FILE} says {key}={found!r} "
                 f"({fix}, or pick the recipe made for this data)"
@@ -139,6 +143,32 @@ def load_mined(
             + f". Columns found: {_shown_columns(loaded.column_names)}."
         )
     return MinedData(dataset=loaded.select_columns([*dict.fromkeys([*columns, LABEL])]), stats=stats, path=folder)
+
+
+def _no_structure_pairs(mined: Path) -> str | None:
+    """What ``mined/stats.json`` says when its mining looked for structure pairs and kept none; else None."""
+    try:
+        structure = json.loads((mined / STATS_FILE).read_text(encoding="utf-8")).get("structure")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(structure, dict) or structure.get("groups"):
+        return None
+    return f"{mined / STATS_FILE} says {structure.get('note', 'the corpus has no structure pairs')}"
+
+
+def _structure_fix(folder: Path, pairs: str) -> str:
+    """How to reach the structure pairs a recipe needs from ``folder``, a mined folder (or one inside it)."""
+    target = folder / pairs
+    if target.is_dir():
+        return f"train on {target}, which this folder's mining wrote"
+    none = _no_structure_pairs(folder)
+    if none is not None:
+        return f"{none}, so there is no {target} to train on"
+    mix = " --structure-mix 0.5" if pairs == STRUCTURE_MIXED_DIR else ""
+    return (
+        f"mine with `xprt-st mine ... --structure titles,headings,links --hard-negatives 2{mix}` and train on "
+        f"DIR/{pairs}"
+    )
 
 
 SHOWN_COLUMNS = 8
