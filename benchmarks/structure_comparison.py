@@ -106,7 +106,12 @@ def train(specs: list[tuple[Path, Path]], workers: int, threads: int) -> int:
                 logger.error("%s failed: %r", futures[future][1:4], error)
     for config_path, run in specs:
         config, tasks = _load(config_path, run, report_only=True)
-        result = collect_results(run, config, [task_label(task) for task in tasks])
+        try:
+            result = collect_results(run, config, [task_label(task) for task in tasks])
+        except FileNotFoundError as error:  # the start was not scored: no report, the models' scores are kept
+            failures += 1
+            logger.error("%s: no report: %s", run, error)
+            continue
         write_report(result, run, config)
         logger.info("%s: report written (%s)", run, run / "compare.md")
     return failures
