@@ -252,6 +252,8 @@ def test_recipe_step_costs_are_the_measured_ones() -> None:
     # the same losses: L_xp on other pairs or masked passes, xprt's objective on other positives
     assert costs["change-only-positive-masked"] == costs["random-span-contrastive"] == costs["change-only-positive"]
     assert costs["random-positive"] == costs["xprt"]
+    # the structure recipes are change-only-positive-hard's loss on groups of the same shape (4 texts)
+    assert costs["structure-positive"] == costs["structure-mixed"] == costs["change-only-positive-hard"]
     # no step benchmark: training time relative to change-only-positive in the from-BERT run (seeds 42, 43)
     run_times = _table(_section(RESULTS, "## Run times"), "stage")
     times = {row["stage"]: float(row["wall seconds"]) for row in run_times if row["stage"].startswith("seed")}
