@@ -43,7 +43,7 @@ def read_stats(path: str | Path) -> dict[str, Any]:
     folder = Path(path)
     stats_path = folder / STATS_FILE
     if not folder.is_dir():
-        none = _no_structure_pairs(folder.parent) if folder.name in (STRUCTURE_DIR, STRUCTURE_MIXED_DIR) else None
+        none = _parent_has_no_structure_pairs(folder) if folder.name in (STRUCTURE_DIR, STRUCTURE_MIXED_DIR) else None
         if none is not None:  # the mining ran with --structure and found nothing to pair
             raise MinedDataError(f"data folder {folder} was not written: {none}")
         raise MinedDataError(f"data folder {folder} does not exist or is not a folder; {MINE_HINT}")
@@ -129,7 +129,7 @@ def load_mined(
             if key == "hard_negatives":  # the one setting a re-merge adds to a mined folder
                 fix = f"add them to this folder with `xprt-st mine --merge {folder} {option}`"
             elif key == "pairs" and str(expected) in (STRUCTURE_DIR, STRUCTURE_MIXED_DIR):
-                fix = _structure_fix(folder, str(expected))
+                fix = _structure_fix(folder, str(expected), stats)
             else:
                 fix = f"mine again with `xprt-st mine ... {option}`"
             problems.append(
@@ -145,23 +145,32 @@ def load_mined(
     return MinedData(dataset=loaded.select_columns([*dict.fromkeys([*columns, LABEL])]), stats=stats, path=folder)
 
 
-def _no_structure_pairs(mined: Path) -> str | None:
-    """What ``mined/stats.json`` says when its mining looked for structure pairs and kept none; else None."""
-    try:
-        structure = json.loads((mined / STATS_FILE).read_text(encoding="utf-8")).get("structure")
-    except (OSError, ValueError):
-        return None
+def _no_structure_pairs(stats: Mapping[str, Any] | None, stats_path: Path) -> str | None:
+    """What a mined folder's ``stats`` (read from ``stats_path``) say when its mining looked for structure pairs and
+    kept none; else None."""
+    structure = (stats or {}).get("structure")
     if not isinstance(structure, dict) or structure.get("groups"):
         return None
-    return f"{mined / STATS_FILE} says {structure.get('note', 'the corpus has no structure pairs')}"
+    return f"{stats_path} says {structure.get('note', 'the corpus has no structure pairs')}"
 
 
-def _structure_fix(folder: Path, pairs: str) -> str:
-    """How to reach the structure pairs a recipe needs from ``folder``, a mined folder (or one inside it)."""
+def _parent_has_no_structure_pairs(folder: Path) -> str | None:
+    """:func:`_no_structure_pairs` of the mined folder that would hold ``folder`` (``DIR/structure``), if readable."""
+    from xprt_st.mining.layout import read_stats as read_mined_stats
+
+    try:
+        stats = read_mined_stats(folder.parent)
+    except ValueError:  # not valid JSON: the plain "does not exist" message stands
+        return None
+    return _no_structure_pairs(stats, folder.parent / STATS_FILE)
+
+
+def _structure_fix(folder: Path, pairs: str, stats: Mapping[str, Any]) -> str:
+    """How to reach the structure pairs a recipe needs from ``folder``, a mined folder whose stats are ``stats``."""
     target = folder / pairs
     if target.is_dir():
         return f"train on {target}, which this folder's mining wrote"
-    none = _no_structure_pairs(folder)
+    none = _no_structure_pairs(stats, folder / STATS_FILE)
     if none is not None:
         return f"{none}, so there is no {target} to train on"
     mix = " --structure-mix 0.5" if pairs == STRUCTURE_MIXED_DIR else ""
