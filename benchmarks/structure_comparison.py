@@ -161,11 +161,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     specs = [_pair(spec) for spec in args.specs]
-    if args.stage == "prepare":
-        prepare(specs)
-        return 0
-    if args.stage == "train":
-        return 1 if train(specs, args.workers, args.threads) else 0
+    from xprt_st.compare.config import CompareConfigError
+
+    try:
+        if args.stage == "prepare":
+            prepare(specs)
+            return 0
+        if args.stage == "train":
+            return 1 if train(specs, args.workers, args.threads) else 0
+    except CompareConfigError as error:  # as `xprt-st compare` says it: one message, no traceback
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     pack(specs, args.output)
     return 0
 

@@ -38,6 +38,15 @@ def test_prepare_then_parallel_training_gives_compares_report_and_a_pack_without
             assert marker["seed"] == seed and marker["recipe"] == recipe
     report = (run / "compare.md").read_text()
     assert "### Seed 1" in report and "### Seed 2" in report and "random-span-contrastive" in report
+    # the same folder with another mining setting: refused in one message before any work, as compare refuses it
+    raw["mining"]["threshold_quantile"] = 0.5
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(yaml.safe_dump(raw))
+    refused = subprocess.run(
+        [sys.executable, str(SCRIPT), "prepare", f"{changed}:{run}"], capture_output=True, text=True, check=False
+    )
+    assert refused.returncode == 2 and refused.stderr.startswith("error: ") and "Traceback" not in refused.stderr
+    assert "was made with other settings" in refused.stderr
     packed = tmp_path / "out" / "results.tar.gz"
     assert _run("pack", f"{config}:{run}", "--output", str(packed)) == 0
     with tarfile.open(packed) as archive:
