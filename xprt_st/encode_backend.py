@@ -78,17 +78,24 @@ def backend_of(model: SentenceTransformer) -> str:
 
 
 def load_encoder(
-    spec: str | Path | SentenceTransformer | None, backend: str, cache_root: Path, device: str | None = None
+    spec: str | Path | SentenceTransformer | None,
+    backend: str,
+    cache_root: Path,
+    device: str | None = None,
+    precision: str = "fp32",
 ) -> SentenceTransformer:
-    """A model for an inference-only stage: ``spec`` loaded (a name, a path, None; a loaded model is used as it is)
-    and run by ``backend`` (:func:`use_encode_backend`, its export cached under ``cache_root``)."""
+    """A model for an inference-only stage: ``spec`` loaded (a name, a path, None; a loaded model is used as it is),
+    run by ``backend`` (:func:`use_encode_backend`, its export cached under ``cache_root``) in ``precision``
+    (auto, fp32 or bf16: :func:`xprt_st.precision.resolve_precision` on the model's device)."""
     from sentence_transformers import SentenceTransformer
 
     from xprt_st.models import load_model
+    from xprt_st.precision import resolve_precision, use_precision
 
     on = device if device is not None or backend == "torch" else "cpu"  # the other backends run on the CPU
     model = spec if isinstance(spec, SentenceTransformer) else load_model(spec, device=on)
-    return use_encode_backend(model, backend, cache_root)
+    model = use_encode_backend(model, backend, cache_root)
+    return use_precision(model, resolve_precision(precision, model.device.type, backend).precision)
 
 
 def use_encode_backend(

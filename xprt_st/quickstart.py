@@ -19,7 +19,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from xprt_st.fingerprint import FingerprintError
 from xprt_st.mining import mine
 from xprt_st.mining.config import MiningConfigError
 from xprt_st.output_folder import OutputFolder, command_folder
+from xprt_st.precision import resolve_precision
 from xprt_st.quickstart_defaults import (
     DEFAULTS,
     HOLDOUT,
@@ -112,8 +113,15 @@ class QuickstartConfig:
     encode_backend: str = "torch"
     """What runs the models in the stages that only encode (mining, hard negatives, every evaluation; training
     is torch's): torch, onnx or openvino (:mod:`xprt_st.encode_backend`); the exports go to ``mined/.onnx-cache``."""
+    precision: str = "auto"
+    """auto, fp32 or bf16 for every stage (:mod:`xprt_st.precision`), resolved when the config is made (auto: bf16
+    where the device computes it natively), so ``summary.json`` and the stages' fingerprints name what ran."""
+    precision_reason: str = field(default="", init=False)
+    """Why ``precision`` is what it is (the device's bf16 support, or the value asked for)."""
 
     def __post_init__(self) -> None:
+        resolved = resolve_precision(self.precision, None, self.encode_backend)
+        self.precision, self.precision_reason = resolved.precision, resolved.reason
         if self.max_steps is None and not self.corpus:
             self.max_steps = DEFAULTS.max_steps
         if self.task is not None:
@@ -180,7 +188,14 @@ def _add_hard_negatives(mined: Path, recipe: Recipe, config: QuickstartConfig) -
     count = int(recipe.data.requires.get("hard_negatives", 0) or 0)
     if count and int((read_stats(mined) or {}).get("settings", {}).get("hard_negatives", 0) or 0) != count:
         with stage("hard negatives"):
-            add_hard_negatives(mined, count, model=config.model, seed=config.seed, encode_backend=config.encode_backend)
+            add_hard_negatives(
+                mined,
+                count,
+                model=config.model,
+                seed=config.seed,
+                encode_backend=config.encode_backend,
+                precision=config.precision,
+            )
 
 
 def run_quickstart(
@@ -255,6 +270,7 @@ def _run(config: QuickstartConfig, progress: bool, folder: OutputFolder, timer: 
                 max_tokens=config.max_seq_length,
                 seed=config.seed,
                 encode_backend=config.encode_backend,
+                precision=config.precision,
                 progress=progress,
             )
     except MiningConfigError as error:  # OUTPUT/mined is another run's: its groups are kept, not mixed with these
@@ -288,6 +304,7 @@ def _run(config: QuickstartConfig, progress: bool, folder: OutputFolder, timer: 
             "training.max_seq_length": config.max_seq_length,
             "training.seed": config.seed,
             "training.save_steps": config.max_steps,
+            "training.precision": config.precision,
             **({"training.model": config.model} if config.model else {}),
         },
     )
@@ -313,11 +330,13 @@ def _run(config: QuickstartConfig, progress: bool, folder: OutputFolder, timer: 
                 show_progress=False,
                 encode_backend=config.encode_backend,
                 backend_cache=mined,
+                precision=config.precision,
             )
         report.write(output / "evaluation")
     summary = _summary(report, stats, config)
-    summary["label_free"] = label_free_summary(mined, config.model, model_dir, config.encode_backend)
-    summary["titles"] = titles_summary(mined, config.model, model_dir, config.encode_backend)
+    encoding = {"encode_backend": config.encode_backend, "precision": config.precision}
+    summary["label_free"] = label_free_summary(mined, config.model, model_dir, **encoding)
+    summary["titles"] = titles_summary(mined, config.model, model_dir, **encoding)
     summary["training_passes"] = round(training_passes(config.max_steps, config.batch_size, groups), 3)
     summary["notes"] = notes
     summary["task_corpus_overlap"] = overlap
@@ -348,7 +367,7 @@ def run_notes(config: QuickstartConfig, groups: int) -> tuple[dict[str, str], di
 
 
 def titles_summary(
-    mined: Path, start: str | None, trained: Path, encode_backend: str = "torch"
+    mined: Path, start: str | None, trained: Path, encode_backend: str = "torch", precision: str = "fp32"
 ) -> dict[str, Any] | None:
     """``titles:DIR`` of ``trained`` against ``start``: the held-out titles and headings as queries, or None.
 
@@ -368,15 +387,15 @@ def titles_summary(
     except HeldOutError:  # no held-out part, or no titles in it (NoTitlesError)
         return None
     with stage("titles: start"):
-        before = score_model(load_encoder(start, encode_backend, mined), task)
+        before = score_model(load_encoder(start, encode_backend, mined, precision=precision), task)
     with stage("titles: trained"):
-        after = score_model(load_encoder(trained, encode_backend, mined), task)
+        after = score_model(load_encoder(trained, encode_backend, mined, precision=precision), task)
     record = comparison_record(after.per_query, before.per_query) | {"first_lines": task.first_lines}
     return record | ({"caveat": task.caveat} if task.caveat else {})
 
 
 def label_free_summary(
-    mined: Path, start: str | None, trained: Path, encode_backend: str = "torch"
+    mined: Path, start: str | None, trained: Path, encode_backend: str = "torch", precision: str = "fp32"
 ) -> dict[str, Any] | None:
     """The label-free check of ``trained`` against ``start`` on the held-out part of ``mined``, or None without one.
 
@@ -409,9 +428,9 @@ def label_free_summary(
         if same_data and record.get("queries") == len(heldout.queries):
             return record
     with stage("label-free: start"):
-        before = score_model(load_encoder(start, encode_backend, mined), heldout)
+        before = score_model(load_encoder(start, encode_backend, mined, precision=precision), heldout)
     with stage("label-free: trained"):
-        after = score_model(load_encoder(trained, encode_backend, mined), heldout)
+        after = score_model(load_encoder(trained, encode_backend, mined, precision=precision), heldout)
     return comparison(after, before)
 
 

@@ -36,7 +36,8 @@ prose, so a folder made from another checkout or install is still the same run."
 
 def mining_fingerprint(config: QuickstartConfig, sources: Sequence[str | Path]) -> dict[str, Any]:
     """What decides ``mined/``: the corpus (files and sizes, or the shipped pages and how many), how it is read,
-    the mining model, the held-out fraction and the seed that draws it, the threshold and the token limit."""
+    the mining model, the held-out fraction and the seed that draws it, the threshold, the token limit and the
+    precision (resolved: a bf16 mining is not an fp32 one)."""
     return {
         "corpus": corpus_identity(sources),
         "max_documents": config.max_documents,
@@ -46,13 +47,14 @@ def mining_fingerprint(config: QuickstartConfig, sources: Sequence[str | Path]) 
         "seed": config.seed,
         "threshold_quantile": config.threshold_quantile,
         "max_seq_length": config.max_seq_length,
+        "precision": config.precision,
     }
 
 
 def training_fingerprint(config: QuickstartConfig) -> dict[str, Any]:
     """What decides ``model/`` beside its data: the recipe (its name and its file's values, not where the file lives),
     the steps as given (None: the default of the mined groups, themselves fixed by ``mined/``), batch, learning
-    rate, token limit, seed and starting model."""
+    rate, token limit, seed, starting model and precision."""
     from xprt_st.recipe import load_recipe
 
     return {
@@ -64,6 +66,7 @@ def training_fingerprint(config: QuickstartConfig) -> dict[str, Any]:
         "max_seq_length": config.max_seq_length,
         "seed": config.seed,
         "model": config.model,
+        "precision": config.precision,
     }
 
 

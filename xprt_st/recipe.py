@@ -36,7 +36,7 @@ from xprt_st.models import DEFAULT_MODEL
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
 """Packaged recipes; the repository's ``recipes/`` is a symlink to this folder."""
 
-Precision = Literal["fp32", "bf16", "fp16"]
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
 ScheduleShape = Literal["linear", "cosine", "constant"]
 LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_restarts", "polynomial")
 
@@ -144,7 +144,13 @@ class TrainingSpec:
     max_seq_length: int | None = field(
         default=256, metadata={"help": "Token limit per passage; null keeps the model's."}
     )
-    precision: Precision = field(default="fp32", metadata={"help": "fp32, bf16 or fp16 mixed precision."})
+    precision: Precision = field(
+        default="auto",
+        metadata={
+            "help": "auto (bf16 autocast where the device computes bf16 natively, else fp32), fp32, bf16 or fp16 "
+            "mixed precision; a run records what auto resolved to."
+        },
+    )
     seed: int = field(default=42, metadata={"help": "Seed for initialisation, data order and masking."})
     save_steps: int = field(default=500, metadata={"help": "Write a resumable checkpoint every N steps."})
     save_total_limit: int | None = field(default=3, metadata={"help": "Checkpoints kept; null keeps all."})

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from xprt_st.cli import app
+from xprt_st.precision import OPTION_HELP as PRECISION_HELP
 
 
 def _int_list(value: str | None, flag: str = "--seeds") -> list[int] | None:
@@ -38,6 +39,12 @@ def compare(
     max_steps: Annotated[int | None, typer.Option(help="Training steps of every recipe.")] = None,
     batch_size: Annotated[int | None, typer.Option(help="Groups per step of every recipe.")] = None,
     learning_rate: Annotated[float | None, typer.Option(help="Peak learning rate of every recipe.")] = None,
+    precision: Annotated[
+        str | None,
+        typer.Option(
+            help="Of mining, every training and every score (replaces the config's, default auto). " + PRECISION_HELP
+        ),
+    ] = None,
     data_dir: Annotated[
         Path | None,
         typer.Option(
@@ -80,10 +87,13 @@ def compare(
         "model": model,
         "data_dir": str(data_dir) if data_dir is not None else None,
         "training": training or None,
+        "precision": precision,
     }
     try:
         check_output_folder(output, "--output")
-        resolved = load_compare_config(config, overrides, flags={"seeds": "--seeds", "recipes": "--recipes"})
+        resolved = load_compare_config(
+            config, overrides, flags={"seeds": "--seeds", "recipes": "--recipes", "precision": "--precision"}
+        )
         if not report_only:
             check_model(resolved.model, "--model" if model else f"{config}: model")
             if resolved.mining_model is not None:

@@ -14,6 +14,8 @@ from rich.markup import escape
 
 from xprt_st.cli import app
 from xprt_st.encode_backend import CACHE_DIR, OPTION_HELP, check_encode_backend, load_encoder
+from xprt_st.precision import OPTION_HELP as PRECISION_HELP
+from xprt_st.precision import resolve_precision
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -82,6 +84,7 @@ def evaluate(
     batch_size: Annotated[int, typer.Option("--encode-batch-size", help="Texts per encoding batch.")] = 32,
     device: Annotated[str | None, typer.Option(help="Torch device, e.g. cpu or cuda.")] = None,
     encode_backend: Annotated[str, typer.Option(help=OPTION_HELP)] = "torch",
+    precision: Annotated[str, typer.Option(help=PRECISION_HELP)] = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help=QUIET_HELP)] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help=VERBOSE_HELP)] = False,
 ) -> None:
@@ -96,6 +99,7 @@ def evaluate(
 
         check_sample_sizes(max_queries=max_queries, max_corpus=max_corpus)
         check_encode_backend(encode_backend, device)
+        resolved = resolve_precision(precision, device, encode_backend)
         check_output_folder(output_dir, "--output")
         for spec in specs:
             check_model(spec, "MODELS")
@@ -124,9 +128,12 @@ def evaluate(
                 show_progress=verbose,
                 encode_backend=encode_backend,
                 backend_cache=output_dir,
+                precision=resolved.precision,
             )
         except (TaskLoadError, ModelLoadError, ValueError) as error:
             raise _fail(error) from error
+        if not quiet:
+            console.print(f"precision: {resolved.precision} ({resolved.reason})", highlight=False, markup=False)
         console.print(report.rich_table())
         if len(report.models) > 1:
             differences = report.differences()
@@ -145,7 +152,13 @@ def evaluate(
             if rows:
                 console.print(thirds_rich_table(rows))
                 paths["thirds"] = write_thirds_csv(rows, output_dir / "overlap_thirds.csv")
-        encoding = {"device": device, "batch_size": batch_size, "backend": encode_backend, "cache_root": output_dir}
+        encoding = {
+            "device": device,
+            "batch_size": batch_size,
+            "backend": encode_backend,
+            "cache_root": output_dir,
+            "precision": resolved.precision,
+        }
         drift = _label_free_drift(specs, report.models, tasks, **encoding)
         drift += _titles_intervals(specs, tasks, report, **encoding)
         if drift:
@@ -179,6 +192,7 @@ def _titles_intervals(
     batch_size: int,
     backend: str,
     cache_root: Path,
+    precision: str,
 ) -> list[dict[str, Any]]:
     """Each ``titles:DIR`` task's difference with its paired interval against the first model (or the start).
 
@@ -212,7 +226,7 @@ def _titles_intervals(
             except (TrainingStateError, KeyError):
                 continue
             reference, others = f"start {starting}", report.models
-            model = load_encoder(starting, backend, cache_root, device)
+            model = load_encoder(starting, backend, cache_root, device, precision)
             start = score_model(model, titles, batch_size).per_query
         for label in others:
             row = comparison_record(scores[label], start) | caveat
@@ -260,6 +274,7 @@ def _label_free_drift(
     batch_size: int,
     backend: str,
     cache_root: Path,
+    precision: str,
 ) -> list[dict[str, Any]]:
     """The label-free difference with its interval and the drift of each ``mined:DIR`` task, printed and returned.
 
@@ -288,7 +303,7 @@ def _label_free_drift(
 
     def model(spec: str) -> SentenceTransformer:
         if spec not in loaded:
-            loaded[spec] = load_encoder(spec, backend, cache_root, device)
+            loaded[spec] = load_encoder(spec, backend, cache_root, device, precision)
         return loaded[spec]
 
     records = []
@@ -383,6 +398,7 @@ def finetune_compare(
         ),
     ] = False,
     device: Annotated[str | None, typer.Option(help="Torch device, e.g. cpu or cuda.")] = None,
+    precision: Annotated[str, typer.Option(help=PRECISION_HELP)] = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help=QUIET_HELP)] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help=VERBOSE_HELP)] = False,
 ) -> None:
@@ -403,7 +419,10 @@ def finetune_compare(
         from xprt_st.finetune.folds import check_domain_pattern
         from xprt_st.finetune.result import FinetuneSettings
 
-        settings = FinetuneSettings(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, seed=seed)
+        resolved = resolve_precision(precision, device)
+        settings = FinetuneSettings(
+            epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, seed=seed, precision=resolved.precision
+        )
         check_sample_sizes(max_queries=max_queries, max_corpus=max_corpus)
         check_domain_pattern(domain_pattern)
         if not 0 < test_fraction < 1:

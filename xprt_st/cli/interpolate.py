@@ -11,6 +11,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from xprt_st.cli import app
+from xprt_st.precision import OPTION_HELP as PRECISION_HELP
+from xprt_st.precision import PrecisionError, check_precision, resolve_precision, use_precision
 
 console = Console(emoji=False)
 err_console = Console(stderr=True, emoji=False)
@@ -39,6 +41,9 @@ def interpolate(
         int, typer.Option("--encode-batch-size", help="Passages per encoding batch of the label-free task.")
     ] = 32,
     device: Annotated[str | None, typer.Option(help="Torch device, e.g. cpu or cuda.")] = None,
+    precision: Annotated[
+        str, typer.Option(help="Of the --select scoring (the weights are mixed in fp32). " + PRECISION_HELP)
+    ] = "auto",
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace the model an earlier interpolate wrote in --output.")
     ] = False,
@@ -73,6 +78,7 @@ def interpolate(
         if select is not None and alphas is None:
             raise AlphaError("--select picks among --alphas; give --alphas 0,0.25,0.5,0.75,1")
         candidates = [check_alpha(alpha)] if alpha is not None else parse_alphas(alphas or "")
+        check_precision(precision)
         heldout = None
         if select is not None:
             if not select.startswith(TASK_PREFIX):
@@ -91,7 +97,7 @@ def interpolate(
                 f"--output {output} already holds a model written by xprt-st interpolate; choose another folder, or "
                 "pass --overwrite to replace it"
             )
-    except (AlphaError, HeldOutError, OutputPathError, ModelLoadError) as error:
+    except (AlphaError, HeldOutError, OutputPathError, ModelLoadError, PrecisionError) as error:
         raise fail(error) from error
 
     with command_logging("interpolate", output, verbose=verbose, progress=verbose, show_info=not quiet, folder=folder):
@@ -103,7 +109,10 @@ def interpolate(
             start_model = load_model(start, device=device)
             trained_model = load_model(trained, device=device)
             check_same_architecture(start_model, trained_model)
-        except (ModelLoadError, ArchitectureMismatchError) as error:
+            if heldout is not None:  # only the label-free scoring encodes
+                for loaded in (start_model, trained_model):
+                    use_precision(loaded, resolve_precision(precision, loaded.device.type).precision)
+        except (ModelLoadError, ArchitectureMismatchError, PrecisionError) as error:
             raise fail(error) from error
         selection = None
         if heldout is not None:

@@ -28,6 +28,8 @@ from xprt_st.mining.structure import (
     write_structure_groups,
 )
 from xprt_st.paths import path_length_problem
+from xprt_st.precision import OPTION_HELP as PRECISION_HELP
+from xprt_st.precision import PrecisionError, resolve_precision
 from xprt_st.progress_lines import command_progress
 
 DEFAULTS = MiningConfig()
@@ -96,6 +98,7 @@ def mine(
         int, typer.Option("--encode-batch-size", help="Passages per encoding batch.")
     ] = DEFAULTS.batch_size,
     encode_backend: Annotated[str, typer.Option(help=OPTION_HELP)] = DEFAULTS.encode_backend,
+    precision: Annotated[str, typer.Option(help=PRECISION_HELP)] = DEFAULTS.precision,
     max_tokens: Annotated[int, typer.Option(help="Most tokens per passage.")] = DEFAULTS.max_tokens,
     min_tokens: Annotated[
         int, typer.Option(help="A passage closes at a block end after this many.")
@@ -191,7 +194,8 @@ def mine(
     # the miner's own check, which names it before any work.
     try:
         check_encode_backend(encode_backend, device)
-    except EncodeBackendError as error:
+        resolved = resolve_precision(precision, device, encode_backend)
+    except (EncodeBackendError, PrecisionError) as error:
         console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False)
         raise typer.Exit(2) from error
     log_dir = merge_dir if merge_dir is not None else output
@@ -211,6 +215,8 @@ def mine(
         command_progress("mine", console, not quiet),
     ):
         try:
+            if pairs != "random-span":  # random spans encode nothing
+                console.print(f"precision: {resolved.precision} ({resolved.reason})", highlight=False, markup=False)
             if threshold is not None and threshold_quantile is not None:
                 raise typer.BadParameter("give --threshold or --threshold-quantile, not both")
             if hard_negatives is None:
@@ -244,6 +250,7 @@ def mine(
                 device=device,
                 batch_size=batch_size,
                 encode_backend=encode_backend,
+                precision=precision,
                 max_tokens=max_tokens,
                 min_tokens=min_tokens,
                 overlap_tokens=overlap_tokens,
@@ -312,7 +319,9 @@ def mine(
                     model=model,
                     max_ratio=hard_negative_max_ratio,
                     batch_size=batch_size,
+                    seed=seed,
                     encode_backend=encode_backend,
+                    precision=precision,
                 )
                 stats = read_stats(folder) or stats
             if structure_kinds:
@@ -322,6 +331,7 @@ def mine(
                     hard_negatives=hard_negatives,
                     model=model,
                     max_ratio=hard_negative_max_ratio,
+                    precision=precision,
                 )
                 console.print(structure_line(found, folder), markup=False)
                 if structure_mix is not None and found["groups"]:

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from xprt_st.cli import app
 from xprt_st.encode_backend import OPTION_HELP, check_encode_backend
+from xprt_st.precision import OPTION_HELP as PRECISION_HELP
 from xprt_st.progress_lines import heartbeat_for
 from xprt_st.quickstart_defaults import DEFAULTS, HOLDOUT, LABEL_FREE_NOTE, closing_note
 from xprt_st.stage_timing import StageTimer, format_rows
@@ -76,6 +77,7 @@ def quickstart(
         typer.Option(min=1, hidden=True, help="Mine only the first N of the 100 shipped pages (tests, quick looks)."),
     ] = None,
     encode_backend: Annotated[str, typer.Option(help=OPTION_HELP)] = "torch",
+    precision: Annotated[str, typer.Option(help=PRECISION_HELP)] = "auto",
     overwrite: Annotated[
         bool,
         typer.Option(
@@ -108,25 +110,26 @@ def quickstart(
     from xprt_st.recipe import RecipeError, load_recipe
 
     progress = not quiet
-    config = QuickstartConfig(
-        output=output,
-        model=model,
-        recipe=recipe,
-        max_steps=max_steps,
-        batch_size=batch_size,
-        seed=seed,
-        holdout=holdout,
-        max_documents=max_documents,
-        corpus=tuple(corpus or ()),
-        task=Path(task) if task is not None else None,
-        text_field=text_field,
-        id_field=id_field,
-        title_field=title_field,
-        html=html,
-        encode_backend=encode_backend,
-    )
     try:
         check_encode_backend(encode_backend)
+        config = QuickstartConfig(
+            output=output,
+            model=model,
+            recipe=recipe,
+            max_steps=max_steps,
+            batch_size=batch_size,
+            seed=seed,
+            holdout=holdout,
+            max_documents=max_documents,
+            corpus=tuple(corpus or ()),
+            task=Path(task) if task is not None else None,
+            text_field=text_field,
+            id_field=id_field,
+            title_field=title_field,
+            html=html,
+            encode_backend=encode_backend,
+            precision=precision,
+        )
         check_output_folder(output, "--output")
         check_quickstart_values(max_steps=config.max_steps, batch_size=batch_size, seed=seed)
         check_inputs(config)
@@ -143,6 +146,7 @@ def quickstart(
         console.print(f"[bold red]error:[/bold red] {escape(str(error))}", highlight=False)
         raise typer.Exit(2) from error
     console.rule("[bold]xprt-st quickstart[/bold]: mine -> pre-train -> evaluate")
+    console.print(f"precision: {config.precision} ({config.precision_reason})", highlight=False, markup=False)
     timer = StageTimer()
     try:
         with (

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from xprt_st.cli import app
+from xprt_st.precision import OPTION_HELP as PRECISION_HELP
 
 
 @app.command()
@@ -70,7 +71,10 @@ def train(
             "with labels where you have them.",
         ),
     ] = None,
-    precision: Annotated[str | None, typer.Option("--precision", help="fp32, bf16 or fp16.")] = None,
+    precision: Annotated[
+        str | None,
+        typer.Option("--precision", help="auto (the recipe's default), fp32, bf16 or fp16. " + PRECISION_HELP),
+    ] = None,
     max_seq_length: Annotated[int | None, typer.Option("--max-seq-length", help="Token limit per passage.")] = None,
     overwrite: Annotated[
         bool,

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from mteb.abstasks import AbsTask
 
 from xprt_st.binding import bind
+from xprt_st.precision import PRECISIONS, ResolvedPrecision, resolve_precision
 
 COMPARISON_RECIPES = (
     "xprt",
@@ -127,6 +128,10 @@ class CompareConfig:
     """Token limit of every model at evaluation time, the start's included."""
     eval_batch_size: int = 32
     device: str | None = None
+    precision: str = "auto"
+    """auto, fp32 or bf16 for mining, every training and every score (:mod:`xprt_st.precision`); a bf16 run keeps
+    its scores apart from an fp32 run's (:meth:`evaluation_key`). ``mining.precision`` or ``training.precision``
+    set one stage alone."""
 
     @classmethod
     def from_dict(
@@ -172,6 +177,9 @@ class CompareConfig:
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             problems.append(f"{seeds_key}: give distinct seeds, found {self.seeds}")
         problems += [f"{seeds_key}: {seed} is not in [0, 2**32)" for seed in self.seeds if not 0 <= seed < 2**32]
+        if self.precision not in PRECISIONS:
+            key = (flags or {}).get("precision", "precision")
+            problems.append(f"{key}: {self.precision!r} is not one of {list(PRECISIONS)}")
         repeated = sorted({name for name in self.recipes if self.recipes.count(name) > 1})
         if repeated:
             problems.append(f"{recipes_key}: {', '.join(repeated)} given twice; each recipe is one row of the table")
@@ -233,6 +241,7 @@ class CompareConfig:
         overrides = {f"training.{key}": value for key, value in self.training.items()}
         overrides |= {f"retention.{key}": value for key, value in self.retention.items()}
         overrides["training.seed"] = seed
+        overrides.setdefault("training.precision", self.precision)
         if self.model is not None:
             overrides["training.model"] = self.model
         return overrides
@@ -253,11 +262,21 @@ class CompareConfig:
         return (Path(self.data_dir) if self.data_dir else default_data_dir()) / path
 
     def evaluation_key(self) -> str:
-        """A short hash of everything that shapes a score (tasks, subsamples, seed, token limit): the scores folder."""
-        payload = json.dumps(
-            [[dataclasses.asdict(t) for t in self.tasks], self.eval_seed, self.eval_max_seq_length, self.data_dir]
-        )
-        return hashlib.sha1(payload.encode()).hexdigest()[:10]
+        """A short hash of everything that shapes a score (tasks, subsamples, seed, token limit, a bf16 precision):
+        the scores folder."""
+        shape: list[Any] = [
+            [dataclasses.asdict(t) for t in self.tasks],
+            self.eval_seed,
+            self.eval_max_seq_length,
+            self.data_dir,
+        ]
+        if self.evaluation_precision().precision != "fp32":  # fp32 keys stay those of earlier runs
+            shape.append(self.evaluation_precision().precision)
+        return hashlib.sha1(json.dumps(shape).encode()).hexdigest()[:10]
+
+    def evaluation_precision(self) -> ResolvedPrecision:
+        """The precision every model is scored in: ``precision`` resolved for ``device``."""
+        return resolve_precision(self.precision, self.device, option="precision")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (what the run folder's ``compare_config.yaml`` holds)."""
@@ -267,6 +286,8 @@ class CompareConfig:
                 del source["task"], source["titles"]
             if not source["keep_html"]:  # as written before the option existed
                 del source["keep_html"]
+        if data["precision"] == "auto":  # as written before the option existed (auto is the default)
+            del data["precision"]
         return data
 
 

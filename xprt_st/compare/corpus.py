@@ -114,6 +114,7 @@ def mining_settings(config: CompareConfig) -> dict[str, Any]:
         settings["id_field"] = "id"
     if any(source.keep_html for source in config.corpus):
         settings["html"] = True
+    settings["precision"] = config.precision
     return settings | config.mining
 
 

@@ -157,7 +157,12 @@ def _evaluate(
     # Same token limit for every model: training saves its own max_seq_length into the folder.
     model.max_seq_length = config.eval_max_seq_length
     report = evaluate_models(
-        [model], list(tasks), labels=[label], batch_size=config.eval_batch_size, cache_dir=cache_dir
+        [model],
+        list(tasks),
+        labels=[label],
+        batch_size=config.eval_batch_size,
+        cache_dir=cache_dir,
+        precision=config.evaluation_precision().precision,
     )
     payload = {
         "model": str(model_spec) if model_spec is not None else "default",

@@ -30,6 +30,7 @@ from xprt_st.encode_backend import backend_of, use_encode_backend
 from xprt_st.evaluation.catalog import resolve_tasks
 from xprt_st.evaluation.tasks import PER_PAIR_KEY, PER_QUERY_KEY, task_label
 from xprt_st.models import is_default_model, load_model
+from xprt_st.precision import precision_of, resolve_precision, use_precision
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -47,9 +48,9 @@ def default_cache_dir() -> Path:
 
 def model_fingerprint(model: SentenceTransformer) -> str:
     """A short hash of what decides the model's embeddings: its weights, its modules with their settings (the
-    pooling mode, ...), its token limit, its prompts and a non-torch encode backend. It is the revision of its mteb
-    result key, so a folder whose pooling or ``max_seq_length`` was changed in place is scored again, not read from
-    the cache."""
+    pooling mode, ...), its token limit, its prompts, a non-torch encode backend and a bf16 precision. It is the
+    revision of its mteb result key, so a folder whose pooling or ``max_seq_length`` was changed in place is scored
+    again, not read from the cache."""
     digest = hashlib.sha1()
     for name, tensor in model.state_dict().items():
         digest.update(name.encode())
@@ -60,6 +61,8 @@ def model_fingerprint(model: SentenceTransformer) -> str:
     backend = backend_of(model)
     if backend != "torch":  # another runtime's scores are not torch's bits
         digest.update(backend.encode())
+    if precision_of(model) != "fp32":  # bf16 scores are not fp32's (fp32 keys stay those of earlier runs)
+        digest.update(precision_of(model).encode())
     return digest.hexdigest()[:16]
 
 
@@ -106,6 +109,7 @@ class EvaluationReport:
         per_pair: task label -> model label -> ``{"cosine": [...], "gold": [...]}``, one value per pair in
             the task's order (local STS tasks only): what a paired bootstrap over pairs resamples.
         task_objects: task label -> the mteb task (local tasks keep their data for analyses).
+        precision: the precision the models ran in and why (:meth:`xprt_st.precision.ResolvedPrecision.record`).
     """
 
     models: list[str]
@@ -114,6 +118,7 @@ class EvaluationReport:
     per_query: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
     per_pair: dict[str, dict[str, dict[str, list[float]]]] = field(default_factory=dict)
     task_objects: dict[str, Any] = field(default_factory=dict)
+    precision: dict[str, str] = field(default_factory=dict)
 
     def score(self, model: str, task: str) -> float:
         """The main score of ``model`` on ``task``."""
@@ -226,6 +231,7 @@ class EvaluationReport:
             "table": self.wide_rows(),
             "mean_of": self.labelled_tasks,
             "differences": self.differences() if len(self.models) > 1 else [],
+            **self.precision,
         }
         path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
         return path
@@ -361,6 +367,7 @@ def evaluate_models(
     show_progress: bool = False,
     encode_backend: str = "torch",
     backend_cache: str | Path | None = None,
+    precision: str = "fp32",
 ) -> EvaluationReport:
     """Evaluate several models on the same tasks, one after the other, into one report.
 
@@ -380,6 +387,7 @@ def evaluate_models(
         encode_backend: what runs each model's transformer (torch, onnx, openvino: :mod:`xprt_st.encode_backend`);
             a loaded model given in ``models`` is run by it in place.
         backend_cache: the folder that keeps a non-torch backend's exports (``.onnx-cache`` in it); required then.
+        precision: auto, fp32 or bf16 (:mod:`xprt_st.precision`); each model's runs so, the report records it.
 
     Raises:
         xprt_st.evaluation.local.TaskLoadError: a task spec could not be resolved.
@@ -405,6 +413,9 @@ def evaluate_models(
             if backend_cache is None:
                 raise ValueError(f"encode_backend={encode_backend!r} needs backend_cache, the folder of its exports")
             model = use_encode_backend(model, encode_backend, Path(backend_cache))
+        resolved = resolve_precision(precision, model.device.type, encode_backend)
+        model = use_precision(model, resolved.precision)
+        report.precision = resolved.record()
         logger.info("evaluating %s on %s", label, ", ".join(report.tasks))
         pairs: dict[str, dict[str, list[float]]] = {}
         scores, per_query = evaluate_model(

@@ -27,6 +27,8 @@ class FinetuneSettings:
         warmup_ratio: fraction of steps of linear warm-up.
         scale: MNRL's inverse temperature (20 = temperature 0.05, the sentence-transformers default).
         seed: seed of weight init of new layers, data order and dropout.
+        precision: fp32 or bf16 (resolved: :func:`xprt_st.precision.resolve_precision`), for fine-tuning and
+            scoring all four models alike.
     """
 
     epochs: float = 1.0
@@ -35,6 +37,7 @@ class FinetuneSettings:
     warmup_ratio: float = 0.1
     scale: float = 20.0
     seed: int = 0
+    precision: str = "fp32"
 
     def __post_init__(self) -> None:
         """Refuse a setting that would fine-tune nothing or fail inside the trainer (ValueError naming the flag)."""
@@ -51,6 +54,8 @@ class FinetuneSettings:
             problems.append(f"scale {self.scale}: must be a positive number")
         if not 0 <= self.seed < 2**32:
             problems.append(f"--seed {self.seed}: must be in [0, 2**32)")
+        if self.precision not in ("fp32", "bf16"):
+            problems.append(f"precision {self.precision!r}: resolve it to fp32 or bf16 first")
         if problems:
             raise ValueError("; ".join(problems))
 

@@ -59,6 +59,7 @@ def finetune(
         report_to="none",
         logging_steps=max(1, len(pairs) // settings.batch_size // 5),
         disable_tqdm=True,
+        bf16=settings.precision == "bf16",
         use_cpu=not torch.cuda.is_available(),
     )
     trainer = SentenceTransformerTrainer(
@@ -148,6 +149,7 @@ def finetune_compare(
     """
     from xprt_st.evaluation.run import evaluate_model, model_label
     from xprt_st.models import load_model
+    from xprt_st.precision import use_precision
 
     settings = settings or FinetuneSettings()
     output_dir = Path(output_dir)
@@ -188,6 +190,7 @@ def finetune_compare(
             loaded[f"{role}+ft"].save(str(output_dir / f"{role}+ft"))
     per_query: dict[str, dict[str, float]] = {}
     for role in ROLES:
+        use_precision(loaded[role], settings.precision)
         _, values = evaluate_model(loaded[role], [test_task], label=role, batch_size=eval_batch_size, cache_dir=None)
         per_query[role] = values[f"{task}-test"]
     scores = {role: domain_means(per_query[role], domains) for role in ROLES}

@@ -5,14 +5,42 @@ Nothing here is a loss; each function is pure tensor code or a thin wrapper arou
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.losses.merged_forward import merge_feature_batches
 from torch import Tensor, nn
+
+_Math = TypeVar("_Math", bound=Callable[..., Tensor])
+
+
+def in_fp32(function: _Math) -> _Math:
+    """Run a loss's similarity math in fp32, outside autocast, on fp32 copies of its half-precision tensor arguments.
+
+    Under bf16 autocast a cosine matrix would be computed in bf16 (8 bits of mantissa): divided by a
+    temperature of 0.05 its logits move by up to ~0.1, and near-equal similarities tie. The encoder's
+    matrix products stay in bf16; only the (batch, batch) products, softmaxes and KL terms run here,
+    a negligible share of a step. sentence-transformers does the same for half-precision embeddings.
+    """
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Tensor:
+        def full(value: Any) -> Any:
+            return (
+                value.float() if isinstance(value, Tensor) and value.dtype in (torch.bfloat16, torch.float16) else value
+            )
+
+        tensors = [v for v in (*args, *kwargs.values()) if isinstance(v, Tensor)]
+        device_type = tensors[0].device.type if tensors else "cpu"
+        with torch.autocast(device_type, enabled=False):
+            return function(*map(full, args), **{key: full(value) for key, value in kwargs.items()})
+
+    return wrapper  # type: ignore[return-value]
 
 
 def borrow(owner: nn.Module, name: str, module: Any) -> None:

@@ -11,7 +11,7 @@ from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.losses.merged_forward import embed_columns
 from torch import Tensor, nn
 
-from xprt_st.losses._common import encode_columns, special_token_ids
+from xprt_st.losses._common import encode_columns, in_fp32, special_token_ids
 from xprt_st.losses._distributed import gather_across_devices, local_rows
 from xprt_st.losses._grad_cache import cached_encode_columns, checked_mini_batch_size, grad_cache_applies
 
@@ -23,6 +23,7 @@ XPRT_CITATION = """
 """
 
 
+@in_fp32
 def cross_passage_loss(
     anchors: Tensor,
     positives: Tensor,

@@ -11,11 +11,12 @@ from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.losses.merged_forward import embed_columns, merge_feature_batches
 from torch import Tensor, nn
 
-from xprt_st.losses._common import borrow
+from xprt_st.losses._common import borrow, in_fp32
 from xprt_st.losses.cross_passage import XPRT_CITATION
 from xprt_st.models import frozen_copy
 
 
+@in_fp32
 def retention_loss(
     student_anchors: Tensor,
     student_positives: Tensor,

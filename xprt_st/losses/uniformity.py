@@ -11,6 +11,8 @@ import torch.nn.functional as F
 from sentence_transformers import SentenceTransformer
 from torch import Tensor, nn
 
+from xprt_st.losses._common import in_fp32
+
 UNIFORMITY_CITATION = """
 @inproceedings{wang2020understanding,
     title = {Understanding Contrastive Representation Learning through Alignment and Uniformity on the Hypersphere},
@@ -22,6 +24,7 @@ UNIFORMITY_CITATION = """
 """
 
 
+@in_fp32
 def uniformity_loss(embeddings: Tensor, t: float = 2.0) -> Tensor:
     """``log mean_{i<j} exp(-t ||u_i - u_j||^2)`` with ``u = normalize(embeddings)``.
 

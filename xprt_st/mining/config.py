@@ -23,6 +23,7 @@ from xprt_st.mining.passages import (
     DEFAULT_OVERLAP_TOKENS,
 )
 from xprt_st.mining.tfidf import N_FEATURES
+from xprt_st.precision import PRECISIONS
 
 TFIDF_SCHEME = f"corpus-hashed-{N_FEATURES}"
 """Recorded in ``mining_config.json``: runs scored with another TF-IDF (e.g. per shard) are not resumed."""
@@ -96,6 +97,9 @@ class MiningConfig:
     batch_size: int = 64
     encode_backend: str = "torch"
     """What runs the mining model's transformer: torch, onnx or openvino (:mod:`xprt_st.encode_backend`)."""
+    precision: str = "auto"
+    """auto, fp32 or bf16 (:mod:`xprt_st.precision`): auto runs bf16 autocast where the device computes it natively.
+    The vectors record the precision that ran, so a stored vector of one precision never stands for another's."""
     max_tokens: int = DEFAULT_MAX_TOKENS
     min_tokens: int = DEFAULT_MIN_TOKENS
     overlap_tokens: int = DEFAULT_OVERLAP_TOKENS
@@ -121,7 +125,7 @@ class MiningConfig:
     :func:`~xprt_st.mining.holdout.is_held_out` from a hash of ``seed`` and the document id."""
 
     MERGE_FIELDS = ("threshold", "threshold_quantile", "positive", "pairs", "seed", "holdout")
-    RUNTIME_FIELDS = ("device", "batch_size", "encode_backend", "skip_unreadable")
+    RUNTIME_FIELDS = ("device", "batch_size", "encode_backend", "precision", "skip_unreadable")
 
     def __post_init__(self) -> None:
         self.validate()
@@ -159,6 +163,7 @@ class MiningConfig:
         problems = []
         for name, value, valid in (
             ("encode_backend", self.encode_backend, ENCODE_BACKENDS),
+            ("precision", self.precision, PRECISIONS),
             ("rank_by", self.rank_by, RANK_BY),
             ("positive", self.positive, POSITIVES),
             ("pairs", self.pairs, PAIRS),

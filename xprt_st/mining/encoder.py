@@ -58,6 +58,10 @@ class MiningEncoder:
                 if self._cache_root is None:
                     raise MiningConfigError(f"encode_backend={self.config.encode_backend!r} needs the mining folder")
                 use_encode_backend(self._model, self.config.encode_backend, self._cache_root)
+            from xprt_st.precision import resolve_precision, use_precision
+
+            resolved = resolve_precision(self.config.precision, self._model.device.type, self.config.encode_backend)
+            use_precision(self._model, resolved.precision)
         return self._model
 
     def prompt_text(self) -> str:

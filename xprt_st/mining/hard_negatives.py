@@ -194,6 +194,7 @@ def add_hard_negatives(
     seed: int = 0,
     reuse_embeddings: bool = True,
     encode_backend: str = "torch",
+    precision: str | None = None,
 ) -> dict[str, Any]:
     """Add ``negative_1 .. negative_{count}`` to the training groups of the merged mining folder ``folder``.
 
@@ -212,6 +213,9 @@ def add_hard_negatives(
             false encodes every passage again.
         encode_backend: what runs the model's transformer (:mod:`xprt_st.encode_backend`); its export is kept
             in ``folder/.onnx-cache``. Stored vectors of another backend are not reused.
+        precision: auto, fp32 or bf16 (:mod:`xprt_st.precision`); None: the precision of mining's stored vectors
+            (:func:`~xprt_st.mining.layout.embeddings.stored_precision`), so they are reused and the negatives are
+            ranked as mining ranked; vectors of another precision are never reused.
 
     Returns:
         The statistics also written under ``hard_negatives`` in ``stats.json`` (whose ``settings`` then record
@@ -221,6 +225,7 @@ def add_hard_negatives(
 
     from xprt_st.encode_backend import load_encoder
     from xprt_st.mining.layout import DATASET_STATE, STATS_FILE, atomic_write_json, read_stats
+    from xprt_st.mining.layout.embeddings import stored_precision
     from xprt_st.mining.layout.merged import publish_dataset
 
     folder = Path(folder)
@@ -248,7 +253,8 @@ def add_hard_negatives(
 
     pool_rows = np.flatnonzero(~held_out)
     check_candidates(folder, count, labels[pool_rows])
-    sentence_model = load_encoder(model, encode_backend, folder)
+    precision = precision or stored_precision(stats)
+    sentence_model = load_encoder(model, encode_backend, folder, precision=precision)
     with tempfile.TemporaryDirectory(prefix="xprt-hard-negatives-") as scratch:
         dim = (
             getattr(sentence_model, "get_embedding_dimension", None) or sentence_model.get_sentence_embedding_dimension

@@ -326,7 +326,8 @@ def finish_merge(plan: MergePlan, stored: dict[str, Any], part_counts: list[dict
         stats["holdout"]["contamination"] = _contamination(output_dir)
     texts = (t for table in layout.iter_passages(plan.num_shards, ["text"]) for t in table.column("text").to_pylist())
     record = publish_embeddings(layout.chunk_dirs(plan.num_shards), texts, output_dir)
-    stats["embeddings"] = None if record is None else {k: record[k] for k in ("rows", "dimension", "dtype")}
+    kept = ("rows", "dimension", "dtype", "precision")  # precision: what the vectors and so the groups came from
+    stats["embeddings"] = None if record is None else {k: record.get(k, "fp32") for k in kept}
     layout.write_stats(stats)
     shutil.rmtree(staging, ignore_errors=True)
     _raise_without_groups(stats, int(merged.get("scored_documents", 0)), stored, plan, output_dir)

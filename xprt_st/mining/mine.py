@@ -146,6 +146,7 @@ def mine(corpus: Any, output_dir: str | Path, **settings: Any) -> dict[str, Any]
             batch_size=config.batch_size,
             seed=config.seed,
             encode_backend=config.encode_backend,
+            precision=config.precision,
         )
         result = read_stats(output_dir) or result
     if structure:
@@ -158,6 +159,7 @@ def mine(corpus: Any, output_dir: str | Path, **settings: Any) -> dict[str, Any]
             hard_negatives=structure_negatives,
             model=model if model is not None else config.model,
             max_ratio=max_ratio,
+            precision=config.precision,
         )
         result = read_stats(output_dir) or result
     return result

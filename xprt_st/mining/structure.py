@@ -248,7 +248,13 @@ def links_problem(folder: str | Path, kinds: Sequence[str]) -> str | None:
 
 
 def write_structure_groups(
-    folder: str | Path, kinds: Sequence[str], *, hard_negatives: int = 0, model: Any = None, max_ratio: float = 0.95
+    folder: str | Path,
+    kinds: Sequence[str],
+    *,
+    hard_negatives: int = 0,
+    model: Any = None,
+    max_ratio: float = 0.95,
+    precision: str | None = None,
 ) -> dict[str, Any]:
     """Write the structure groups of the merged mining folder ``folder`` to ``folder/structure``; returns the counts.
 
@@ -256,7 +262,8 @@ def write_structure_groups(
     ``pairs: structure``), trained with ``--mined folder/structure``. The counts (kept by kind, dropped by kind
     and reason, held-out documents skipped) are also written under ``structure`` in ``folder/stats.json``.
     A corpus without titles or headings gets an empty count and no dataset, and the counts say so.
-    ``hard_negatives=K`` adds ``negative_1 .. negative_K`` (:func:`structure_negatives`).
+    ``hard_negatives=K`` adds ``negative_1 .. negative_K`` (:func:`structure_negatives`), encoded in ``precision``
+    (auto, fp32, bf16: :mod:`xprt_st.precision`; None: that of mining's stored vectors, which are then reused).
     """
     import shutil
 
@@ -350,7 +357,9 @@ def write_structure_groups(
     if total["groups"]:
         features = group_features(top_k)
         if hard_negatives > 0:
-            negatives, total["hard_negatives"] = structure_negatives(folder, rows, hard_negatives, model, max_ratio)
+            negatives, total["hard_negatives"] = structure_negatives(
+                folder, rows, hard_negatives, model, max_ratio, precision
+            )
             for k, column in enumerate(negative_columns(hard_negatives)):
                 rows[column] = [chosen[k] for chosen in negatives]
                 features[column] = datasets.Value("string")
@@ -382,13 +391,13 @@ def _same_structure(previous: dict[str, Any], stats: dict[str, Any], kinds: Sequ
 
 
 def structure_negatives(
-    folder: Path, rows: dict[str, list[Any]], count: int, model: Any, max_ratio: float
+    folder: Path, rows: dict[str, list[Any]], count: int, model: Any, max_ratio: float, precision: str | None = None
 ) -> tuple[list[list[str]], dict[str, Any]]:
     """``count`` hard negatives per structure group: the anchor's nearest training passages of other documents.
 
     The anchors (titles, headings) and the training passages of ``folder/passages.parquet`` are embedded with
-    the mining model (``model``: a SentenceTransformer, a name or None for the offline default); the passages'
-    vectors are mining's stored ones where model, length and texts are the same
+    the mining model (``model``: a SentenceTransformer, a name or None for the offline default) in ``precision``;
+    the passages' vectors are mining's stored ones where model, length, precision and texts are the same
     (:func:`~xprt_st.mining.passage_vectors.fill_passage_vectors`). NV-Retriever's positive-aware filter
     (``max_ratio``) drops likely false negatives, as for the mined groups
     (:mod:`xprt_st.mining.hard_negatives`). A group whose every candidate is filtered keeps its nearest one.
@@ -397,10 +406,11 @@ def structure_negatives(
     import pyarrow.parquet as pq
 
     from xprt_st.columns import ANCHOR, LABEL, POSITIVE
+    from xprt_st.encode_backend import load_encoder
     from xprt_st.mining.hard_negatives import nearest_other_documents, positive_aware_filter
-    from xprt_st.mining.layout import PASSAGES_FILE
+    from xprt_st.mining.layout import PASSAGES_FILE, read_stats
+    from xprt_st.mining.layout.embeddings import stored_precision
     from xprt_st.mining.passage_vectors import fill_passage_vectors
-    from xprt_st.models import load_model
 
     table = pq.read_table(folder / PASSAGES_FILE, columns=["label", "text", "held_out"])
     keep = ~np.asarray(table.column("held_out").to_numpy(zero_copy_only=False), dtype=bool)
@@ -408,7 +418,8 @@ def structure_negatives(
     pool_rows = np.flatnonzero(keep)
     texts = [every_text[int(row)] for row in pool_rows]
     labels = np.asarray(table.column("label").to_numpy(), dtype=np.int64)[keep]
-    encoder = model if model is not None and not isinstance(model, str | Path) else load_model(model)
+    precision = precision or stored_precision(read_stats(folder) or {})
+    encoder = load_encoder(model, "torch", folder, precision=precision)
 
     def encode(values: list[str]) -> np.ndarray:
         return encoder.encode(values, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)

@@ -35,6 +35,7 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from xprt_st.columns import NEGATIVE_PREFIX
 from xprt_st.models import frozen_copy, load_model
+from xprt_st.precision import resolve_precision
 from xprt_st.recipe import Recipe
 from xprt_st.training.data import MinedData, load_mined
 from xprt_st.training.label_free import LabelFreeEvaluator, evaluation_arguments, training_evaluator
@@ -212,6 +213,7 @@ def training_arguments(
 ) -> SentenceTransformerTrainingArguments:
     """The Trainer arguments of ``recipe``'s ``training`` section, writing checkpoints into ``output``."""
     training = recipe.training
+    precision = training.precision if training.precision == "fp16" else resolve_precision(training.precision).precision
     return SentenceTransformerTrainingArguments(
         output_dir=str(output),
         max_steps=training.max_steps,
@@ -223,10 +225,10 @@ def training_arguments(
         warmup_steps=training.warmup_ratio,  # a float in [0, 1): transformers >= 5 reads it as a share of the steps
         weight_decay=training.weight_decay,
         max_grad_norm=training.max_grad_norm,
-        bf16=training.precision == "bf16",
-        fp16=training.precision == "fp16",
+        bf16=precision == "bf16",
+        fp16=precision == "fp16",
         # transformers refuses bf16 without a GPU unless told to train on the CPU, where bf16 autocast works
-        use_cpu=training.precision == "bf16" and not torch.cuda.is_available(),
+        use_cpu=precision == "bf16" and not torch.cuda.is_available(),
         seed=training.seed,
         data_seed=training.seed,
         save_strategy="steps",

@@ -12,6 +12,7 @@ This is what ``xprt-st train`` calls; it is usable from Python and notebooks too
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ from xprt_st.columns import LABEL
 from xprt_st.fingerprint import flattened
 from xprt_st.mining.layout import HELDOUT_DIR
 from xprt_st.output_folder import OutputFolder, OutputFolderError, command_folder
+from xprt_st.precision import ResolvedPrecision, resolve_precision
 from xprt_st.recipe import Recipe
 from xprt_st.training.checkpoints import checkpoint_folders, checkpoint_problem, unusable_checkpoints_message
 from xprt_st.training.data import STATS_FILE
@@ -265,6 +267,17 @@ def train_recipe(
         return _train_recipe(*arguments, folder=folder)
 
 
+def resolved_precision(recipe: Recipe) -> tuple[Recipe, ResolvedPrecision]:
+    """``recipe`` with ``training.precision: auto`` resolved for the device torch trains on (:mod:`xprt_st.precision`),
+    so the run records, and a resume compares, the precision that ran; fp16 and explicit values pass through."""
+    requested = recipe.training.precision
+    if requested == "fp16":
+        return recipe, ResolvedPrecision("fp16", "asked for fp16")
+    resolved = resolve_precision(requested)
+    training = dataclasses.replace(recipe.training, precision=resolved.precision)
+    return dataclasses.replace(recipe, training=training), resolved
+
+
 def _train_recipe(
     recipe: Recipe,
     data: str | Path,
@@ -278,6 +291,8 @@ def _train_recipe(
     folder: OutputFolder | None,
 ) -> Path:
     """:func:`train_recipe` once the output folder is held (``folder``; None on the processes that do not hold it)."""
+    recipe, precision = resolved_precision(recipe)
+    logger.info("precision: %s (%s)", precision.precision, precision.reason)
     if fork_from is not None and resume is not None:
         raise TrainingStateError("--fork-from starts a new run from another run's checkpoint; it cannot --resume")
     checkpoint = resolve_checkpoint(output, resume)
@@ -324,6 +339,7 @@ def _train_recipe(
         retention_data=retention_data,
     )
     setup.training_metadata[RECORD_KEY] = documents
+    setup.training_metadata["precision_reason"] = precision.reason
     sentence_model, label_free = setup.model, setup.evaluator
     # The step's estimated peak against the device, before anything is trained (CUDA: one-line error).
     objective = get_objective(recipe.objective.name).with_args(recipe.objective.args)  # + hard-negative columns

@@ -35,7 +35,8 @@ by batch padding (< 1e-5)."""
 
 def encoder_identity(model: Any, prompt: str) -> dict[str, Any]:
     """What decides a passage's vector besides its text: a hash of the weights, the maximum length, the prompt
-    and the encode backend that ran the model (:mod:`xprt_st.encode_backend`: its vectors are not torch's bits).
+    the encode backend that ran the model (:mod:`xprt_st.encode_backend`: its vectors are not torch's bits) and
+    the precision of its matrix products (:mod:`xprt_st.precision`: a bf16 vector never stands for an fp32 one).
 
     Hashing the weights (not the name) lets a loaded model, a path and a name be compared alike; it
     takes well under a second for a MiniLM-sized model.
@@ -43,6 +44,7 @@ def encoder_identity(model: Any, prompt: str) -> dict[str, Any]:
     import torch
 
     from xprt_st.encode_backend import backend_of
+    from xprt_st.precision import precision_of
 
     digest = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
@@ -54,7 +56,13 @@ def encoder_identity(model: Any, prompt: str) -> dict[str, Any]:
         "max_seq_length": model.max_seq_length,
         "prompt": prompt,
         "encode_backend": backend_of(model),
+        "precision": precision_of(model),
     }
+
+
+def stored_precision(stats: dict[str, Any]) -> str:
+    """The precision of a mined folder's stored vectors (its ``stats.json``), or ``auto`` where it stored none."""
+    return (stats.get("embeddings") or {}).get("precision", "auto")
 
 
 def texts_sha256(texts: Iterable[str]) -> str:
