@@ -84,3 +84,17 @@ def test_the_encoder_identity_hashes_bfloat16_weights(tiny_model) -> None:
     half = encoder_identity(copy.deepcopy(tiny_model).to(torch.bfloat16), "")
     assert half["weights_sha256"] != full["weights_sha256"]
     assert encoder_identity(tiny_model, "")["weights_sha256"] == full["weights_sha256"]
+
+
+def test_vectors_of_one_precision_never_stand_for_another(tmp_path: Path, tiny_model, counted) -> None:
+    corpus = _corpus(tmp_path / "c.jsonl", 12)
+    out = tmp_path / "mined"
+    stats = mine(corpus, out, model=tiny_model, progress=False, precision="bf16", **SETTINGS)
+    assert stats["embeddings"]["precision"] == "bf16"
+    assert json.loads((out / "embeddings.json").read_text())["precision"] == "bf16"
+    # the default follows the stored vectors' precision: mining's vectors are reused
+    assert add_hard_negatives(out, 1, model=tiny_model, batch_size=16)["reused_vectors"] > 0
+    already = len(counted)
+    summary = add_hard_negatives(out, 1, model=tiny_model, batch_size=16, precision="fp32")
+    assert summary["reused_vectors"] == 0  # fp32 asked: every training passage encoded again, in fp32
+    assert len(counted) > already
