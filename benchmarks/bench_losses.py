@@ -46,7 +46,7 @@ from sentence_transformers.sentence_transformer.losses import MultipleNegativesR
 from torch.profiler import record_function
 
 from xprt_st.columns import GROUP_COLUMNS
-from xprt_st.losses import CrossPassageLoss, RetroMAELoss, XPRTLoss, _vocab
+from xprt_st.losses import CrossPassageLoss, RetroMAELoss, WithRetention, XPRTLoss, _vocab
 from xprt_st.models import load_model
 
 CONFIGS = (
@@ -61,6 +61,7 @@ CONFIGS = (
     "xprt_uncut",
     "cross_passage",
     "cross_passage_hard",
+    "cross_passage_hard_retention",
     "cross_passage_cached",
     "xprt_hard",
 )
@@ -78,6 +79,8 @@ DESCRIPTIONS = {
     "xprt_uncut": "XPRTLoss, all terms, retention on, no GradCache and the decoder in one block (before issue 28)",
     "cross_passage": "CrossPassageLoss: the change-only-positive recipe's loss (retention off)",
     "cross_passage_hard": "CrossPassageLoss, 2 hard negatives per anchor: change-only-positive-hard's loss",
+    "cross_passage_hard_retention": "CrossPassageLoss, 2 hard negatives, with L_ret: change-only-positive-hard as "
+    "every recipe trains it (the frozen start's pass over anchors and positives included)",
     "cross_passage_cached": "CrossPassageLoss, 2 hard negatives, GradCache in mini-batches of --mini-batch groups",
     "xprt_hard": "XPRTLoss, all terms, retention on, 2 hard negatives in L_xp: the xprt-hard recipe's loss",
 }
@@ -112,6 +115,8 @@ def build(name: str, model, prediction_ratio: float, mini_batch: int = 8) -> tor
         return CrossPassageLoss(model)
     if name == "cross_passage_hard":
         return CrossPassageLoss(model, hard_negatives=HARD_NEGATIVES)
+    if name == "cross_passage_hard_retention":
+        return WithRetention(CrossPassageLoss(model, hard_negatives=HARD_NEGATIVES))
     if name == "cross_passage_cached":
         return CrossPassageLoss(model, hard_negatives=HARD_NEGATIVES, mini_batch_size=mini_batch)
     if name == "xprt_hard":
@@ -161,7 +166,7 @@ def make_step(
     columns = columns[: len(GROUP_COLUMNS)]
     if name in ("mnrl", "cross_passage"):
         columns = columns[:2]
-    elif name in ("cross_passage_hard", "cross_passage_cached"):
+    elif name in ("cross_passage_hard", "cross_passage_hard_retention", "cross_passage_cached"):
         columns = columns[:2] + negatives
     elif name == "xprt_hard":
         columns = columns + negatives

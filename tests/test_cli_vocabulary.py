@@ -46,7 +46,7 @@ OPTIONS: dict[str, tuple[str, str]] = {
     "--logging-steps": ("int", "logging interval"),
     "--eval-steps": ("int", "label-free evaluation interval"),
     "--keep-best": ("bool", "end on the best label-free checkpoint"),
-    "--precision": ("str", "fp32, bf16 or fp16"),
+    "--precision": ("str", "auto, fp32 or bf16 (train: fp16 too); auto follows what the device computes natively"),
     "--max-seq-length": ("int", "token limit per passage in training"),
     "--print-recipe": ("bool", "print the resolved recipe"),
     "--report-only": ("bool", "rewrite a comparison's report only"),
