@@ -260,6 +260,29 @@ def ratios(reference: dict[str, Any], code: dict[str, Any]) -> dict[str, Any]:
     return {"stages": table, **summary}
 
 
+def machine() -> dict[str, Any]:
+    """The CPU's model name and its native bf16 support as torch reports it (what ``--precision auto`` follows)."""
+    import torch
+
+    name = "unknown"
+    for line in (
+        Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines() if Path("/proc/cpuinfo").exists() else []
+    ):
+        if line.startswith("model name"):
+            name = line.split(":", 1)[1].strip()
+            break
+    probes = {"amx": "_is_amx_tile_supported", "avx512_bf16": "_is_avx512_bf16_supported"}
+    return {"cpu": name} | {key: bool(getattr(torch.cpu, probe, lambda: False)()) for key, probe in probes.items()}
+
+
+def verdicts(output: Path) -> dict[str, Any]:
+    """A run's gain and verdict per labelled task and its label-free verdict (``summary.json``)."""
+    summary = json.loads((output / "summary.json").read_text(encoding="utf-8"))
+    tasks = {task: (summary["gain"][task], summary["interval"][task].get("verdict")) for task in summary["gain"]}
+    label_free = summary.get("label_free") or {}
+    return {"tasks": tasks, "label_free": label_free.get("verdict"), "precision": summary["config"].get("precision")}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reference", type=Path, required=True, help="the older checkout (its repository root)")
@@ -311,10 +334,12 @@ def main() -> None:
         "batch_size": args.batch_size,
         "threads": 1,
         "cpu_count": os.cpu_count(),
+        "machine": machine(),
         "load_average_at_end": os.getloadavg(),
         "order": [t["label"] for t in turns],
         "turns": turns,
         "agreement": agreement(Path(reference[0]["output"]), Path(code[0]["output"])),
+        "verdicts": {t["label"]: verdicts(Path(t["output"])) for t in turns},
         "ratios": ratios(reference[0], code[0]),
     }
     text = json.dumps(result, indent=2) + "\n"

@@ -41,6 +41,7 @@ from xprt_st.evaluation.label_free import (
     knn_overlap,
     score_model,
 )
+from xprt_st.precision import precision_of, resolve_precision, use_precision
 from xprt_st.stage_timing import stage
 
 if TYPE_CHECKING:
@@ -68,6 +69,8 @@ class LabelFreeEvaluator(BaseEvaluator):
         batch_size: encoding batch size.
         max_seq_length: token limit while scoring (the serving limit, when training cuts passages shorter), so
             the start, every step and the final model read the held-out passages alike; None: the model's.
+        precision: fp32 or bf16, the training's (:mod:`xprt_st.precision`): the start and every step are encoded
+            so, and a start that mined the folder in it reads mining's stored vectors instead of encoding.
 
     Call :meth:`score_start` on the starting model before training: it is the reference of the drift
     and of the final interval. Every call keeps its step and metrics in :attr:`history`.
@@ -80,8 +83,10 @@ class LabelFreeEvaluator(BaseEvaluator):
         name: str = EVALUATOR_NAME,
         batch_size: int = 32,
         max_seq_length: int | None = None,
+        precision: str = "fp32",
     ) -> None:
         super().__init__()
+        self.precision = precision
         self.heldout = heldout
         self.name = name
         self.batch_size = batch_size
@@ -121,14 +126,16 @@ class LabelFreeEvaluator(BaseEvaluator):
         return metrics
 
     def _score(self, model: SentenceTransformer, stage_name: str = "label-free: trained") -> LabelFreeScore:
-        limit = model.max_seq_length
+        limit, precision = model.max_seq_length, precision_of(model)
         if self.max_seq_length is not None:
             model.max_seq_length = self.max_seq_length
+        use_precision(model, self.precision)
         try:
             with stage(stage_name):
                 return score_model(model, self.heldout, self.batch_size)
         finally:
             model.max_seq_length = limit
+            use_precision(model, precision)
 
     def get_config_dict(self) -> dict[str, Any]:
         """The held-out part's size, for the model card."""
@@ -179,7 +186,8 @@ def training_evaluator(
         len(heldout.queries),
         training.eval_steps or training.save_steps,
     )
-    return LabelFreeEvaluator(heldout, max_seq_length=max_seq_length)
+    precision = "fp32" if training.precision == "fp16" else resolve_precision(training.precision).precision
+    return LabelFreeEvaluator(heldout, max_seq_length=max_seq_length, precision=precision)
 
 
 def evaluation_arguments(evaluator: LabelFreeEvaluator | None, training: TrainingSpec) -> dict[str, Any]:
