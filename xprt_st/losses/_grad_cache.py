@@ -18,6 +18,15 @@ and its gradients equal the uncut batch's up to float summation order (``tests/l
 with dropout they are draws of the same distribution (a mini-batch consumes random numbers in another layout).
 
 Cost: one extra encoder forward without graph per pass (the re-run), about a third of a forward-backward.
+
+Why not sentence-transformers' own ``CachedLossMixin`` (``sentence_transformers/base/losses/gradcache.py``, 6.x):
+it caches the sentence embeddings only and calls the loss as its ``calculate_loss`` method, backpropagating through
+a hook it registers on that value. xPRT's MLM and self fill-in terms read the last-layer token states with a
+gradient, so the cache must hold them too, and the terms here stay plain functions of the encoder's outputs that
+:class:`~xprt_st.losses.xprt.XPRTLoss` and :class:`~xprt_st.losses.cross_passage.CrossPassageLoss` share: one
+GradCache for both keeps one code path and its per-term equality tests. Under autocast the re-run replays the
+first pass's autocast state, and the losses' similarity math runs in fp32 (:func:`~xprt_st.losses._common.in_fp32`),
+what the mixin's fp32 surrogate gives it.
 """
 
 from __future__ import annotations
