@@ -19,7 +19,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -116,12 +116,13 @@ class QuickstartConfig:
     precision: str = "auto"
     """auto, fp32 or bf16 for every stage (:mod:`xprt_st.precision`), resolved when the config is made (auto: bf16
     where the device computes it natively), so ``summary.json`` and the stages' fingerprints name what ran."""
-    precision_reason: str = field(default="", init=False)
-    """Why ``precision`` is what it is (the device's bf16 support, or the value asked for)."""
+    precision_reason: str = ""
+    """Why ``precision`` is what it is (the device's bf16 support, or the value asked for); set with it."""
 
     def __post_init__(self) -> None:
-        resolved = resolve_precision(self.precision, None, self.encode_backend)
-        self.precision, self.precision_reason = resolved.precision, resolved.reason
+        if not self.precision_reason:  # a copy (dataclasses.replace) keeps the resolution it was made with
+            resolved = resolve_precision(self.precision, None, self.encode_backend)
+            self.precision, self.precision_reason = resolved.precision, resolved.reason
         if self.max_steps is None and not self.corpus:
             self.max_steps = DEFAULTS.max_steps
         if self.task is not None:
