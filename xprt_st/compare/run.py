@@ -169,6 +169,7 @@ def _evaluate(
         "scores": {task: report.score(label, task) for task in report.tasks},
         "metrics": {task: report.metric(task) for task in report.tasks},
         "per_item": _per_item(report, label),
+        **report.precision,
     }
     scores_file.parent.mkdir(parents=True, exist_ok=True)
     scores_file.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
