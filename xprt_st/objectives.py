@@ -30,6 +30,7 @@ from sentence_transformers import SentenceTransformer
 from torch import Tensor, nn
 
 from xprt_st.columns import ANCHOR, GROUP_COLUMNS, POSITIVE, negative_columns
+from xprt_st.errors import XPRTError
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ DAMAGED = "damaged"
 """Column added for TSDAE: the anchor with words deleted."""
 
 
-class ObjectiveUnavailableError(ImportError):
+class ObjectiveUnavailableError(XPRTError, ImportError):
     """The loss an objective needs is not provided by this installation."""
 
 

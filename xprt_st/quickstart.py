@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from xprt_st import quickstart_reuse as reuse
+from xprt_st.errors import XPRTError
 from xprt_st.evaluation.bootstrap import GAIN, interval_fields, paired_interval, retrieval_items
 from xprt_st.evaluation.run import EvaluationReport, evaluate_models
 from xprt_st.fingerprint import FingerprintError
@@ -68,7 +69,7 @@ PACKAGED_DATA = Path(__file__).resolve().parent / "data"
 QUICKSTART_CORPUS = PACKAGED_DATA / "python-docs-pages.jsonl.gz"
 
 
-class QuickstartInputError(ValueError):
+class QuickstartInputError(XPRTError, ValueError):
     """A user corpus or task given to the quickstart cannot be used; the message names the option and the file."""
 
 

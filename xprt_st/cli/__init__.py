@@ -64,8 +64,8 @@ class _Context(_BaseContext):
 
 
 class _Command(TyperCommand):
-    """A subcommand that accepts the old spellings of its options (:mod:`xprt_st.cli.aliases`) and refuses a NaN
-    or infinite value for any number option."""
+    """A subcommand that accepts the old spellings of its options (:mod:`xprt_st.cli.aliases`), refuses a NaN
+    or infinite value for any number option, and ends on any project error with its one line."""
 
     context_class = _Context
 
@@ -90,14 +90,21 @@ class _Command(TyperCommand):
         return rest
 
     def invoke(self, ctx: Any) -> Any:
-        """Refuse a non-finite float option (``--learning-rate nan``) before the command runs."""
+        """Refuse a non-finite float option (``--learning-rate nan``) before the command runs; print any
+        :class:`xprt_st.errors.XPRTError` the command raises as one line and exit with its code."""
         for param in self.params:
             value = ctx.params.get(param.name)
             values = value if isinstance(value, (list, tuple)) else [value]
             if any(isinstance(item, float) and not math.isfinite(item) for item in values):
                 name = param.opts[0] if param.opts else param.name
                 raise typer.BadParameter(f"{value!r} is not a finite number", ctx=ctx, param_hint=f"'{name}'")
-        return super().invoke(ctx)
+        from xprt_st.cli.common import report_error
+        from xprt_st.errors import XPRTError
+
+        try:
+            return super().invoke(ctx)
+        except XPRTError as error:  # the one place any project error becomes its line and exit code
+            raise report_error(error) from error
 
 
 class _Group(TyperGroup):

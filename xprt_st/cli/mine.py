@@ -10,14 +10,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from xprt_st.cli import app
-from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
-from xprt_st.encode_backend import OPTION_HELP, EncodeBackendError, check_encode_backend
-from xprt_st.mining.config import MiningConfig, MiningError, NoGroupsError
+from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging, report_error
+from xprt_st.encode_backend import OPTION_HELP, check_encode_backend
+from xprt_st.mining.config import MiningConfig
 from xprt_st.mining.groups import DEFAULT_THRESHOLD_QUANTILE, PAPER_THRESHOLD
 from xprt_st.mining.layout import STRUCTURE_DIR, STRUCTURE_MIXED_DIR, MiningLayout, read_stats
 from xprt_st.mining.merge import merge
 from xprt_st.mining.mine import ENGINES, ShardResult, run_mining
-from xprt_st.mining.reader import CorpusError
 from xprt_st.mining.report import write_report
 from xprt_st.mining.stats import summary_table
 from xprt_st.mining.structure import (
@@ -189,11 +188,7 @@ def mine(
     """Turn a document corpus into xPRT training groups (anchor + related passages of the same page)."""
     # Library warnings go to the run's log file when the folder can hold one; a bad --output is left to
     # the miner's own check, which names it before any work.
-    try:
-        check_encode_backend(encode_backend, device)
-    except EncodeBackendError as error:
-        console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False)
-        raise typer.Exit(2) from error
+    check_encode_backend(encode_backend, device)
     log_dir = merge_dir if merge_dir is not None else output
     too_long = path_length_problem(log_dir, "--merge" if merge_dir is not None else "--output") if log_dir else None
     if too_long is not None:  # any look at such a path raises OSError (Errno 36)
@@ -332,16 +327,10 @@ def mine(
                         f"structure mix: {mixed['structure_mix']} in {folder / STRUCTURE_MIXED_DIR}", markup=False
                     )
                 stats = read_stats(folder) or stats
-        except NoGroupsError as error:
-            console.print(f"[bold red]no groups:[/] {escape(str(error))}", highlight=False)
-            raise typer.Exit(1) from error
         except ModelLoadError as error:
-            shown = str(error) if str(error).startswith("--mining-model") else f"--mining-model: {error}"
-            console.print(f"[bold red]error:[/] {escape(shown)}", highlight=False)
-            raise typer.Exit(2) from error
-        except (MiningError, CorpusError, ValueError) as error:
-            console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False)
-            raise typer.Exit(2) from error
+            raise report_error(error, option="--mining-model") from error
+        except ValueError as error:  # project errors (no groups: exit 1) end in the command class's handler
+            raise report_error(error) from error
         Console(emoji=False).print(summary_table(stats))
         draw_caveat = (stats.get("holdout") or {}).get("draw_caveat")
         if draw_caveat:
@@ -385,11 +374,7 @@ def inspect(
         console.print(f"[bold red]error:[/] --sample {sample}: give 0 or more documents to show")
         raise typer.Exit(2)
     with command_logging("inspect", None, verbose=verbose, progress=False, show_info=not quiet):
-        try:
-            path = write_report(folder, output, sample=sample, seed=seed, threshold=threshold)
-        except MiningError as error:
-            console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False)
-            raise typer.Exit(2) from error
+        path = write_report(folder, output, sample=sample, seed=seed, threshold=threshold)
     if not quiet:
         console.print(f"report: {path}", markup=False)
 
