@@ -29,6 +29,7 @@ from xprt_st.evaluation.bootstrap import GAIN, interval_fields, paired_interval,
 from xprt_st.evaluation.run import EvaluationReport, evaluate_models
 from xprt_st.fingerprint import FingerprintError
 from xprt_st.mining import mine
+from xprt_st.mining.after_merge import AfterMerge, finish_mining, has_hard_negatives
 from xprt_st.mining.config import MiningConfigError
 from xprt_st.output_folder import OutputFolder, command_folder
 from xprt_st.quickstart_defaults import (
@@ -172,16 +173,19 @@ def check_inputs(config: QuickstartConfig) -> None:
             raise QuickstartInputError(f"--task {config.task}: {error}") from error
 
 
-def _add_hard_negatives(mined: Path, recipe: Recipe, config: QuickstartConfig) -> None:
-    """Give the mined groups the hard-negative columns a recipe such as ``change-only-positive-hard`` reads
-    (what ``xprt-st mine --hard-negatives K`` adds), unless the folder has them already."""
-    from xprt_st.mining.hard_negatives import add_hard_negatives
-    from xprt_st.mining.layout import read_stats
-
+def after_merge(config: QuickstartConfig, recipe: Recipe) -> AfterMerge:
+    """The chain after the merge for ``recipe``: the hard negatives it reads (``change-only-positive-hard``), drawn
+    with the quickstart's seed and backend, as ``xprt-st mine --hard-negatives K --seed S`` draws them."""
     count = int(recipe.data.requires.get("hard_negatives", 0) or 0)
-    if count and int((read_stats(mined) or {}).get("settings", {}).get("hard_negatives", 0) or 0) != count:
+    return AfterMerge(hard_negatives=count, seed=config.seed, encode_backend=config.encode_backend)
+
+
+def _add_hard_negatives(mined: Path, recipe: Recipe, config: QuickstartConfig) -> None:
+    """Give the mined groups the hard-negative columns the recipe reads, unless the folder has them already."""
+    steps = after_merge(config, recipe)
+    if steps.hard_negatives and not has_hard_negatives(mined, steps.hard_negatives, steps.max_ratio):
         with stage("hard negatives"):
-            add_hard_negatives(mined, count, model=config.model, seed=config.seed, encode_backend=config.encode_backend)
+            finish_mining(mined, steps, model=config.model)
 
 
 def run_quickstart(
@@ -234,19 +238,16 @@ def check_reuse(config: QuickstartConfig, folder: OutputFolder) -> None:
         raise QuickstartInputError(f"--output {config.output}: {error}") from error
 
 
-def _run(config: QuickstartConfig, progress: bool, folder: OutputFolder, timer: StageTimer) -> dict[str, Any]:
-    """:func:`run_quickstart` once the output folder is held."""
-    check_reuse(config, folder)
-    output = Path(config.output)
-    mined = output / "mined"
-    corpus = quickstart_sources(config)
-    reuse.start_stage(config, folder, reuse.MINED, reuse.mining_fingerprint(config, corpus))
-    if not config.corpus and config.max_documents is not None:
-        folder.record("corpus-subset.jsonl")
-        corpus = [_first_documents(QUICKSTART_CORPUS, config.max_documents, output / "corpus-subset.jsonl")]
+def mine_documents(config: QuickstartConfig, corpus: list[str | Path], mined: Path, progress: bool) -> dict[str, Any]:
+    """Mine ``corpus`` into ``mined`` with the quickstart's settings (what ``xprt-st mine`` writes given the same
+    options); the hard negatives a recipe reads follow in :func:`_add_hard_negatives`.
+
+    Raises:
+        QuickstartInputError: ``mined`` holds another run's mining (kept, not mixed with this one).
+    """
     try:
         with stage("mine"):
-            stats = mine(
+            return mine(
                 corpus,
                 mined,
                 **config.mining_fields(),
@@ -260,8 +261,21 @@ def _run(config: QuickstartConfig, progress: bool, folder: OutputFolder, timer: 
             )
     except MiningConfigError as error:  # OUTPUT/mined is another run's: its groups are kept, not mixed with these
         raise QuickstartInputError(
-            f"--output {output}: {error.reason} Give a new --output folder, or delete {mined} to mine again."
+            f"--output {config.output}: {error.reason} Give a new --output folder, or delete {mined} to mine again."
         ) from error
+
+
+def _run(config: QuickstartConfig, progress: bool, folder: OutputFolder, timer: StageTimer) -> dict[str, Any]:
+    """:func:`run_quickstart` once the output folder is held."""
+    check_reuse(config, folder)
+    output = Path(config.output)
+    mined = output / "mined"
+    corpus = quickstart_sources(config)
+    reuse.start_stage(config, folder, reuse.MINED, reuse.mining_fingerprint(config, corpus))
+    if not config.corpus and config.max_documents is not None:
+        folder.record("corpus-subset.jsonl")
+        corpus = [_first_documents(QUICKSTART_CORPUS, config.max_documents, output / "corpus-subset.jsonl")]
+    stats = mine_documents(config, corpus, mined, progress)
     model_dir = output / "model"
     trained = (model_dir / "modules.json").is_file()
     groups = int(stats.get("groups", 0))

@@ -12,9 +12,10 @@ from rich.markup import escape
 from xprt_st.cli import app
 from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging, report_error
 from xprt_st.encode_backend import OPTION_HELP, check_encode_backend
+from xprt_st.mining.after_merge import AfterMerge, finish_mining
 from xprt_st.mining.config import MiningConfig
 from xprt_st.mining.groups import DEFAULT_THRESHOLD_QUANTILE, PAPER_THRESHOLD
-from xprt_st.mining.layout import STRUCTURE_DIR, STRUCTURE_MIXED_DIR, MiningLayout, read_stats
+from xprt_st.mining.layout import MiningLayout, read_stats
 from xprt_st.mining.merge import merge
 from xprt_st.mining.mine import ENGINES, ShardResult, run_mining
 from xprt_st.mining.report import write_report
@@ -22,9 +23,6 @@ from xprt_st.mining.stats import summary_table
 from xprt_st.mining.structure import (
     links_problem,
     parse_kinds,
-    structure_line,
-    write_mixed_groups,
-    write_structure_groups,
 )
 from xprt_st.paths import path_length_problem
 from xprt_st.progress_lines import command_progress
@@ -298,35 +296,16 @@ def mine(
                     )
                     return
                 stats = result
-            if hard_negatives > 0:
-                from xprt_st.mining.hard_negatives import add_hard_negatives
-
-                add_hard_negatives(
-                    folder,
-                    hard_negatives,
-                    model=model,
-                    max_ratio=hard_negative_max_ratio,
-                    batch_size=batch_size,
-                    encode_backend=encode_backend,
-                )
-                stats = read_stats(folder) or stats
-            if structure_kinds:
-                found = write_structure_groups(
-                    folder,
-                    structure_kinds,
-                    hard_negatives=hard_negatives,
-                    model=model,
-                    max_ratio=hard_negative_max_ratio,
-                )
-                console.print(structure_line(found, folder), markup=False)
-                if structure_mix is not None and found["groups"]:
-                    mixed = write_mixed_groups(
-                        folder / STRUCTURE_DIR, folder, folder / STRUCTURE_MIXED_DIR, structure_mix, seed=seed
-                    )
-                    console.print(
-                        f"structure mix: {mixed['structure_mix']} in {folder / STRUCTURE_MIXED_DIR}", markup=False
-                    )
-                stats = read_stats(folder) or stats
+            after = AfterMerge(
+                hard_negatives=hard_negatives,
+                max_ratio=hard_negative_max_ratio,
+                structure=structure_kinds,
+                structure_mix=structure_mix,
+                seed=seed,
+                batch_size=batch_size,
+                encode_backend=encode_backend,
+            )
+            stats = finish_mining(folder, after, model=model, stats=stats, say=_say)
         except ModelLoadError as error:
             raise report_error(error, option="--mining-model") from error
         except ValueError as error:  # project errors (no groups: exit 1) end in the command class's handler
@@ -337,6 +316,10 @@ def mine(
             console.print(f"note: {draw_caveat}", highlight=False, markup=False)
         if report:
             console.print(f"report: {write_report(folder)}", markup=False)
+
+
+def _say(line: str) -> None:
+    console.print(line, markup=False)
 
 
 def _stored_hard_negatives(folder: Path) -> int:
