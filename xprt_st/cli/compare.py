@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from xprt_st.cli import app
+from xprt_st.cli.app import app
 
 
 def _int_list(value: str | None, flag: str = "--seeds") -> list[int] | None:

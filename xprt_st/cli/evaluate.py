@@ -12,7 +12,7 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
-from xprt_st.cli import app
+from xprt_st.cli.app import app
 from xprt_st.cli.common import report_error
 from xprt_st.encode_backend import CACHE_DIR, OPTION_HELP, check_encode_backend, load_encoder
 

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from xprt_st.cli import app
+from xprt_st.cli.app import app
 
 console = Console(emoji=False)
 err_console = Console(stderr=True, emoji=False)

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from xprt_st.cli import app
+from xprt_st.cli.app import app
 from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging, report_error
 from xprt_st.encode_backend import OPTION_HELP, check_encode_backend
 from xprt_st.mining.after_merge import AfterMerge, finish_mining

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from xprt_st.cli import app
+from xprt_st.cli.app import app
 from xprt_st.encode_backend import OPTION_HELP, check_encode_backend
 from xprt_st.progress_lines import heartbeat_for
 from xprt_st.quickstart_defaults import DEFAULTS, HOLDOUT, LABEL_FREE_NOTE, closing_note

@@ -11,7 +11,7 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
-from xprt_st.cli import app
+from xprt_st.cli.app import app
 
 
 @app.command()
