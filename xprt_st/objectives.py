@@ -10,7 +10,7 @@ Register another objective with :func:`register_objective`.
 
 This registry sits below both its readers: the recipe loader validates ``objective.*`` against it
 (:func:`check_objective`) without importing the training package, and the trainer builds the loss from
-it (:func:`build_loss`). ``xprt_st.training.objectives`` re-exports it for older imports.
+it (:func:`build_loss`).
 """
 
 from __future__ import annotations
