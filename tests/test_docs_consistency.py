@@ -417,6 +417,18 @@ def test_layout_names_only_paths_that_exist_and_every_package() -> None:
     assert not missing, f"docs/layout.md does not list {sorted(missing)}"
 
 
+def test_layout_lists_every_module_of_the_package() -> None:
+    """Every ``.py`` file of ``xprt_st/`` has its line (a package's ``__init__.py`` is its folder's line)."""
+    paths = set(_layout_paths())
+    modules = [
+        str(path.relative_to(REPO))
+        for path in (REPO / "xprt_st").rglob("*.py")
+        if "__pycache__" not in path.parts and path.name != "__init__.py"
+    ]
+    missing = sorted(path for path in modules if path not in paths)
+    assert not missing, f"docs/layout.md does not list {missing}"
+
+
 @pytest.mark.parametrize("path", ["xprt_st/mining/layout.py"])
 def test_layout_does_not_list_removed_modules(path: str) -> None:
     assert not (REPO / path).exists()
