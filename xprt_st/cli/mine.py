@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -10,14 +11,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from xprt_st.cli.app import app
-from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging, report_error
+from xprt_st.cli.common import OutputPathError, check_output_folder, command_logging, report_error
 from xprt_st.encode_backend import OPTION_HELP, check_encode_backend
-from xprt_st.mining.after_merge import AfterMerge, finish_mining
+from xprt_st.mining.after_merge import AfterMerge
 from xprt_st.mining.config import MiningConfig
 from xprt_st.mining.groups import DEFAULT_THRESHOLD_QUANTILE, PAPER_THRESHOLD
-from xprt_st.mining.layout import MiningLayout, read_stats
-from xprt_st.mining.merge import merge
-from xprt_st.mining.mine import ENGINES, ShardResult, run_mining
+from xprt_st.mining.layout import read_stats
+from xprt_st.mining.mine import ENGINES
 from xprt_st.mining.report import write_report
 from xprt_st.mining.stats import summary_table
 from xprt_st.mining.structure import (
@@ -25,6 +25,8 @@ from xprt_st.mining.structure import (
     parse_kinds,
 )
 from xprt_st.paths import path_length_problem
+from xprt_st.pipeline import run_pipeline
+from xprt_st.pipeline.stages import AfterMergeStage, MineSettings, MineStage
 from xprt_st.progress_lines import command_progress
 
 DEFAULTS = MiningConfig()
@@ -187,16 +189,7 @@ def mine(
     # Library warnings go to the run's log file when the folder can hold one; a bad --output is left to
     # the miner's own check, which names it before any work.
     check_encode_backend(encode_backend, device)
-    log_dir = merge_dir if merge_dir is not None else output
-    too_long = path_length_problem(log_dir, "--merge" if merge_dir is not None else "--output") if log_dir else None
-    if too_long is not None:  # any look at such a path raises OSError (Errno 36)
-        console.print(f"[bold red]error:[/] {escape(too_long)}", highlight=False)
-        raise typer.Exit(2)
-    if log_dir is not None:
-        try:
-            check_output_folder(log_dir, "--output")
-        except OutputPathError:
-            log_dir = None
+    log_dir = _log_dir(output, merge_dir)
     from xprt_st.models import ModelLoadError
 
     with (
@@ -206,25 +199,22 @@ def mine(
         try:
             if threshold is not None and threshold_quantile is not None:
                 raise typer.BadParameter("give --threshold or --threshold-quantile, not both")
-            if hard_negatives is None:
-                hard_negatives = _stored_hard_negatives(merge_dir) if merge_dir is not None else 0
-                if hard_negatives:
-                    console.print(
-                        f"keeping the {hard_negatives} hard negatives per group that {merge_dir} was mined with "
-                        "(--hard-negatives 0 drops them)",
-                        markup=False,
-                    )
-            _check_hard_negatives(hard_negatives, hard_negative_max_ratio, pairs)
-            try:
-                structure_kinds = parse_kinds(structure)
-                if structure_mix is not None and not (structure_kinds and 0 < structure_mix < 1):
-                    raise ValueError(f"--structure-mix {structure_mix}: give a share in (0, 1) with --structure")
-                stored_run = merge_dir if merge_dir is not None else (None if overwrite else output)
-                old_run = links_problem(stored_run, structure_kinds) if stored_run is not None else None
-                if old_run is not None:
-                    raise ValueError(old_run)
-            except ValueError as error:
-                raise typer.BadParameter(str(error)) from error
+            stored_run = merge_dir if merge_dir is not None else (None if overwrite else output)
+            after = _after_merge(
+                AfterMerge(
+                    hard_negatives=hard_negatives or 0,
+                    max_ratio=hard_negative_max_ratio,
+                    structure_mix=structure_mix,
+                    seed=seed,
+                    batch_size=batch_size,
+                    encode_backend=encode_backend,
+                ),
+                hard_negatives is None,
+                structure,
+                pairs,
+                stored_run,
+                merge_dir,
+            )
             config = MiningConfig(
                 text_field=text_field,
                 id_field=id_field,
@@ -253,59 +243,34 @@ def mine(
                 seed=seed,
                 holdout=holdout,
             )
-            if merge_dir is not None:
-                if corpus or output is not None or overwrite:
-                    raise typer.BadParameter(
-                        "--merge DIR re-merges a stored run: give no CORPUS, --output or --overwrite"
-                    )
-                folder = merge_dir
-                if hard_negatives > 0 or structure_kinds:  # both encode with the mining model after the merge
-                    check_model(model, "--mining-model")
-                stats = merge(merge_dir, config, progress=not quiet)
-            else:
-                if not corpus or output is None:
-                    raise typer.BadParameter("give CORPUS... and --output DIR (or --merge DIR)")
-                folder = output
-                stored = MiningLayout(output)
-                if not overwrite and stored.stored_settings() is not None:
-                    console.print(
-                        f"resuming the mining run stored in {output}: {stored.stored_chunks()} scored chunks are "
-                        "kept, only the missing work is done (--overwrite mines again from scratch)",
-                        markup=False,
-                    )
-                    remerge = remerge_note(output, config)
-                    if remerge is not None:
-                        console.print(remerge, highlight=False, markup=False)
-                result = run_mining(
-                    corpus,
-                    output,
-                    config,
-                    engine=engine,
-                    shard_index=shard_index,
-                    progress=not quiet,
-                    overwrite=overwrite,
-                    num_workers=num_workers,
-                    ray_address=ray_address,
-                )
-                if isinstance(result, ShardResult):
-                    console.print(
-                        f"shard {result.shard_index} complete (chunks computed {result.chunks_computed}, reused "
-                        f"{result.chunks_reused}); the merge runs when every shard is complete, or: "
-                        f"xprt-st mine --merge {output}",
-                        markup=False,
-                    )
-                    return
-                stats = result
-            after = AfterMerge(
-                hard_negatives=hard_negatives,
-                max_ratio=hard_negative_max_ratio,
-                structure=structure_kinds,
-                structure_mix=structure_mix,
-                seed=seed,
-                batch_size=batch_size,
-                encode_backend=encode_backend,
+            if merge_dir is not None and (corpus or output is not None or overwrite):
+                raise typer.BadParameter("--merge DIR re-merges a stored run: give no CORPUS, --output or --overwrite")
+            if merge_dir is None and (not corpus or output is None):
+                raise typer.BadParameter("give CORPUS... and --output DIR (or --merge DIR)")
+            settings = MineSettings(
+                config,
+                tuple(corpus or ()),
+                output,
+                merge_dir,
+                engine=engine,
+                shard_index=shard_index,
+                overwrite=overwrite,
+                num_workers=num_workers,
+                ray_address=ray_address,
+                progress=not quiet,
             )
-            stats = finish_mining(folder, after, model=model, stats=stats, say=_say)
+            mined = MineStage(settings, say=_say)
+            finished = AfterMergeStage(after, mined, model=model, say=_say)
+            folder = mined.config.folder
+            run_pipeline([mined, finished], folder)
+            if mined.shard is not None:
+                _say(
+                    f"shard {mined.shard.shard_index} complete (chunks computed {mined.shard.chunks_computed}, reused "
+                    f"{mined.shard.chunks_reused}); the merge runs when every shard is complete, or: "
+                    f"xprt-st mine --merge {output}"
+                )
+                return
+            stats = finished.stats or {}
         except ModelLoadError as error:
             raise report_error(error, option="--mining-model") from error
         except ValueError as error:  # project errors (no groups: exit 1) end in the command class's handler
@@ -320,6 +285,53 @@ def mine(
 
 def _say(line: str) -> None:
     console.print(line, markup=False)
+
+
+def _log_dir(output: Path | None, merge_dir: Path | None) -> Path | None:
+    """The folder whose xprt-st.log takes the libraries' warnings: the one mined into, when it can hold one (a bad
+    --output is left to the miner's own check, which names it before any work)."""
+    log_dir = merge_dir if merge_dir is not None else output
+    too_long = path_length_problem(log_dir, "--merge" if merge_dir is not None else "--output") if log_dir else None
+    if too_long is not None:  # any look at such a path raises OSError (Errno 36)
+        console.print(f"[bold red]error:[/] {escape(too_long)}", highlight=False)
+        raise typer.Exit(2)
+    if log_dir is not None:
+        try:
+            check_output_folder(log_dir, "--output")
+        except OutputPathError:
+            return None
+    return log_dir
+
+
+def _after_merge(
+    after: AfterMerge,
+    negatives_unset: bool,
+    structure: str | None,
+    pairs: str,
+    stored_run: Path | None,
+    merge_dir: Path | None,
+) -> AfterMerge:
+    """The chain after the merge from its flags, refused before any work when they do not fit: without
+    --hard-negatives a re-merge keeps the folder's; the structure kinds parsed, their mix and the stored run checked."""
+    if negatives_unset and merge_dir is not None:
+        after = replace(after, hard_negatives=_stored_hard_negatives(merge_dir))
+        if after.hard_negatives:
+            console.print(
+                f"keeping the {after.hard_negatives} hard negatives per group that {merge_dir} was mined with "
+                "(--hard-negatives 0 drops them)",
+                markup=False,
+            )
+    _check_hard_negatives(after.hard_negatives, after.max_ratio, pairs)
+    try:
+        kinds = parse_kinds(structure)
+        if after.structure_mix is not None and not (kinds and 0 < after.structure_mix < 1):
+            raise ValueError(f"--structure-mix {after.structure_mix}: give a share in (0, 1) with --structure")
+        old_run = links_problem(stored_run, kinds) if stored_run is not None else None
+        if old_run is not None:
+            raise ValueError(old_run)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from error
+    return replace(after, structure=kinds)
 
 
 def _stored_hard_negatives(folder: Path) -> int:
@@ -360,21 +372,3 @@ def inspect(
         path = write_report(folder, output, sample=sample, seed=seed, threshold=threshold)
     if not quiet:
         console.print(f"report: {path}", markup=False)
-
-
-def remerge_note(output: Path, config: MiningConfig) -> str | None:
-    """The line a resumed run prints when it merges again with other merge settings than its ``stats.json``
-    records (:data:`MiningConfig.MERGE_FIELDS`, e.g. ``--holdout`` or ``--seed``): the groups and the held-out draw
-    are replaced, so a model trained on the earlier merge no longer matches the folder. None when they are equal."""
-    from xprt_st.fingerprint import describe_differences, differences
-
-    previous = (read_stats(output) or {}).get("settings", {})
-    merged = {key: previous[key] for key in MiningConfig.MERGE_FIELDS if key in previous}
-    found = differences(merged, {key: getattr(config, key) for key in merged})
-    if not found:
-        return None
-    return (
-        f"re-merging {output} with other merge settings ({describe_differences(found)}): its groups and held-out "
-        f"draw are replaced, and a model trained on the earlier merge is refused on mined:{output} by the held-out "
-        "contract (mine into a new --output to keep both)"
-    )
