@@ -11,7 +11,17 @@ This module imports nothing of the package: every floor may import it.
 
 from __future__ import annotations
 
-__all__ = ["XPRTError"]
+__all__ = ["XPRTError", "with_option"]
+
+
+def with_option(message: str, option: str | None) -> str:
+    """``message`` prefixed by the option to blame, unless it has none or the message already starts with it.
+
+    Example:
+        >>> with_option("no such folder", "--output"), with_option("--output: no such folder", "--output")
+        ('--output: no such folder', '--output: no such folder')
+    """
+    return f"{option}: {message}" if option and not message.startswith(option) else message
 
 
 class XPRTError(Exception):
@@ -48,7 +58,4 @@ class XPRTError(Exception):
 
     def one_line(self) -> str:
         """The message as a command prints it: prefixed by the option to blame unless it already names it."""
-        message = str(self)
-        if self.option and not message.startswith(self.option):
-            return f"{self.option}: {message}"
-        return message
+        return with_option(str(self), self.option)

@@ -30,7 +30,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from xprt_st.errors import XPRTError
+from xprt_st.errors import XPRTError, with_option
 from xprt_st.output_folder import OutputFolder, OutputFolderError
 from xprt_st.paths import output_folder_problem
 
@@ -64,9 +64,7 @@ def report_error(
     own = isinstance(error, XPRTError)
     heading = error.heading if own else "error"
     blamed = option if option is not None else (error.option if own else None)
-    text = message if message is not None else str(error)
-    if blamed and not text.startswith(blamed):
-        text = f"{blamed}: {text}"
+    text = with_option(message if message is not None else str(error), blamed)
     code = exit_code if exit_code is not None else (error.exit_code if own else 2)
     Console(stderr=True, emoji=False).print(f"[bold red]{heading}:[/bold red] {escape(text)}", highlight=False)
     return typer.Exit(code)
