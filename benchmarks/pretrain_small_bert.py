@@ -14,7 +14,7 @@ import logging
 import sys
 from dataclasses import fields
 
-from xprt_st.evaluation.local import default_data_dir
+from xprt_st.evaluation.catalog import default_data_dir
 from xprt_st.mining import extract_main_text, iter_corpus
 from xprt_st.training.pretrain_mlm import SmallBertConfig, pretrain_small_bert
 

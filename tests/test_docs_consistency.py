@@ -18,6 +18,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text(encoding="utf-8")
 RESULTS = (REPO / "docs" / "results.md").read_text(encoding="utf-8")
+TRAINING = (REPO / "docs" / "training.md").read_text(encoding="utf-8")
 LOSSES = (REPO / "docs" / "losses.md").read_text(encoding="utf-8")
 MINING = (REPO / "docs" / "mining.md").read_text(encoding="utf-8")
 BENCH = REPO / "benchmarks" / "results"
@@ -87,11 +88,12 @@ def _means(table: list[dict[str, str]], key: str = "model") -> dict[str, float]:
 
 
 def _readme_row(setting_start: str, exact: bool = False) -> dict[str, str]:
-    table = _table(_section(README, "## Results at a glance"), "setting")
+    """A row of the results-at-a-glance table (docs/results.md, which the README's section links to)."""
+    table = _table(_section(RESULTS, "## At a glance"), "setting")
     rows = [
         row for row in table if (row["setting"] == setting_start if exact else row["setting"].startswith(setting_start))
     ]
-    assert len(rows) == 1, f"README's results table has no single row starting with {setting_start!r}"
+    assert len(rows) == 1, f"the results-at-a-glance table has no single row starting with {setting_start!r}"
     return rows[0]
 
 
@@ -111,6 +113,19 @@ def test_readme_is_short_and_has_the_sections_users_look_for() -> None:
     assert citation.count("@") >= 3 and "```bibtex" in citation and "Xiao, Shitao" in citation
     assert "RetroMAE: Pre-Training Retrieval-oriented Language Models Via Masked Auto-Encoder" in citation
     assert "Cross-Passage Retrieval Pretraining" in citation
+
+
+def test_readme_first_screen_says_what_it_does_then_install_and_the_quickstart() -> None:
+    lines = README.splitlines()
+    assert any(line.startswith("pip install") and "xprt-st quickstart" in line for line in lines[:12])
+    assert lines[0] == "# xprt-st" and "sentence-transformers" in " ".join(lines[1:6])
+    results = " ".join(README.split("## Install")[0].split("\n\n")[2].split())  # between what it does and Install
+    assert results.count(". ") == 0 and results.endswith("(docs/results.md).")  # one sentence and the link
+
+
+def test_readme_has_no_line_over_120_characters() -> None:
+    long = [f"{number}: {len(line)}" for number, line in enumerate(README.splitlines(), 1) if len(line) > 120]
+    assert not long, f"README lines over 120 characters (line: length): {long}"
 
 
 def test_the_two_setup_commands_stay_two_and_ci_runs_the_readme_test_command() -> None:
@@ -228,8 +243,12 @@ def test_readme_python_example_calls_match_the_functions() -> None:
 
 
 def _recipe_costs() -> dict[str, float]:
+    """The step costs of the README's recipe table, checked equal to those of the full table in docs/training.md."""
     table = _table(_section(README, "## Which recipe"), "recipe")
-    return {row["recipe"].strip("`"): _number(row["step cost"]) for row in table}
+    costs = {row["recipe"].strip("`"): _number(row["step cost"]) for row in table}
+    full = _table(_section(TRAINING, "## Which recipe (every column)"), "recipe")
+    assert costs == {row["recipe"].strip("`"): _number(row["step cost"]) for row in full}
+    return costs
 
 
 def test_recipe_table_lists_every_shipped_recipe() -> None:
@@ -276,8 +295,13 @@ def test_the_decoder_cost_is_one_figure_everywhere() -> None:
             assert stale not in text, f"{name} still says {stale!r}"
 
 
+def _readme_summary() -> str:
+    """The README's results summary (its "Results at a glance" prose), line breaks read as spaces."""
+    return " ".join(_section(README, "## Results at a glance").split())
+
+
 def test_headline_figures() -> None:
-    headline = README.split("## Install")[0]
+    headline = _readme_summary()
     positive = _means(_table(_section(RESULTS, "## 4. "), "versus"), key="versus")["change-only-random-positive"]
     assert f"{positive:.2f} points" in headline
     continued = [
@@ -340,7 +364,7 @@ def test_label_free_evidence_figures() -> None:
     models = sum(s["models"] for s in settings.values())
     words = {2: "two", 3: "three", 4: "four", 5: "five"}
     claim = f"{models} models in {words[len(settings)]} settings"
-    assert claim in README, claim
+    assert claim in _readme_row("label-free")["measured"], claim  # the at-a-glance table, moved to docs/results.md
     assert claim in RESULTS
     # the settings whose candidates differ in where their positives come from (all but the section 5 re-run)
     differ = [s["tau"] for name, s in settings.items() if name != "compare-from-bert-120-v2"]
@@ -417,6 +441,18 @@ def test_layout_names_only_paths_that_exist_and_every_package() -> None:
     assert not missing, f"docs/layout.md does not list {sorted(missing)}"
 
 
+def test_layout_lists_every_module_of_the_package() -> None:
+    """Every ``.py`` file of ``xprt_st/`` has its line (a package's ``__init__.py`` is its folder's line)."""
+    paths = set(_layout_paths())
+    modules = [
+        str(path.relative_to(REPO))
+        for path in (REPO / "xprt_st").rglob("*.py")
+        if "__pycache__" not in path.parts and path.name != "__init__.py"
+    ]
+    missing = sorted(path for path in modules if path not in paths)
+    assert not missing, f"docs/layout.md does not list {missing}"
+
+
 @pytest.mark.parametrize("path", ["xprt_st/mining/layout.py"])
 def test_layout_does_not_list_removed_modules(path: str) -> None:
     assert not (REPO / path).exists()
@@ -446,7 +482,8 @@ def test_encode_backend_figures_are_the_recorded_ones() -> None:
 
     assert DEFAULTS.encode_backend == "torch"
     cpu = [f"{summary[n]['cpu_ratio_to_torch']:.2f}x" for n in ("onnx", "openvino")]
-    assert f"{cpu[0]} and {cpu[1]} torch's throughput, the same scores, so torch stays the default" in README
+    said = f"{cpu[0]} and {cpu[1]} torch's throughput, the same scores, so torch stays the default"
+    assert said in " ".join(README.split())
 
 
 # --- The quickstart's stage table (benchmarks/bench_quickstart_corpus.py) --------------------------------------
@@ -534,7 +571,7 @@ def test_structure_figures_are_section_14s() -> None:
     expected = [min(structure), max(structure), round(min(titles), 1), round(max(titles), 1)]
     expected += [min(small_bert.values()), max(small_bert.values())]
     assert _signed(row["result"]) == expected
-    headline = README.split("## Install")[0]
+    headline = _readme_summary()
     assert f"held-out titles {expected[2]:+.1f} to {expected[3]:+.1f}" in headline
     sp, hard = small_bert["structure-positive"], small_bert["change-only-positive-hard"]
     assert f"({sp:+.2f} against {hard:+.2f})" in headline

@@ -20,6 +20,8 @@ import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from xprt_st.errors import XPRTError
+
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
@@ -43,7 +45,7 @@ BACKEND_ATTRIBUTE = "xprt_encode_backend"
 """Attribute a replaced transformer carries: the backend's name (absent: torch)."""
 
 
-class EncodeBackendError(ValueError):
+class EncodeBackendError(XPRTError, ValueError):
     """``--encode-backend`` names an unknown backend, one whose extra is not installed, or a GPU device."""
 
 

@@ -1,7 +1,8 @@
 """Export a sentence-transformers model's transformer to ONNX and run it with ONNX Runtime or OpenVINO.
 
-The machinery of :mod:`xprt_st.encode_backend` (which chooses and checks a backend): the export, cached
-by a hash of the weights; the runtime sessions; the stand-in for the transformer's ``forward``.
+The machinery of :mod:`xprt_st.encode_backend` (which chooses and checks a backend, and imports this module when
+a model is handed to a runtime): the export, cached by a hash of the weights; the runtime sessions; the stand-in
+for the transformer's ``forward``.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from xprt_st.encode_backend import ENCODE_BACKENDS, EncodeBackendError
-
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
 logger = logging.getLogger(__name__)
 
+RUNTIMES = ("onnx", "openvino")
+"""The runtimes this module runs an export with; :mod:`xprt_st.encode_backend` checks a user's choice before any
+export, and this module, the floor below it, imports nothing of it."""
 EXPORT_FILE = "model.onnx"
 OPSET = 17
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
@@ -98,7 +100,7 @@ def runtime_session(
         request = compiled.create_infer_request()
         names = [node.get_any_name() for node in compiled.inputs]
         return (lambda feeds: request.infer(feeds)[compiled.output(0)].copy()), names
-    raise EncodeBackendError(f"no runtime for backend {backend!r}; use one of {list(ENCODE_BACKENDS[1:])}")
+    raise ValueError(f"no runtime for backend {backend!r}; use one of {list(RUNTIMES)}")
 
 
 class _LastHiddenState(nn.Module):

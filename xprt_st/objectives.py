@@ -10,7 +10,7 @@ Register another objective with :func:`register_objective`.
 
 This registry sits below both its readers: the recipe loader validates ``objective.*`` against it
 (:func:`check_objective`) without importing the training package, and the trainer builds the loss from
-it (:func:`build_loss`). ``xprt_st.training.objectives`` re-exports it for older imports.
+it (:func:`build_loss`).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from sentence_transformers import SentenceTransformer
 from torch import Tensor, nn
 
 from xprt_st.columns import ANCHOR, GROUP_COLUMNS, POSITIVE, negative_columns
+from xprt_st.errors import XPRTError
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ DAMAGED = "damaged"
 """Column added for TSDAE: the anchor with words deleted."""
 
 
-class ObjectiveUnavailableError(ImportError):
+class ObjectiveUnavailableError(XPRTError, ImportError):
     """The loss an objective needs is not provided by this installation."""
 
 

@@ -44,6 +44,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from xprt_st.errors import XPRTError
 from xprt_st.fingerprint import FINGERPRINT_FILE
 from xprt_st.paths import output_folder_problem, path_length_problem
 
@@ -127,7 +128,7 @@ def hold_folder(path: str | Path, command: str, option: str = "--output", overwr
     return command_folder(path, command, option=option, overwrite=overwrite).acquire()
 
 
-class OutputFolderError(ValueError):
+class OutputFolderError(XPRTError, ValueError):
     """An output path cannot be written (not a folder, too long, read-only), holds files the command did not write,
     or is being written by another command. The message is one line naming the option and the fix."""
 

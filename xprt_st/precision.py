@@ -18,6 +18,8 @@ import types
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from xprt_st.errors import XPRTError
+
 if TYPE_CHECKING:
     import torch
     from sentence_transformers import SentenceTransformer
@@ -35,7 +37,7 @@ PRECISION_ATTRIBUTE = "xprt_precision"
 """Attribute a transformer module set to bf16 carries (absent: fp32)."""
 
 
-class PrecisionError(ValueError):
+class PrecisionError(XPRTError, ValueError):
     """``--precision`` names an unknown value, or bf16 where it cannot run (a non-torch encode backend)."""
 
 

@@ -19,18 +19,20 @@ from __future__ import annotations
 import gzip
 import json
 import logging
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from xprt_st import quickstart_reuse as reuse
+from xprt_st.errors import XPRTError
 from xprt_st.evaluation.bootstrap import GAIN, interval_fields, paired_interval, retrieval_items
 from xprt_st.evaluation.run import EvaluationReport, evaluate_models
 from xprt_st.fingerprint import FingerprintError
 from xprt_st.mining import mine
+from xprt_st.mining.after_merge import AfterMerge, finish_mining, has_hard_negatives
 from xprt_st.mining.config import MiningConfigError
 from xprt_st.output_folder import OutputFolder, command_folder
-from xprt_st.precision import resolve_precision
+from xprt_st.quickstart_config import QuickstartConfig
 from xprt_st.quickstart_defaults import (
     DEFAULTS,
     HOLDOUT,
@@ -69,75 +71,8 @@ PACKAGED_DATA = Path(__file__).resolve().parent / "data"
 QUICKSTART_CORPUS = PACKAGED_DATA / "python-docs-pages.jsonl.gz"
 
 
-class QuickstartInputError(ValueError):
+class QuickstartInputError(XPRTError, ValueError):
     """A user corpus or task given to the quickstart cannot be used; the message names the option and the file."""
-
-
-@dataclass
-class QuickstartConfig:
-    """Settings of the quickstart; the defaults finish within 10 minutes on 2 CPU cores."""
-
-    output: Path = Path("xprt-quickstart")
-    """Run folder: ``mined/``, ``model/``, ``evaluation/`` and ``summary.json`` go here."""
-    model: str | None = None
-    """Starting and mining model; None is the offline default (all-MiniLM-L6-v2)."""
-    recipe: str = DEFAULTS.recipe
-    threshold_quantile: float | None = DEFAULTS.threshold_quantile
-    max_steps: int | None = None
-    """Training steps; None: ``DEFAULTS.max_steps`` on the shipped pages, and with ``corpus``
-    :func:`~xprt_st.quickstart_defaults.corpus_steps` of the mined groups (``DEFAULTS.corpus_max_steps``, at most
-    one pass), set once mining has counted them."""
-    batch_size: int = DEFAULTS.batch_size
-    learning_rate: float = DEFAULTS.learning_rate
-    max_seq_length: int = DEFAULTS.max_seq_length
-    tasks: tuple[str, ...] = ("python-faq",)
-    """The labelled tasks scored: the shipped run's; with ``task`` that folder alone, with ``corpus`` and no
-    ``task`` none (resolved when the config is made, so ``summary.json`` names what was scored)."""
-    seed: int = 42
-    holdout: float = HOLDOUT
-    """Fraction of whole pages held out of training for the label-free check (0: no check)."""
-    max_documents: int | None = None
-    """Mine only the first N shipped pages (for tests and quick looks); None mines all 100."""
-    corpus: tuple[str, ...] = ()
-    """The user's documents (what ``xprt-st mine`` reads); empty: the shipped pages."""
-    task: Path | None = None
-    """With ``corpus``: the user's labelled BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv)."""
-    text_field: str | None = None
-    """With ``corpus``: the field with the text (``xprt-st mine --text-field``)."""
-    id_field: str | None = None
-    """With ``corpus``: the field with the document id, which the held-out draw hashes."""
-    title_field: str | None = None
-    """With ``corpus``: the field with the title, where ``xprt-st mine`` supports one."""
-    html: bool = False
-    """With ``corpus``: the text is raw HTML (extracted with trafilatura)."""
-    encode_backend: str = "torch"
-    """What runs the models in the stages that only encode (mining, hard negatives, every evaluation; training
-    is torch's): torch, onnx or openvino (:mod:`xprt_st.encode_backend`); the exports go to ``mined/.onnx-cache``."""
-    precision: str = "auto"
-    """auto, fp32 or bf16 for every stage (:mod:`xprt_st.precision`), resolved when the config is made (auto: bf16
-    where the device computes it natively), so ``summary.json`` and the stages' fingerprints name what ran."""
-    precision_reason: str = ""
-    """Why ``precision`` is what it is (the device's bf16 support, or the value asked for); set with it."""
-
-    def __post_init__(self) -> None:
-        if not self.precision_reason:  # a copy (dataclasses.replace) keeps the resolution it was made with
-            resolved = resolve_precision(self.precision, None, self.encode_backend)
-            self.precision, self.precision_reason = resolved.precision, resolved.reason
-        if self.max_steps is None and not self.corpus:
-            self.max_steps = DEFAULTS.max_steps
-        if self.task is not None:
-            self.tasks = (str(self.task),)
-        elif self.corpus:
-            self.tasks = ()
-
-    def mining_fields(self) -> dict[str, Any]:
-        """The reading options of ``mine`` for the user's corpus (the shipped pages: HTML with an ``id``)."""
-        if not self.corpus:
-            return {"html": True, "id_field": "id"}  # the held-out draw hashes the page id, not the install path
-        fields: dict[str, Any] = {"html": self.html, "text_field": self.text_field, "id_field": self.id_field}
-        if self.title_field is not None:
-            fields["title_field"] = self.title_field
-        return fields
 
 
 def check_inputs(config: QuickstartConfig) -> None:
@@ -180,23 +115,21 @@ def check_inputs(config: QuickstartConfig) -> None:
             raise QuickstartInputError(f"--task {config.task}: {error}") from error
 
 
-def _add_hard_negatives(mined: Path, recipe: Recipe, config: QuickstartConfig) -> None:
-    """Give the mined groups the hard-negative columns a recipe such as ``change-only-positive-hard`` reads
-    (what ``xprt-st mine --hard-negatives K`` adds), unless the folder has them already."""
-    from xprt_st.mining.hard_negatives import add_hard_negatives
-    from xprt_st.mining.layout import read_stats
-
+def after_merge(config: QuickstartConfig, recipe: Recipe) -> AfterMerge:
+    """The chain after the merge for ``recipe``: the hard negatives it reads (``change-only-positive-hard``), drawn
+    with the quickstart's seed and backend, as ``xprt-st mine --hard-negatives K --seed S`` draws them."""
     count = int(recipe.data.requires.get("hard_negatives", 0) or 0)
-    if count and int((read_stats(mined) or {}).get("settings", {}).get("hard_negatives", 0) or 0) != count:
+    return AfterMerge(
+        hard_negatives=count, seed=config.seed, encode_backend=config.encode_backend, precision=config.precision
+    )
+
+
+def _add_hard_negatives(mined: Path, recipe: Recipe, config: QuickstartConfig) -> None:
+    """Give the mined groups the hard-negative columns the recipe reads, unless the folder has them already."""
+    steps = after_merge(config, recipe)
+    if steps.hard_negatives and not has_hard_negatives(mined, steps.hard_negatives, steps.max_ratio):
         with stage("hard negatives"):
-            add_hard_negatives(
-                mined,
-                count,
-                model=config.model,
-                seed=config.seed,
-                encode_backend=config.encode_backend,
-                precision=config.precision,
-            )
+            finish_mining(mined, steps, model=config.model)
 
 
 def run_quickstart(
@@ -249,19 +182,16 @@ def check_reuse(config: QuickstartConfig, folder: OutputFolder) -> None:
         raise QuickstartInputError(f"--output {config.output}: {error}") from error
 
 
-def _run(config: QuickstartConfig, progress: bool, folder: OutputFolder, timer: StageTimer) -> dict[str, Any]:
-    """:func:`run_quickstart` once the output folder is held."""
-    check_reuse(config, folder)
-    output = Path(config.output)
-    mined = output / "mined"
-    corpus = quickstart_sources(config)
-    reuse.start_stage(config, folder, reuse.MINED, reuse.mining_fingerprint(config, corpus))
-    if not config.corpus and config.max_documents is not None:
-        folder.record("corpus-subset.jsonl")
-        corpus = [_first_documents(QUICKSTART_CORPUS, config.max_documents, output / "corpus-subset.jsonl")]
+def mine_documents(config: QuickstartConfig, corpus: list[str | Path], mined: Path, progress: bool) -> dict[str, Any]:
+    """Mine ``corpus`` into ``mined`` with the quickstart's settings (what ``xprt-st mine`` writes given the same
+    options); the hard negatives a recipe reads follow in :func:`_add_hard_negatives`.
+
+    Raises:
+        QuickstartInputError: ``mined`` holds another run's mining (kept, not mixed with this one).
+    """
     try:
         with stage("mine"):
-            stats = mine(
+            return mine(
                 corpus,
                 mined,
                 **config.mining_fields(),
@@ -276,8 +206,21 @@ def _run(config: QuickstartConfig, progress: bool, folder: OutputFolder, timer: 
             )
     except MiningConfigError as error:  # OUTPUT/mined is another run's: its groups are kept, not mixed with these
         raise QuickstartInputError(
-            f"--output {output}: {error.reason} Give a new --output folder, or delete {mined} to mine again."
+            f"--output {config.output}: {error.reason} Give a new --output folder, or delete {mined} to mine again."
         ) from error
+
+
+def _run(config: QuickstartConfig, progress: bool, folder: OutputFolder, timer: StageTimer) -> dict[str, Any]:
+    """:func:`run_quickstart` once the output folder is held."""
+    check_reuse(config, folder)
+    output = Path(config.output)
+    mined = output / "mined"
+    corpus = quickstart_sources(config)
+    reuse.start_stage(config, folder, reuse.MINED, reuse.mining_fingerprint(config, corpus))
+    if not config.corpus and config.max_documents is not None:
+        folder.record("corpus-subset.jsonl")
+        corpus = [_first_documents(QUICKSTART_CORPUS, config.max_documents, output / "corpus-subset.jsonl")]
+    stats = mine_documents(config, corpus, mined, progress)
     model_dir = output / "model"
     trained = (model_dir / "modules.json").is_file()
     groups = int(stats.get("groups", 0))

@@ -31,6 +31,7 @@ from typing import Any, Literal
 import yaml
 
 from xprt_st.binding import INTERNAL, bind
+from xprt_st.errors import XPRTError
 from xprt_st.models import DEFAULT_MODEL
 
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
@@ -41,7 +42,7 @@ ScheduleShape = Literal["linear", "cosine", "constant"]
 LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_restarts", "polynomial")
 
 
-class RecipeError(ValueError):
+class RecipeError(XPRTError, ValueError):
     """One or more problems in a recipe; ``problems`` lists each one.
 
     Problems with a value given on the command line (``flag_problems``, each starting with the flag, e.g.

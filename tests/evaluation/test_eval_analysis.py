@@ -15,7 +15,7 @@ from xprt_st.evaluation.analysis import (
     word_overlap,
     word_set,
 )
-from xprt_st.evaluation.local import BEIRData
+from xprt_st.evaluation.readers import BEIRData
 
 
 def test_word_overlap_is_jaccard_of_lower_cased_word_sets() -> None:

@@ -21,7 +21,7 @@ from xprt_st.evaluation.bootstrap import (
     spearman,
     sts_items,
 )
-from xprt_st.evaluation.local import make_retrieval_task
+from xprt_st.evaluation.tasks import make_retrieval_task
 
 # At most one scipy batch, so scipy draws all indices in one call that the hand computation repeats.
 B = 200
@@ -144,8 +144,9 @@ def test_stored_records_pair_across_mtebs_six_decimal_cache_rounding() -> None:
 
 
 def test_stored_per_item_scores_reproduce_mtebs_scores(tiny_model, tmp_path, stsb_writer, beir_folder) -> None:
-    from xprt_st.evaluation.local import make_sts_task, read_beir_folder, read_sts_file
+    from xprt_st.evaluation.readers import read_beir_folder, read_sts_file
     from xprt_st.evaluation.run import evaluate_model
+    from xprt_st.evaluation.tasks import make_sts_task
 
     sts = make_sts_task(read_sts_file(stsb_writer(tmp_path / "sts.csv")), "toy-sts")
     beir = make_retrieval_task(read_beir_folder(beir_folder), "toy-beir")

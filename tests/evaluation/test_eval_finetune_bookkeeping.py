@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from xprt_st.evaluation.local import BEIRData, TaskLoadError, read_beir_folder
+from xprt_st.evaluation.readers import BEIRData, TaskLoadError, read_beir_folder
 from xprt_st.finetune import (
     NO_DOMAIN,
     OVERALL,

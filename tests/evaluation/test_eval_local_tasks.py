@@ -8,25 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from xprt_st.evaluation.local import (
-    LOCAL_TASKS,
-    LocalRetrievalTask,
-    LocalSTSTask,
+from xprt_st.evaluation.catalog import LOCAL_TASKS, beir_task, load_local_task, resolve_beir, resolve_tasks
+from xprt_st.evaluation.readers import (
     TaskLoadError,
-    beir_task,
-    load_local_task,
     read_beir_folder,
     read_semeval_sts_folder,
     read_sts_file,
-    resolve_beir,
-    resolve_tasks,
     subsample_beir,
     subsample_sts,
 )
+from xprt_st.evaluation.tasks import LocalRetrievalTask, LocalSTSTask
 
 
 def test_beir_folder_reads_and_drops_absent_documents_with_a_counted_warning(beir_folder: Path, caplog) -> None:
-    with caplog.at_level(logging.WARNING, logger="xprt_st.evaluation.local"):
+    with caplog.at_level(logging.WARNING, logger="xprt_st.evaluation.readers"):
         data = read_beir_folder(beir_folder)
     assert "dropped 1 judgement(s) whose document is not in the corpus" in caplog.text
     assert "d-missing" in caplog.text

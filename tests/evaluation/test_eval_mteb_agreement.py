@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import shared_data
+from xprt_st.evaluation.catalog import beir_task, load_local_task
 from xprt_st.evaluation.independent import independent_ndcg_at_10, independent_sts_spearman, rank_documents
-from xprt_st.evaluation.local import beir_task, load_local_task, read_beir_folder, read_sts_file, subsample_beir
+from xprt_st.evaluation.readers import read_beir_folder, read_sts_file, subsample_beir
 from xprt_st.evaluation.run import evaluate_model, model_fingerprint
 
 
@@ -47,7 +48,7 @@ def test_arguana_subsample_mteb_equals_independent(tiny_model) -> None:
 
 
 def test_sts_spearman_mteb_equals_scipy(tiny_model, tmp_path: Path, stsb_writer) -> None:
-    from xprt_st.evaluation.local import make_sts_task
+    from xprt_st.evaluation.tasks import make_sts_task
 
     data = read_sts_file(stsb_writer(tmp_path / "sts.csv"))
     scores, _ = evaluate_model(tiny_model, [make_sts_task(data, "toy-sts")], label="tiny", cache_dir=None)

@@ -82,7 +82,7 @@ def test_every_objective_starts_with_zero_retention(objective, tiny_model, group
     from xprt_st.columns import GROUP_COLUMNS
     from xprt_st.losses._common import encode_columns, special_token_ids
     from xprt_st.models import frozen_copy
-    from xprt_st.training.objectives import DAMAGED, build_loss, delete_words, get_objective
+    from xprt_st.objectives import DAMAGED, build_loss, delete_words, get_objective
 
     features, labels = group_batch(tiny_model)
     by_column = dict(zip(GROUP_COLUMNS, features, strict=True))

@@ -131,8 +131,8 @@ def test_the_compare_runner_refuses_a_recipe_that_trains_another_vector(tiny_mod
     # Issue #11.1: a comparison evaluates every model with its own pooling; a RetroMAE recipe conditioning
     # the decoder on [CLS] is refused before anything runs, and the shipped recipe trains the served vector.
     from xprt_st.compare import CompareConfig, CompareConfigError
+    from xprt_st.objectives import build_loss
     from xprt_st.recipe import load_recipe
-    from xprt_st.training.objectives import build_loss
 
     recipe = tmp_path / "retromae-cls.yaml"
     recipe.write_text(

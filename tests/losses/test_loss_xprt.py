@@ -226,7 +226,7 @@ def test_the_objective_summary_and_the_recipe_state_the_weights_the_loss_uses() 
     import inspect
     from pathlib import Path
 
-    from xprt_st.training.objectives import get_objective
+    from xprt_st.objectives import get_objective
 
     defaults = inspect.signature(XPRTLoss.__init__).parameters
     weights = {defaults[f"{term}_weight"].default for term in ("cross", "self", "mlm", "unif")}

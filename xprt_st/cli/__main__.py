@@ -1,7 +1,7 @@
 """``python -m xprt_st.cli``: the ``xprt-st`` command without the installed script (e.g. from a checkout).
 
 Launchers that need a module (``torchrun -m``, ``accelerate launch -m``) may also run
-``python -m xprt_st`` (or the older ``python -m xprt_st.training``), which call the same :func:`main`.
+``python -m xprt_st``, which calls the same :func:`main`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,10 @@
 """What every ``xprt-st`` command shares: checks of its outputs and models before any work, and one
 place that decides what reaches the terminal.
 
+Every error a command stops on is printed as one line by :func:`report_error`: the command class calls it for
+any :class:`xprt_st.errors.XPRTError` that leaves a command (:mod:`xprt_st.cli`), so a command catches only the
+errors whose exit code or wording depends on where it met them.
+
 A command checks its output folder and its models first (:func:`check_output_folder`,
 :func:`check_model`), so a bad path fails in a second with the option's name instead of a traceback
 after the work. It then runs inside :func:`command_logging`: xprt-st's own messages and every error
@@ -22,8 +26,11 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
+import typer
 from rich.console import Console
+from rich.markup import escape
 
+from xprt_st.errors import XPRTError, with_option
 from xprt_st.output_folder import OutputFolder, OutputFolderError
 from xprt_st.paths import output_folder_problem
 
@@ -38,6 +45,29 @@ _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 OutputPathError = OutputFolderError
 """An output option names a path where no folder can be written, or a folder the command must not write into
 (the guard's :class:`xprt_st.output_folder.OutputFolderError`, under the name the commands catch)."""
+
+
+def report_error(
+    error: BaseException,
+    *,
+    exit_code: int | None = None,
+    option: str | None = None,
+    message: str | None = None,
+) -> typer.Exit:
+    """Print ``error`` as the one line a command ends with, on stderr; return the :class:`typer.Exit` to raise.
+
+    The line is ``<heading>: <option>: <message>``: the heading, the option to blame and the exit code are the
+    error's own (:class:`xprt_st.errors.XPRTError`; ``error`` and 2 for any other exception) unless given here,
+    for an error whose meaning depends on where the command met it (after work that is kept: exit 1).
+    ``message`` replaces the error's text, e.g. to end it with the command's own advice.
+    """
+    own = isinstance(error, XPRTError)
+    heading = error.heading if own else "error"
+    blamed = option if option is not None else (error.option if own else None)
+    text = with_option(message if message is not None else str(error), blamed)
+    code = exit_code if exit_code is not None else (error.exit_code if own else 2)
+    Console(stderr=True, emoji=False).print(f"[bold red]{heading}:[/bold red] {escape(text)}", highlight=False)
+    return typer.Exit(code)
 
 
 def check_output_folder(path: Path, option: str) -> Path:

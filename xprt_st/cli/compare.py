@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from xprt_st.cli import app
+from xprt_st.cli.app import app
 from xprt_st.precision import OPTION_HELP as PRECISION_HELP
 
 
@@ -66,12 +66,11 @@ def compare(
     xprt-st compare --config benchmarks/compare-cpu.yaml \\
       --output runs/compare-cpu
     """
-    from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
+    from xprt_st.cli.common import check_model, check_output_folder, command_logging, report_error
     from xprt_st.compare.config import CompareConfigError, load_compare_config
     from xprt_st.compare.report import gain_table
     from xprt_st.compare.run import check_compare_inputs, run_compare
     from xprt_st.mining.config import MiningConfigError, MiningInputError
-    from xprt_st.models import ModelLoadError
     from xprt_st.output_folder import hold_folder
 
     progress = not quiet
@@ -89,20 +88,16 @@ def compare(
         "training": training or None,
         "precision": precision,
     }
-    try:
-        check_output_folder(output, "--output")
-        resolved = load_compare_config(
-            config, overrides, flags={"seeds": "--seeds", "recipes": "--recipes", "precision": "--precision"}
-        )
-        if not report_only:
-            check_model(resolved.model, "--model" if model else f"{config}: model")
-            if resolved.mining_model is not None:
-                check_model(resolved.mining_model, f"{config}: mining_model")
-        tasks = check_compare_inputs(resolved, output, report_only)
-        folder = hold_folder(output, "compare")
-    except (OutputPathError, CompareConfigError, ModelLoadError) as error:
-        console.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
-        raise typer.Exit(2) from error
+    # a project error before the run ends the command with its one line and exit code (cli.common.report_error)
+    check_output_folder(output, "--output")
+    flags = {"seeds": "--seeds", "recipes": "--recipes", "precision": "--precision"}
+    resolved = load_compare_config(config, overrides, flags=flags)
+    if not report_only:
+        check_model(resolved.model, "--model" if model else f"{config}: model")
+        if resolved.mining_model is not None:
+            check_model(resolved.mining_model, f"{config}: mining_model")
+    tasks = check_compare_inputs(resolved, output, report_only)
+    folder = hold_folder(output, "compare")
     try:
         with command_logging("compare", output, verbose=verbose, progress=progress, folder=folder):
             result = run_compare(resolved, output, progress=progress, report_only=report_only, tasks=tasks)
@@ -113,15 +108,10 @@ def compare(
             if isinstance(error, MiningInputError)
             else ""
         )
-        console.print(
-            f"[red]error:[/red] {escape(error.reason)} Give a new --output, or delete {escape(str(output / 'mined'))} "
-            "to mine again." + seeding,
-            highlight=False,
-        )
-        raise typer.Exit(1) from error
+        advice = f" Give a new --output, or delete {output / 'mined'} to mine again."
+        raise report_error(error, exit_code=1, message=error.reason + advice + seeding) from error
     except CompareConfigError as error:  # found only after mining (no structure pairs): the mining is kept
-        console.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
-        raise typer.Exit(1) from error
+        raise report_error(error, exit_code=1) from error
 
     Console(emoji=False).print(gain_table(result))
     console.print(f"[green]done:[/green] {escape(str(output))}/compare.md, compare.csv, compare.png", highlight=False)

@@ -12,7 +12,8 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
-from xprt_st.cli import app
+from xprt_st.cli.app import app
+from xprt_st.cli.common import report_error
 from xprt_st.encode_backend import CACHE_DIR, OPTION_HELP, check_encode_backend, load_encoder
 from xprt_st.precision import OPTION_HELP as PRECISION_HELP
 from xprt_st.precision import resolve_precision
@@ -31,8 +32,8 @@ QUIET_HELP = "Print only errors and the results."
 
 
 def _fail(error: Exception) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/bold red] {escape(str(error))}", highlight=False)
-    return typer.Exit(code=2)
+    """A plain ``ValueError`` of a bad option value (project errors reach the command class's handler too)."""
+    return report_error(error)
 
 
 @app.command()
@@ -89,8 +90,7 @@ def evaluate(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help=VERBOSE_HELP)] = False,
 ) -> None:
     """Evaluate one or more models side by side through mteb, offline on local data by default."""
-    from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
-    from xprt_st.models import ModelLoadError
+    from xprt_st.cli.common import check_model, check_output_folder, command_logging
     from xprt_st.output_folder import COMMAND_NAMES, hold_folder
 
     specs = list(models or ["default"])
@@ -105,12 +105,11 @@ def evaluate(
             check_model(spec, "MODELS")
         _check_heldout_contract(specs, tasks)
         folder = hold_folder(output_dir, "evaluate", "--output")
-    except (OutputPathError, ModelLoadError, ValueError) as error:
+    except ValueError as error:
         raise _fail(error) from error
     with command_logging("evaluate", output_dir, verbose=verbose, progress=verbose, show_info=verbose, folder=folder):
         from xprt_st.evaluation.analysis import overlap_thirds_report, thirds_rich_table, write_thirds_csv
         from xprt_st.evaluation.catalog import resolve_tasks
-        from xprt_st.evaluation.readers import TaskLoadError
         from xprt_st.evaluation.run import default_cache_dir, evaluate_models
 
         if encode_backend != "torch":
@@ -130,7 +129,7 @@ def evaluate(
                 backend_cache=output_dir,
                 precision=resolved.precision,
             )
-        except (TaskLoadError, ModelLoadError, ValueError) as error:
+        except ValueError as error:
             raise _fail(error) from error
         if not quiet:
             console.print(f"precision: {resolved.precision} ({resolved.reason})", highlight=False, markup=False)
@@ -406,8 +405,7 @@ def finetune_compare(
 
     With --recipe, the model pre-trained into OUTPUT/pretrained is reused by a rerun with the same recipe, overrides,
     mined folder and --model, and refused (naming what differs) with other ones."""
-    from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
-    from xprt_st.models import ModelLoadError
+    from xprt_st.cli.common import check_model, check_output_folder, command_logging
     from xprt_st.output_folder import hold_folder
 
     try:
@@ -428,13 +426,13 @@ def finetune_compare(
         if not 0 < test_fraction < 1:
             raise ValueError(f"--test-fraction {test_fraction}: must be in (0, 1), the share of queries tested on")
         folder = hold_folder(output_dir, "finetune-compare", "--output", overwrite=overwrite)
-    except (OutputPathError, ModelLoadError, ValueError) as error:
+    except ValueError as error:
         raise _fail(error) from error
     with command_logging(
         "finetune-compare", output_dir, verbose=verbose, progress=verbose, show_info=verbose, folder=folder
     ):
         from xprt_st.evaluation.catalog import resolve_beir
-        from xprt_st.evaluation.readers import TaskLoadError, read_beir_folder, subsample_beir
+        from xprt_st.evaluation.readers import read_beir_folder, subsample_beir
         from xprt_st.finetune.folds import beir_train_pairs, plan_folds, query_domains, read_pairs
         from xprt_st.finetune.pretrained import plan_pretraining, start_pretraining
         from xprt_st.finetune.run import finetune_compare, pretrain_from_recipe
@@ -501,7 +499,7 @@ def finetune_compare(
                 device=device,
                 tolerance=tolerance,
             )
-        except (TaskLoadError, ModelLoadError, ValueError, FileExistsError) as error:
+        except (ValueError, FileExistsError) as error:
             raise _fail(error) from error
         _remove_stale_results(folder, ["base+ft", "pretrained+ft"], ["base+ft", "pretrained+ft"] if save_models else [])
     console.print(result.rich_table())

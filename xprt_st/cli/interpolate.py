@@ -10,9 +10,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from xprt_st.cli import app
+from xprt_st.cli.app import app
 from xprt_st.precision import OPTION_HELP as PRECISION_HELP
-from xprt_st.precision import PrecisionError, check_precision, resolve_precision, use_precision
+from xprt_st.precision import check_precision, resolve_precision, use_precision
 
 console = Console(emoji=False)
 err_console = Console(stderr=True, emoji=False)
@@ -60,60 +60,50 @@ def interpolate(
         --select mined:mined/ --output runs/xprt-mixed
     """
     from xprt_st.cli.common import OutputPathError, check_model, command_logging
-    from xprt_st.evaluation.label_free import TASK_PREFIX, HeldOutError, load_heldout_task
-    from xprt_st.interpolate import AlphaError, ArchitectureMismatchError, check_alpha, parse_alphas
-    from xprt_st.models import ModelLoadError
+    from xprt_st.evaluation.label_free import TASK_PREFIX, load_heldout_task
+    from xprt_st.interpolate import AlphaError, check_alpha, parse_alphas
     from xprt_st.output_folder import hold_folder
     from xprt_st.training.heldout_contract import contamination_warning, refuse_overlap
 
-    def fail(message: object) -> typer.Exit:
-        err_console.print(f"[bold red]error:[/bold red] {escape(str(message))}", highlight=False)
-        return typer.Exit(code=2)
-
-    try:
-        if (alpha is None) == (alphas is None):
-            raise AlphaError("give either --alpha A, or --alphas A1,A2,... with --select mined:DIR")
-        if alphas is not None and select is None:
-            raise AlphaError("--alphas needs --select mined:DIR, the mined folder whose held-out part picks alpha")
-        if select is not None and alphas is None:
-            raise AlphaError("--select picks among --alphas; give --alphas 0,0.25,0.5,0.75,1")
-        candidates = [check_alpha(alpha)] if alpha is not None else parse_alphas(alphas or "")
-        check_precision(precision)
-        heldout = None
-        if select is not None:
-            if not select.startswith(TASK_PREFIX):
-                raise AlphaError(f"--select {select!r}: expected mined:DIR, the folder written by xprt-st mine")
-            heldout = load_heldout_task(select[len(TASK_PREFIX) :])
-            refuse_overlap([start, trained], heldout.path, f"interpolate --select {select}")
-            duplicates = contamination_warning(heldout.path)
-            if duplicates is not None:
-                err_console.print(f"[bold yellow]warning:[/bold yellow] {escape(duplicates)}", highlight=False)
-        check_model(start, "START")
-        check_model(trained, "TRAINED")
-        folder = hold_folder(output, "interpolate", overwrite=overwrite)
-        if (output / "modules.json").is_file():
-            folder.release(record=False)
-            raise OutputPathError(
-                f"--output {output} already holds a model written by xprt-st interpolate; choose another folder, or "
-                "pass --overwrite to replace it"
-            )
-    except (AlphaError, HeldOutError, OutputPathError, ModelLoadError, PrecisionError) as error:
-        raise fail(error) from error
+    # every project error below ends the command with its one line and exit code (xprt_st.cli.common.report_error)
+    if (alpha is None) == (alphas is None):
+        raise AlphaError("give either --alpha A, or --alphas A1,A2,... with --select mined:DIR")
+    if alphas is not None and select is None:
+        raise AlphaError("--alphas needs --select mined:DIR, the mined folder whose held-out part picks alpha")
+    if select is not None and alphas is None:
+        raise AlphaError("--select picks among --alphas; give --alphas 0,0.25,0.5,0.75,1")
+    candidates = [check_alpha(alpha)] if alpha is not None else parse_alphas(alphas or "")
+    check_precision(precision)
+    heldout = None
+    if select is not None:
+        if not select.startswith(TASK_PREFIX):
+            raise AlphaError(f"--select {select!r}: expected mined:DIR, the folder written by xprt-st mine")
+        heldout = load_heldout_task(select[len(TASK_PREFIX) :])
+        refuse_overlap([start, trained], heldout.path, f"interpolate --select {select}")
+        duplicates = contamination_warning(heldout.path)
+        if duplicates is not None:
+            err_console.print(f"[bold yellow]warning:[/bold yellow] {escape(duplicates)}", highlight=False)
+    check_model(start, "START")
+    check_model(trained, "TRAINED")
+    folder = hold_folder(output, "interpolate", overwrite=overwrite)
+    if (output / "modules.json").is_file():
+        folder.release(record=False)
+        raise OutputPathError(
+            f"--output {output} already holds a model written by xprt-st interpolate; choose another folder, or "
+            "pass --overwrite to replace it"
+        )
 
     with command_logging("interpolate", output, verbose=verbose, progress=verbose, show_info=not quiet, folder=folder):
         from xprt_st.interpolate import check_same_architecture, save_interpolated, select_alpha
         from xprt_st.interpolate import interpolate as mix
         from xprt_st.models import load_model
 
-        try:
-            start_model = load_model(start, device=device)
-            trained_model = load_model(trained, device=device)
-            check_same_architecture(start_model, trained_model)
-            if heldout is not None:  # only the label-free scoring encodes
-                for loaded in (start_model, trained_model):
-                    use_precision(loaded, resolve_precision(precision, loaded.device.type).precision)
-        except (ModelLoadError, ArchitectureMismatchError, PrecisionError) as error:
-            raise fail(error) from error
+        start_model = load_model(start, device=device)
+        trained_model = load_model(trained, device=device)
+        check_same_architecture(start_model, trained_model)
+        if heldout is not None:  # only the label-free scoring encodes
+            for loaded in (start_model, trained_model):
+                use_precision(loaded, resolve_precision(precision, loaded.device.type).precision)
         selection = None
         if heldout is not None:
             selection, model = select_alpha(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -9,27 +10,25 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from xprt_st.cli import app
-from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
-from xprt_st.encode_backend import OPTION_HELP, EncodeBackendError, check_encode_backend
-from xprt_st.mining.config import MiningConfig, MiningError, NoGroupsError
+from xprt_st.cli.app import app
+from xprt_st.cli.common import OutputPathError, check_output_folder, command_logging, report_error
+from xprt_st.encode_backend import OPTION_HELP, check_encode_backend
+from xprt_st.mining.after_merge import AfterMerge
+from xprt_st.mining.config import MiningConfig
 from xprt_st.mining.groups import DEFAULT_THRESHOLD_QUANTILE, PAPER_THRESHOLD
-from xprt_st.mining.layout import STRUCTURE_DIR, STRUCTURE_MIXED_DIR, MiningLayout, read_stats
-from xprt_st.mining.merge import merge
-from xprt_st.mining.mine import ENGINES, ShardResult, run_mining
-from xprt_st.mining.reader import CorpusError
+from xprt_st.mining.layout import read_stats
+from xprt_st.mining.mine import ENGINES
 from xprt_st.mining.report import write_report
 from xprt_st.mining.stats import summary_table
 from xprt_st.mining.structure import (
     links_problem,
     parse_kinds,
-    structure_line,
-    write_mixed_groups,
-    write_structure_groups,
 )
 from xprt_st.paths import path_length_problem
+from xprt_st.pipeline import run_pipeline
+from xprt_st.pipeline.stages import AfterMergeStage, MineSettings, MineStage
 from xprt_st.precision import OPTION_HELP as PRECISION_HELP
-from xprt_st.precision import PrecisionError, resolve_precision
+from xprt_st.precision import resolve_precision
 from xprt_st.progress_lines import command_progress
 
 DEFAULTS = MiningConfig()
@@ -192,22 +191,9 @@ def mine(
     """Turn a document corpus into xPRT training groups (anchor + related passages of the same page)."""
     # Library warnings go to the run's log file when the folder can hold one; a bad --output is left to
     # the miner's own check, which names it before any work.
-    try:
-        check_encode_backend(encode_backend, device)
-        resolved = resolve_precision(precision, device, encode_backend)
-    except (EncodeBackendError, PrecisionError) as error:
-        console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False)
-        raise typer.Exit(2) from error
-    log_dir = merge_dir if merge_dir is not None else output
-    too_long = path_length_problem(log_dir, "--merge" if merge_dir is not None else "--output") if log_dir else None
-    if too_long is not None:  # any look at such a path raises OSError (Errno 36)
-        console.print(f"[bold red]error:[/] {escape(too_long)}", highlight=False)
-        raise typer.Exit(2)
-    if log_dir is not None:
-        try:
-            check_output_folder(log_dir, "--output")
-        except OutputPathError:
-            log_dir = None
+    check_encode_backend(encode_backend, device)
+    resolved = resolve_precision(precision, device, encode_backend)
+    log_dir = _log_dir(output, merge_dir)
     from xprt_st.models import ModelLoadError
 
     with (
@@ -219,25 +205,23 @@ def mine(
                 console.print(f"precision: {resolved.precision} ({resolved.reason})", highlight=False, markup=False)
             if threshold is not None and threshold_quantile is not None:
                 raise typer.BadParameter("give --threshold or --threshold-quantile, not both")
-            if hard_negatives is None:
-                hard_negatives = _stored_hard_negatives(merge_dir) if merge_dir is not None else 0
-                if hard_negatives:
-                    console.print(
-                        f"keeping the {hard_negatives} hard negatives per group that {merge_dir} was mined with "
-                        "(--hard-negatives 0 drops them)",
-                        markup=False,
-                    )
-            _check_hard_negatives(hard_negatives, hard_negative_max_ratio, pairs)
-            try:
-                structure_kinds = parse_kinds(structure)
-                if structure_mix is not None and not (structure_kinds and 0 < structure_mix < 1):
-                    raise ValueError(f"--structure-mix {structure_mix}: give a share in (0, 1) with --structure")
-                stored_run = merge_dir if merge_dir is not None else (None if overwrite else output)
-                old_run = links_problem(stored_run, structure_kinds) if stored_run is not None else None
-                if old_run is not None:
-                    raise ValueError(old_run)
-            except ValueError as error:
-                raise typer.BadParameter(str(error)) from error
+            stored_run = merge_dir if merge_dir is not None else (None if overwrite else output)
+            after = _after_merge(
+                AfterMerge(
+                    hard_negatives=hard_negatives or 0,
+                    max_ratio=hard_negative_max_ratio,
+                    structure_mix=structure_mix,
+                    seed=seed,
+                    batch_size=batch_size,
+                    encode_backend=encode_backend,
+                    precision=precision,
+                ),
+                hard_negatives is None,
+                structure,
+                pairs,
+                stored_run,
+                merge_dir,
+            )
             config = MiningConfig(
                 text_field=text_field,
                 id_field=id_field,
@@ -267,97 +251,95 @@ def mine(
                 seed=seed,
                 holdout=holdout,
             )
-            if merge_dir is not None:
-                if corpus or output is not None or overwrite:
-                    raise typer.BadParameter(
-                        "--merge DIR re-merges a stored run: give no CORPUS, --output or --overwrite"
-                    )
-                folder = merge_dir
-                if hard_negatives > 0 or structure_kinds:  # both encode with the mining model after the merge
-                    check_model(model, "--mining-model")
-                stats = merge(merge_dir, config, progress=not quiet)
-            else:
-                if not corpus or output is None:
-                    raise typer.BadParameter("give CORPUS... and --output DIR (or --merge DIR)")
-                folder = output
-                stored = MiningLayout(output)
-                if not overwrite and stored.stored_settings() is not None:
-                    console.print(
-                        f"resuming the mining run stored in {output}: {stored.stored_chunks()} scored chunks are "
-                        "kept, only the missing work is done (--overwrite mines again from scratch)",
-                        markup=False,
-                    )
-                    remerge = remerge_note(output, config)
-                    if remerge is not None:
-                        console.print(remerge, highlight=False, markup=False)
-                result = run_mining(
-                    corpus,
-                    output,
-                    config,
-                    engine=engine,
-                    shard_index=shard_index,
-                    progress=not quiet,
-                    overwrite=overwrite,
-                    num_workers=num_workers,
-                    ray_address=ray_address,
+            if merge_dir is not None and (corpus or output is not None or overwrite):
+                raise typer.BadParameter("--merge DIR re-merges a stored run: give no CORPUS, --output or --overwrite")
+            if merge_dir is None and (not corpus or output is None):
+                raise typer.BadParameter("give CORPUS... and --output DIR (or --merge DIR)")
+            settings = MineSettings(
+                config,
+                tuple(corpus or ()),
+                output,
+                merge_dir,
+                engine=engine,
+                shard_index=shard_index,
+                overwrite=overwrite,
+                num_workers=num_workers,
+                ray_address=ray_address,
+                progress=not quiet,
+            )
+            mined = MineStage(settings, say=_say)
+            finished = AfterMergeStage(after, mined, model=model, say=_say)
+            folder = mined.config.folder
+            run_pipeline([mined, finished], folder)
+            if mined.shard is not None:
+                _say(
+                    f"shard {mined.shard.shard_index} complete (chunks computed {mined.shard.chunks_computed}, reused "
+                    f"{mined.shard.chunks_reused}); the merge runs when every shard is complete, or: "
+                    f"xprt-st mine --merge {output}"
                 )
-                if isinstance(result, ShardResult):
-                    console.print(
-                        f"shard {result.shard_index} complete (chunks computed {result.chunks_computed}, reused "
-                        f"{result.chunks_reused}); the merge runs when every shard is complete, or: "
-                        f"xprt-st mine --merge {output}",
-                        markup=False,
-                    )
-                    return
-                stats = result
-            if hard_negatives > 0:
-                from xprt_st.mining.hard_negatives import add_hard_negatives
-
-                add_hard_negatives(
-                    folder,
-                    hard_negatives,
-                    model=model,
-                    max_ratio=hard_negative_max_ratio,
-                    batch_size=batch_size,
-                    seed=seed,
-                    encode_backend=encode_backend,
-                    precision=precision,
-                )
-                stats = read_stats(folder) or stats
-            if structure_kinds:
-                found = write_structure_groups(
-                    folder,
-                    structure_kinds,
-                    hard_negatives=hard_negatives,
-                    model=model,
-                    max_ratio=hard_negative_max_ratio,
-                    precision=precision,
-                )
-                console.print(structure_line(found, folder), markup=False)
-                if structure_mix is not None and found["groups"]:
-                    mixed = write_mixed_groups(
-                        folder / STRUCTURE_DIR, folder, folder / STRUCTURE_MIXED_DIR, structure_mix, seed=seed
-                    )
-                    console.print(
-                        f"structure mix: {mixed['structure_mix']} in {folder / STRUCTURE_MIXED_DIR}", markup=False
-                    )
-                stats = read_stats(folder) or stats
-        except NoGroupsError as error:
-            console.print(f"[bold red]no groups:[/] {escape(str(error))}", highlight=False)
-            raise typer.Exit(1) from error
+                return
+            stats = finished.stats or {}
         except ModelLoadError as error:
-            shown = str(error) if str(error).startswith("--mining-model") else f"--mining-model: {error}"
-            console.print(f"[bold red]error:[/] {escape(shown)}", highlight=False)
-            raise typer.Exit(2) from error
-        except (MiningError, CorpusError, ValueError) as error:
-            console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False)
-            raise typer.Exit(2) from error
+            raise report_error(error, option="--mining-model") from error
+        except ValueError as error:  # project errors (no groups: exit 1) end in the command class's handler
+            raise report_error(error) from error
         Console(emoji=False).print(summary_table(stats))
         draw_caveat = (stats.get("holdout") or {}).get("draw_caveat")
         if draw_caveat:
             console.print(f"note: {draw_caveat}", highlight=False, markup=False)
         if report:
             console.print(f"report: {write_report(folder)}", markup=False)
+
+
+def _say(line: str) -> None:
+    console.print(line, markup=False)
+
+
+def _log_dir(output: Path | None, merge_dir: Path | None) -> Path | None:
+    """The folder whose xprt-st.log takes the libraries' warnings: the one mined into, when it can hold one (a bad
+    --output is left to the miner's own check, which names it before any work)."""
+    log_dir = merge_dir if merge_dir is not None else output
+    too_long = path_length_problem(log_dir, "--merge" if merge_dir is not None else "--output") if log_dir else None
+    if too_long is not None:  # any look at such a path raises OSError (Errno 36)
+        console.print(f"[bold red]error:[/] {escape(too_long)}", highlight=False)
+        raise typer.Exit(2)
+    if log_dir is not None:
+        try:
+            check_output_folder(log_dir, "--output")
+        except OutputPathError:
+            return None
+    return log_dir
+
+
+def _after_merge(
+    after: AfterMerge,
+    negatives_unset: bool,
+    structure: str | None,
+    pairs: str,
+    stored_run: Path | None,
+    merge_dir: Path | None,
+) -> AfterMerge:
+    """The chain after the merge from its flags, refused before any work when they do not fit: without
+    --hard-negatives a re-merge keeps the folder's; the structure kinds parsed, their mix and the stored run checked."""
+    if negatives_unset and merge_dir is not None:
+        after = replace(after, hard_negatives=_stored_hard_negatives(merge_dir))
+        if after.hard_negatives:
+            console.print(
+                f"keeping the {after.hard_negatives} hard negatives per group that {merge_dir} was mined with "
+                "(--hard-negatives 0 drops them)",
+                markup=False,
+            )
+    _check_hard_negatives(after.hard_negatives, after.max_ratio, pairs)
+    try:
+        kinds = parse_kinds(structure)
+        if after.structure_mix is not None and not (kinds and 0 < after.structure_mix < 1):
+            raise ValueError(f"--structure-mix {after.structure_mix}: give a share in (0, 1) with --structure")
+        old_run = links_problem(stored_run, kinds) if stored_run is not None else None
+        if old_run is not None:
+            raise ValueError(old_run)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from error
+    return replace(after, structure=kinds)
 
 
 def _stored_hard_negatives(folder: Path) -> int:
@@ -395,28 +377,6 @@ def inspect(
         console.print(f"[bold red]error:[/] --sample {sample}: give 0 or more documents to show")
         raise typer.Exit(2)
     with command_logging("inspect", None, verbose=verbose, progress=False, show_info=not quiet):
-        try:
-            path = write_report(folder, output, sample=sample, seed=seed, threshold=threshold)
-        except MiningError as error:
-            console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False)
-            raise typer.Exit(2) from error
+        path = write_report(folder, output, sample=sample, seed=seed, threshold=threshold)
     if not quiet:
         console.print(f"report: {path}", markup=False)
-
-
-def remerge_note(output: Path, config: MiningConfig) -> str | None:
-    """The line a resumed run prints when it merges again with other merge settings than its ``stats.json``
-    records (:data:`MiningConfig.MERGE_FIELDS`, e.g. ``--holdout`` or ``--seed``): the groups and the held-out draw
-    are replaced, so a model trained on the earlier merge no longer matches the folder. None when they are equal."""
-    from xprt_st.fingerprint import describe_differences, differences
-
-    previous = (read_stats(output) or {}).get("settings", {})
-    merged = {key: previous[key] for key in MiningConfig.MERGE_FIELDS if key in previous}
-    found = differences(merged, {key: getattr(config, key) for key in merged})
-    if not found:
-        return None
-    return (
-        f"re-merging {output} with other merge settings ({describe_differences(found)}): its groups and held-out "
-        f"draw are replaced, and a model trained on the earlier merge is refused on mined:{output} by the held-out "
-        "contract (mine into a new --output to keep both)"
-    )

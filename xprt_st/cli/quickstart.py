@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from xprt_st.cli import app
+from xprt_st.cli.app import app
 from xprt_st.encode_backend import OPTION_HELP, check_encode_backend
 from xprt_st.precision import OPTION_HELP as PRECISION_HELP
 from xprt_st.progress_lines import heartbeat_for
@@ -99,15 +99,14 @@ def quickstart(
     On your documents, scored on your BEIR folder and the label-free check:
       xprt-st quickstart --corpus my.jsonl --id-field id --task my-beir/ -o out/
     """
-    from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
-    from xprt_st.mining import NoGroupsError
-    from xprt_st.mining.builder import summary_table
+    from xprt_st.cli.common import check_model, check_output_folder, command_logging, report_error
     from xprt_st.mining.config import MiningError
     from xprt_st.mining.reader import CorpusError
+    from xprt_st.mining.stats import summary_table
     from xprt_st.models import ModelLoadError
     from xprt_st.output_folder import hold_folder
     from xprt_st.quickstart import QuickstartConfig, QuickstartInputError, check_inputs, check_reuse, run_quickstart
-    from xprt_st.recipe import RecipeError, load_recipe
+    from xprt_st.recipe import load_recipe
 
     progress = not quiet
     try:
@@ -136,15 +135,13 @@ def quickstart(
         load_recipe(recipe)
         check_model(model, "--model")
         folder = hold_folder(output, "quickstart", overwrite=overwrite)
-    except (OutputPathError, ModelLoadError, QuickstartInputError, RecipeError, ValueError) as error:
-        console.print(f"[bold red]error:[/bold red] {escape(str(error))}", highlight=False)
-        raise typer.Exit(2) from error
+    except ValueError as error:  # a bad value of an option (project errors end in the command class's handler)
+        raise report_error(error) from error
     try:  # a stage of an earlier run made with other settings, or a model/ the quickstart never wrote
         check_reuse(config, folder)
-    except QuickstartInputError as error:
+    except QuickstartInputError:
         folder.release(record=False)
-        console.print(f"[bold red]error:[/bold red] {escape(str(error))}", highlight=False)
-        raise typer.Exit(2) from error
+        raise
     console.rule("[bold]xprt-st quickstart[/bold]: mine -> pre-train -> evaluate")
     console.print(f"precision: {config.precision} ({config.precision_reason})", highlight=False, markup=False)
     timer = StageTimer()
@@ -154,21 +151,14 @@ def quickstart(
             heartbeat_for(timer, console, progress),
         ):
             summary = run_quickstart(config, progress=progress, folder=folder, timer=timer)
-    except NoGroupsError as error:  # a corpus too small or too short to mine: what mining found is kept
-        console.print(f"[bold red]no groups:[/bold red] {escape(str(error))}", highlight=False)
-        raise typer.Exit(1) from error
-    except QuickstartInputError as error:  # fewer groups than one step: the mining is kept for the rerun
-        console.print(f"[bold red]error:[/bold red] {escape(str(error))}", highlight=False)
-        raise typer.Exit(1) from error
-    except CorpusError as error:  # a bad record past the first, found while mining reads it
-        console.print(f"[bold red]error:[/bold red] --corpus: {escape(str(error))}", highlight=False)
-        raise typer.Exit(1) from error
-    except MiningError as error:  # e.g. an output folder that cannot be written; what was mined is kept
-        console.print(f"[bold red]error:[/bold red] {escape(str(error))}", highlight=False)
-        raise typer.Exit(1) from error
+    # Found once work began, what was mined is kept (exit 1): no groups, fewer groups than one step, a bad record
+    # past the first, an output folder that cannot be written.
+    except CorpusError as error:
+        raise report_error(error, exit_code=1, option="--corpus") from error
+    except (QuickstartInputError, MiningError) as error:
+        raise report_error(error, exit_code=1) from error
     except ModelLoadError as error:  # --model passed the check of its files but did not load; nothing was mined
-        console.print(f"[bold red]error:[/bold red] --model: {escape(str(error))}", highlight=False)
-        raise typer.Exit(2) from error
+        raise report_error(error, option="--model") from error
     console.print(summary_table(summary["mining"]))
     if summary["scores"]:
         _print_scores(summary)

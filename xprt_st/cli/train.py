@@ -11,7 +11,7 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
-from xprt_st.cli import app
+from xprt_st.cli.app import app
 from xprt_st.precision import OPTION_HELP as PRECISION_HELP
 
 
@@ -101,15 +101,11 @@ def train(
       torchrun --nproc_per_node 8 -m xprt_st train \\
         --recipe change-only-positive --mined mined/ -o runs/cop
     """
-    from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
-    from xprt_st.models import ModelLoadError
+    from xprt_st.cli.common import check_model, check_output_folder, command_logging
     from xprt_st.output_folder import command_folder
     from xprt_st.progress_lines import command_progress
-    from xprt_st.recipe import RecipeError, load_recipe
-    from xprt_st.training.checkpoints import CheckpointSpaceError, CheckpointWriteError
-    from xprt_st.training.data import MinedDataError
-    from xprt_st.training.run import OutputFolderError, check_output_outside_data, train_recipe
-    from xprt_st.training.trainer import NonFiniteLossError, NonFiniteWeightsError, TrainingStateError
+    from xprt_st.recipe import load_recipe
+    from xprt_st.training.run import check_output_outside_data, train_recipe
 
     progress = not quiet
     console = Console(stderr=True, emoji=False)
@@ -127,48 +123,34 @@ def train(
         "training.precision": precision,
         "training.max_seq_length": max_seq_length,
     }
-    try:
-        resolved = load_recipe(recipe, overrides=overrides, setting=setting)
-    except RecipeError as error:
-        console.print(f"[red]error:[/red] {escape(str(error))}", markup=True, highlight=False)
-        raise typer.Exit(2) from error
+    # every project error below ends the command with its one line and exit code (xprt_st.cli.common.report_error)
+    resolved = load_recipe(recipe, overrides=overrides, setting=setting)
     if print_recipe:
         typer.echo(yaml.safe_dump(resolved.to_dict(), sort_keys=False), nl=False)
         return
     if data is None or output is None:
         console.print("[red]error:[/red] --mined and --output are required to train (or pass --print-recipe)")
         raise typer.Exit(2)
-    try:
-        check_output_folder(output, "--output")
-        check_output_outside_data(output, data)
-        command_folder(output, "train").check()  # files train did not write are refused before any model loads
-        if resume is None and fork_from is None:  # on resume or fork, the checkpoint records the starting model
-            check_model(resolved.training.model, "--model" if model else f"recipe {recipe}: training.model")
-    except (OutputPathError, OutputFolderError, ModelLoadError) as error:
-        console.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
-        raise typer.Exit(2) from error
+    check_output_folder(output, "--output")
+    check_output_outside_data(output, data)
+    command_folder(output, "train").check()  # files train did not write are refused before any model loads
+    if resume is None and fork_from is None:  # on resume or fork, the checkpoint records the starting model
+        check_model(resolved.training.model, "--model" if model else f"recipe {recipe}: training.model")
     main_process = int(os.environ.get("RANK", "0")) == 0  # under torchrun / accelerate launch, one process reports
     with (
         command_logging("train", output, verbose=verbose, progress=progress, show_info=main_process),
         command_progress("train", console, progress and main_process),
     ):
-        try:
-            folder = train_recipe(
-                resolved,
-                data=data,
-                output=output,
-                resume=resume,
-                model=model,
-                progress=progress,
-                fork_from=fork_from,
-                overwrite=overwrite,
-            )
-        except (MinedDataError, ModelLoadError, TrainingStateError, OutputFolderError, CheckpointSpaceError) as error:
-            console.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
-            raise typer.Exit(2) from error
-        except (NonFiniteLossError, NonFiniteWeightsError, CheckpointWriteError) as error:
-            console.print(f"[red]training stopped:[/red] {escape(str(error))}", highlight=False)
-            raise typer.Exit(1) from error
+        folder = train_recipe(
+            resolved,
+            data=data,
+            output=output,
+            resume=resume,
+            model=model,
+            progress=progress,
+            fork_from=fork_from,
+            overwrite=overwrite,
+        )
     if main_process:
         console.print(
             f"[green]done:[/green] {escape(str(folder))} loads with SentenceTransformer({escape(repr(str(folder)))})",

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from mteb.abstasks import AbsTask
 
 from xprt_st.binding import bind
+from xprt_st.errors import XPRTError
 from xprt_st.precision import PRECISIONS, ResolvedPrecision, resolve_precision
 
 COMPARISON_RECIPES = (
@@ -47,7 +48,7 @@ finished models and scores are found by recipe, seed and evaluation key only, so
 old models and scores as the new configuration's. Tasks (the evaluation key), seeds and recipes may change."""
 
 
-class CompareConfigError(ValueError):
+class CompareConfigError(XPRTError, ValueError):
     """A comparison configuration is invalid; the message lists every problem."""
 
 

@@ -31,10 +31,11 @@ def prepare_variant(
     """Re-merge the stored passages of ``mined`` into ``folder`` with other merge options (no encoding).
 
     With ``hard_negatives`` in ``options``, the re-merged groups then get their hard-negative columns
-    (:func:`~xprt_st.mining.hard_negatives.add_hard_negatives`, which embeds the passages with ``model``).
+    (the chain every entry point runs, :func:`~xprt_st.mining.after_merge.finish_mining`, which embeds the
+    passages with ``model``).
     """
     from xprt_st.mining import MiningConfig, merge
-    from xprt_st.mining.hard_negatives import add_hard_negatives
+    from xprt_st.mining.after_merge import AfterMerge, finish_mining
     from xprt_st.mining.layout import link_stored_run, read_stats
 
     options = dict(options)
@@ -61,10 +62,7 @@ def prepare_variant(
     base = {k: v for k, v in stored.items() if k in fields}
     base |= threshold
     stats = merge(folder, MiningConfig(**{**base, **options, "seed": seed}), progress=progress)
-    if negatives:
-        add_hard_negatives(folder, negatives, model=model, seed=seed)
-        stats = read_stats(folder) or stats
-    return stats
+    return finish_mining(folder, AfterMerge(hard_negatives=negatives, seed=seed), model=model, stats=stats)
 
 
 def prepare_mixed(

@@ -18,10 +18,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
+from xprt_st.errors import XPRTError
+
 logger = logging.getLogger(__name__)
 
 
-class TaskLoadError(ValueError):
+class TaskLoadError(XPRTError, ValueError):
     """A task name or a local task file could not be turned into an mteb task."""
 
 

@@ -373,7 +373,7 @@ def evaluate_models(
 
     Args:
         models: names or paths (None or ``"default"``: the offline default model), or loaded models.
-        tasks: task specs (see :func:`xprt_st.evaluation.local.resolve_tasks`) or mteb task objects.
+        tasks: task specs (see :func:`xprt_st.evaluation.catalog.resolve_tasks`) or mteb task objects.
         labels: names in the table; by default the model's name or folder name (made unique).
         data_dir: folder of the named local tasks (task resolution, for task specs).
         max_queries: queries (or STS pairs) kept per task spec (task resolution).
@@ -390,7 +390,7 @@ def evaluate_models(
         precision: auto, fp32 or bf16 (:mod:`xprt_st.precision`); each model's runs so, the report records it.
 
     Raises:
-        xprt_st.evaluation.local.TaskLoadError: a task spec could not be resolved.
+        xprt_st.evaluation.readers.TaskLoadError: a task spec could not be resolved.
         xprt_st.models.ModelLoadError: a model could not be loaded (raised before any evaluation runs
             for that model; earlier models are already evaluated).
     """

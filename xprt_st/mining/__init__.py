@@ -7,7 +7,7 @@ Public API::
 Modules, in the order data flows: ``reader`` (records) -> ``stages`` (split, count, score: records in,
 records and counts out) with ``encoder`` (the model) -> ``merge`` (streamed groups) -> ``stats``;
 ``layout`` names every file of the output folder; ``engines/`` decide who runs the stages
-(``local``, ``ray``) and ``mine`` is where one is chosen. ``builder`` keeps the former names.
+(``local``, ``ray``) and ``mine`` is where one is chosen; ``after_merge`` is the chain that follows the merge.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xprt_st.encode_backend import ENCODE_BACKENDS
+from xprt_st.errors import XPRTError
 from xprt_st.mining.ablations import PAIRS, POSITIVES
 from xprt_st.mining.groups import DEFAULT_THRESHOLD_QUANTILE, DEFAULT_TOP_K, RANK_BY
 from xprt_st.mining.passages import (
@@ -29,7 +30,7 @@ TFIDF_SCHEME = f"corpus-hashed-{N_FEATURES}"
 """Recorded in ``mining_config.json``: runs scored with another TF-IDF (e.g. per shard) are not resumed."""
 
 
-class MiningError(RuntimeError):
+class MiningError(XPRTError, RuntimeError):
     """Base class of mining failures."""
 
 
@@ -55,6 +56,9 @@ class MiningOutputError(MiningError, ValueError):
 
 class NoGroupsError(MiningError):
     """No passage passed the threshold; ``stats.json`` and the per-passage centralities are written."""
+
+    exit_code = 1  # stats.json and the centralities are written and kept
+    heading = "no groups"
 
 
 def stored_model_name(model: str | None) -> str | None:

@@ -98,6 +98,10 @@ def _run(
     return builder.run(shard_index=shard_index)
 
 
+CHAIN_SETTINGS = ("hard_negatives", "hard_negative_max_ratio", "structure", "structure_hard_negatives", "structure_mix")
+"""The settings of :func:`mine` for the chain after the merge (:class:`~xprt_st.mining.after_merge.AfterMerge`)."""
+
+
 def mine(corpus: Any, output_dir: str | Path, **settings: Any) -> dict[str, Any]:
     """Mine ``corpus`` into ``output_dir`` (all shards, then the merge); returns the stats.
 
@@ -110,8 +114,10 @@ def mine(corpus: Any, output_dir: str | Path, **settings: Any) -> dict[str, Any]
     ``engine="ray"`` (with ``num_workers`` and ``ray_address``) runs on a Ray cluster instead, with
     the same output. ``structure=["titles", "headings", "links"]`` (or ``"titles,headings,links"``) then writes
     the structure groups to ``DIR/structure`` (:func:`~xprt_st.mining.structure.write_structure_groups`), with
-    ``structure_hard_negatives`` (default ``hard_negatives``) hard negatives each; a stored run mined before links
-    were kept is refused before any work when links are asked for.
+    ``structure_hard_negatives`` (default ``hard_negatives``) hard negatives each, and ``structure_mix=share`` the
+    mix of both in ``DIR/structure-mixed``; a stored run mined before links were kept is refused before any work
+    when links are asked for. The steps after the merge are :func:`~xprt_st.mining.after_merge.finish_mining`,
+    the one chain every entry point runs.
     """
     if isinstance(corpus, str | Path):
         corpus = [corpus]
@@ -119,47 +125,30 @@ def mine(corpus: Any, output_dir: str | Path, **settings: Any) -> dict[str, Any]
     options["num_workers"] = settings.pop("num_workers", None)
     options["ray_address"] = settings.pop("ray_address", None)
     model = settings.pop("model", None)
-    hard_negatives = int(settings.pop("hard_negatives", 0) or 0)
-    max_ratio = float(settings.pop("hard_negative_max_ratio", 0.95))
+    from xprt_st.mining.after_merge import AfterMerge, finish_mining
+    from xprt_st.mining.hard_negatives import DEFAULT_MAX_RATIO
     from xprt_st.mining.structure import links_problem, parse_kinds
 
-    structure = parse_kinds(settings.pop("structure", None))
+    chain = {name: settings.pop(name) for name in CHAIN_SETTINGS if name in settings}
+    structure = parse_kinds(chain.get("structure"))
     problem = None if options.get("overwrite") else links_problem(output_dir, structure)
     if problem is not None:
         raise ValueError(problem)
-    structure_negatives = int(settings.pop("structure_hard_negatives", hard_negatives) or 0)
     if model is not None and not isinstance(model, str | Path):
         config = MiningConfig(**settings)
     else:
         config, model = MiningConfig(model=None if model is None else str(model), **settings), None
+    after = AfterMerge(
+        hard_negatives=int(chain.get("hard_negatives", 0) or 0),
+        max_ratio=float(chain.get("hard_negative_max_ratio", DEFAULT_MAX_RATIO)),
+        structure=structure,
+        structure_hard_negatives=chain.get("structure_hard_negatives"),
+        structure_mix=chain.get("structure_mix"),
+        seed=config.seed,
+        batch_size=config.batch_size,
+        encode_backend=config.encode_backend,
+        precision=config.precision,
+    )
     result = run_mining(list(corpus), output_dir, config, model=model, **options)
     assert isinstance(result, dict)
-    if hard_negatives > 0 and result.get("settings", {}).get("hard_negatives") != hard_negatives:
-        from xprt_st.mining.hard_negatives import add_hard_negatives
-        from xprt_st.mining.layout import read_stats
-
-        add_hard_negatives(
-            output_dir,
-            hard_negatives,
-            model=model if model is not None else config.model,
-            max_ratio=max_ratio,
-            batch_size=config.batch_size,
-            seed=config.seed,
-            encode_backend=config.encode_backend,
-            precision=config.precision,
-        )
-        result = read_stats(output_dir) or result
-    if structure:
-        from xprt_st.mining.layout import read_stats
-        from xprt_st.mining.structure import write_structure_groups
-
-        write_structure_groups(
-            output_dir,
-            structure,
-            hard_negatives=structure_negatives,
-            model=model if model is not None else config.model,
-            max_ratio=max_ratio,
-            precision=config.precision,
-        )
-        result = read_stats(output_dir) or result
-    return result
+    return finish_mining(output_dir, after, model=model if model is not None else config.model, stats=result)

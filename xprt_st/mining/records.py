@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from xprt_st.errors import XPRTError
+
 UNREADABLE_RECORD = "unreadable_record"
 """Skip reason (``stats.json``'s ``skipped``) of a record that is JSON but not readable text (``skip_unreadable``)."""
 
@@ -31,7 +33,7 @@ RECORD_SKIPS = ("invalid_json", "missing_text_field", "text_not_a_string")
 """Skip reasons that say the record itself is not of the expected shape (a wrong format or field), not its text."""
 
 
-class CorpusError(ValueError):
+class CorpusError(XPRTError, ValueError):
     """Base class of the corpus reading errors; the message names the source and the fix."""
 
 

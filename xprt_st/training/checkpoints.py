@@ -25,6 +25,8 @@ from pathlib import Path
 
 import torch
 
+from xprt_st.errors import XPRTError
+
 logger = logging.getLogger(__name__)
 
 TRAINING_STATE_DIR = "training_state"
@@ -41,12 +43,15 @@ ADAM_MOMENTS = 2
 """Tensors of optimizer state per trained parameter (AdamW's first and second moments), saved in each checkpoint."""
 
 
-class CheckpointSpaceError(OSError):
+class CheckpointSpaceError(XPRTError, OSError):
     """The output folder's disk has less free space than one checkpoint needs; nothing was trained."""
 
 
-class CheckpointWriteError(OSError):
+class CheckpointWriteError(XPRTError, OSError):
     """A checkpoint or the final model could not be written; the message names the folder and its disk."""
+
+    exit_code = 1  # stopped after work that is kept
+    heading = "training stopped"
 
 
 def checkpoint_folders(output_dir: str | Path) -> list[Path]:

@@ -18,6 +18,7 @@ from typing import Any
 from datasets import Dataset, DatasetDict, load_from_disk
 
 from xprt_st.columns import GROUP_COLUMNS, LABEL
+from xprt_st.errors import XPRTError
 from xprt_st.mining.layout import CONFIG_FILE, STATS_FILE, STRUCTURE_DIR, STRUCTURE_MIXED_DIR
 
 logger = logging.getLogger(__name__)
@@ -25,7 +26,7 @@ logger = logging.getLogger(__name__)
 MINE_HINT = "create one with `xprt-st mine CORPUS... --output DIR` and pass that DIR as --mined"
 
 
-class MinedDataError(ValueError):
+class MinedDataError(XPRTError, ValueError):
     """A data folder is not a usable mined dataset for the chosen recipe."""
 
 

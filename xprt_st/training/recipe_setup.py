@@ -35,11 +35,11 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from xprt_st.columns import NEGATIVE_PREFIX
 from xprt_st.models import frozen_copy, load_model
+from xprt_st.objectives import build_loss, get_objective
 from xprt_st.precision import resolve_precision
 from xprt_st.recipe import Recipe
 from xprt_st.training.data import MinedData, load_mined
 from xprt_st.training.label_free import LabelFreeEvaluator, evaluation_arguments, training_evaluator
-from xprt_st.training.objectives import build_loss, get_objective
 from xprt_st.training.progress import LogLinesCallback, RichProgressCallback, StageStepsCallback
 from xprt_st.training.retention_text import add_retention_text, retention_positions
 from xprt_st.training.schedules import Schedule, TermScheduleCallback

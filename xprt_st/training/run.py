@@ -25,6 +25,7 @@ from transformers import TrainerCallback
 from xprt_st.columns import LABEL
 from xprt_st.fingerprint import flattened
 from xprt_st.mining.layout import HELDOUT_DIR
+from xprt_st.objectives import get_objective
 from xprt_st.output_folder import OutputFolder, OutputFolderError, command_folder
 from xprt_st.precision import ResolvedPrecision, resolve_precision
 from xprt_st.recipe import Recipe
@@ -34,7 +35,6 @@ from xprt_st.training.fork import check_fork, same_model, trainer_class
 from xprt_st.training.heldout_contract import RECORD_KEY, check_start, run_record
 from xprt_st.training.label_free import finish
 from xprt_st.training.memory import check_step_memory, padded_length
-from xprt_st.training.objectives import get_objective
 from xprt_st.training.recipe_setup import load_recipe_data, trainer_setup
 from xprt_st.training.trainer import (
     TRAINING_STATE_DIR,

@@ -43,6 +43,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from xprt_st import __version__
 from xprt_st.columns import LABEL
+from xprt_st.errors import XPRTError
 from xprt_st.models import drop_dangling_auto_map
 from xprt_st.training.checkpoints import (
     CHECKPOINT_MARGIN_BYTES,
@@ -82,15 +83,21 @@ WARM_START_MODULES = ("mlm_head",)
 vocabulary; every other module (decoder, projections) is built fresh for the new objective."""
 
 
-class NonFiniteLossError(FloatingPointError):
+class NonFiniteLossError(XPRTError, FloatingPointError):
     """The training loss became NaN or infinite; training stopped before any update or checkpoint."""
 
+    exit_code = 1  # stopped after work that is kept
+    heading = "training stopped"
 
-class NonFiniteWeightsError(FloatingPointError):
+
+class NonFiniteWeightsError(XPRTError, FloatingPointError):
     """Model or loss weights are NaN or infinite; the checkpoint was not written."""
 
+    exit_code = 1  # stopped after work that is kept
+    heading = "training stopped"
 
-class TrainingStateError(RuntimeError):
+
+class TrainingStateError(XPRTError, RuntimeError):
     """A checkpoint's loss-owned state does not match the loss being trained."""
 
 

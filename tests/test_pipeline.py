@@ -1,0 +1,113 @@
+"""The stage layer: checks before any work, one reuse policy by fingerprint, the stage table."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from xprt_st.errors import XPRTError
+from xprt_st.fingerprint import FingerprintError
+from xprt_st.pipeline import Action, Stage, plan, run_pipeline
+from xprt_st.pipeline.run import STATE_FILE
+
+
+class CheckError(XPRTError, ValueError):
+    """A stand-in stage's failing check."""
+
+
+@dataclass(frozen=True)
+class CountConfig:
+    words: tuple[str, ...]
+    seed: int = 0
+
+
+@dataclass
+class CountStage:
+    """Writes its words to a file; remembers its runs in ``ran``."""
+
+    name: str
+    config: CountConfig
+    folder: str = ""
+    bad_input: bool = False
+    fingerprinted: bool = True
+    ran: list[str] = field(default_factory=list)
+
+    def fingerprint(self) -> dict[str, Any] | None:
+        return {"words": list(self.config.words), "seed": self.config.seed} if self.fingerprinted else None
+
+    def check(self) -> None:
+        if self.bad_input:
+            raise CheckError(f"{self.name}: no words", option="--words")
+
+    def run(self, folder: Path) -> dict[str, Any]:
+        self.ran.append(self.name)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{self.name}.txt").write_text(" ".join(self.config.words), encoding="utf-8")
+        return {"words": len(self.config.words)}
+
+
+def _stages(seed: int = 0, **second: Any) -> list[CountStage]:
+    return [
+        CountStage("first", CountConfig(("a", "b"), seed), folder="one"),
+        CountStage("second", CountConfig(("c",), seed), folder="two", **second),
+    ]
+
+
+def test_a_stand_in_is_a_stage() -> None:
+    assert isinstance(_stages()[0], Stage)
+
+
+def test_a_failing_check_stops_the_run_before_any_stage_runs(tmp_path: Path) -> None:
+    stages = _stages(bad_input=True)
+    with pytest.raises(CheckError, match="second: no words"):
+        run_pipeline(stages, tmp_path / "out")
+    assert stages[0].ran == [] and not (tmp_path / "out").exists()
+
+
+def test_the_same_fingerprint_is_reused_and_reuse_shows_in_the_stage_table(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    first = run_pipeline(_stages(), out)
+    assert [row.action for row in first] == [Action.RUN, Action.RUN] and first[0].record == {"words": 2}
+    again = _stages()
+    table = run_pipeline(again, out)
+    assert [row.action for row in table] == [Action.REUSE, Action.REUSE]
+    assert again[0].ran == again[1].ran == [] and table[1].record == {"words": 1}
+    stored = json.loads((out / STATE_FILE).read_text())
+    assert [row["action"] for row in stored["table"]] == ["reused", "reused"]
+
+
+def test_a_changed_fingerprint_is_refused_before_any_work_or_redone_never_reused(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    run_pipeline(_stages(seed=1), out)
+    changed = _stages(seed=2)
+    with pytest.raises(FingerprintError, match=r"seed 1 -> 2"):
+        run_pipeline(changed, out)
+    assert changed[0].ran == changed[1].ran == []
+    table = run_pipeline(changed, out, overwrite=True)
+    assert [row.action for row in table] == [Action.REDO, Action.REDO] and changed[0].ran == ["first"]
+
+
+def test_a_stage_after_one_that_runs_runs_too(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    run_pipeline(_stages(), out)
+    stages = _stages()
+    stages[0] = CountStage("first", CountConfig(("a", "b")), folder="one", fingerprinted=False)
+    assert [row.action for row in run_pipeline(stages, out)] == [Action.RUN, Action.RUN]
+    assert stages[1].ran == ["second"]  # its input was written again: the stored output is not reused
+
+
+def test_an_interrupted_stage_runs_again(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    stages = _stages()
+
+    def broken(folder: Path) -> dict[str, Any]:
+        raise KeyboardInterrupt
+
+    stages[1].run = broken  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(stages, out)
+    assert plan(_stages(), out) == [Action.REUSE, Action.RUN]

@@ -1,0 +1,154 @@
+"""Run a list of stages: check every stage first, reuse or refuse each by its fingerprint (one policy), time the rest.
+
+The one reuse policy, decided for every stage before the first runs:
+
+- no stored record: the stage runs;
+- the stored fingerprint equals the stage's and the stage completed: it is **reused** (not run), unless a stage
+  before it runs, whose output it reads;
+- the stored fingerprint equals but the stage never completed (an interrupted run): it runs again, resuming
+  whatever the stage itself keeps;
+- the stored fingerprint differs: the pipeline is **refused** before any stage runs, naming each difference,
+  or with ``overwrite`` the stage is **redone**; a changed fingerprint never reuses.
+
+The records live in ``OUTPUT/.xprt-st-stages.json`` (written only for stages that have a fingerprint): each stage's
+fingerprint, whether it completed, its record, and the last run's stage table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from xprt_st.fingerprint import FingerprintError, difference_line, differences, normalised
+from xprt_st.pipeline.stage import Stage
+
+STATE_FILE = ".xprt-st-stages.json"
+"""Per output folder: ``{"stages": {name: {"fingerprint", "complete", "record"}}, "table": [...]}``."""
+
+
+class Action(str, Enum):
+    """What the pipeline does with a stage (the stage table's ``action`` column)."""
+
+    RUN = "ran"
+    REUSE = "reused"
+    REDO = "redone"
+
+
+@dataclass(frozen=True)
+class StageRow:
+    """One line of the stage table."""
+
+    stage: str
+    action: Action
+    seconds: float = 0.0
+    record: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row as JSON holds it."""
+        return {**asdict(self), "action": self.action.value}
+
+
+def read_state(output: str | Path) -> dict[str, Any]:
+    """The stored stage records of ``output``; empty without a (readable) state file."""
+    try:
+        state = json.loads((Path(output) / STATE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def _write_state(output: Path, state: dict[str, Any]) -> None:
+    output.mkdir(parents=True, exist_ok=True)
+    tmp = output / f"{STATE_FILE}.tmp-{os.getpid()}"
+    tmp.write_text(json.dumps(state, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, output / STATE_FILE)
+
+
+def plan(
+    stages: Sequence[Stage[Any]], output: str | Path, *, overwrite: bool = False, option: str = "--output"
+) -> list[Action]:
+    """The action of each stage under the one reuse policy (see the module), decided before any stage runs.
+
+    Raises:
+        FingerprintError: a stage's stored fingerprint differs from its own and ``overwrite`` is not given; the one
+            line names the stage's folder and each difference.
+    """
+    stored = read_state(output).get("stages", {})
+    actions: list[Action] = []
+    upstream_runs = False
+    for stage in stages:
+        fingerprint = stage.fingerprint()
+        record = stored.get(stage.name) if fingerprint is not None else None
+        if not isinstance(record, dict):
+            action = Action.RUN
+        else:
+            found = differences(record.get("fingerprint", {}), normalised(fingerprint or {}))
+            if found and not overwrite:
+                raise FingerprintError(difference_line(str(Path(output) / stage.folder), found, option))
+            if found:
+                action = Action.REDO
+            elif record.get("complete") and not upstream_runs:
+                action = Action.REUSE
+            else:
+                action = Action.RUN
+        upstream_runs = upstream_runs or action is not Action.REUSE
+        actions.append(action)
+    return actions
+
+
+def run_pipeline(
+    stages: Sequence[Stage[Any]],
+    output: str | Path,
+    *,
+    overwrite: bool = False,
+    option: str = "--output",
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[StageRow]:
+    """Check every stage, then reuse or run each in order; return the stage table (also stored in the state file
+    when a stage has a fingerprint).
+
+    Args:
+        stages: the command's stages, in the order data flows.
+        output: the output folder; each stage writes into ``output / stage.folder``.
+        overwrite: redo a stage whose stored fingerprint differs instead of refusing.
+        option: the option that names ``output``, for the refusal's line.
+        clock: seconds, for the table's timings.
+
+    Raises:
+        xprt_st.errors.XPRTError: a stage's check failed (no stage has run), a stored fingerprint differs
+            (:func:`plan`), or a stage failed (the stages before it are recorded complete).
+    """
+    output = Path(output)
+    for stage in stages:
+        stage.check()
+    actions = plan(stages, output, overwrite=overwrite, option=option)
+    state = read_state(output)
+    records = state.setdefault("stages", {})
+    fingerprinted = False
+    table: list[StageRow] = []
+    for stage, action in zip(stages, actions, strict=True):
+        fingerprint = stage.fingerprint()
+        fingerprinted = fingerprinted or fingerprint is not None
+        if action is Action.REUSE:
+            table.append(StageRow(stage.name, action, 0.0, dict(records[stage.name].get("record", {}))))
+            continue
+        if fingerprint is not None:  # recorded before the stage writes anything: an interrupted run is known
+            records[stage.name] = {"fingerprint": normalised(fingerprint), "complete": False}
+            _write_state(output, state)
+        started = clock()
+        record = stage.run(output / stage.folder)
+        row = StageRow(stage.name, action, round(clock() - started, 3), dict(record or {}))
+        table.append(row)
+        if fingerprint is not None:
+            records[stage.name] = {"fingerprint": normalised(fingerprint), "complete": True, "record": row.record}
+            _write_state(output, state)
+    if fingerprinted:
+        state["table"] = [row.to_dict() for row in table]
+        _write_state(output, state)
+    return table

@@ -1,0 +1,166 @@
+"""The stages the commands are made of: mining (all shards, or one, then the merge) and the chain after the merge.
+
+``xprt-st mine`` is ``run_pipeline([MineStage, AfterMergeStage])``; neither has a fingerprint of its own, since mining
+keeps its own record of what made a folder (its manifest, refused with ``MiningConfigError`` when the settings
+differ) and the chain after the merge reuses what ``stats.json`` says is there
+(:func:`xprt_st.mining.after_merge.has_hard_negatives`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xprt_st.mining.after_merge import AfterMerge, finish_mining
+from xprt_st.mining.config import MiningConfig
+from xprt_st.mining.engines.base import ShardResult
+from xprt_st.mining.layout import MiningLayout, read_stats
+
+
+def _silent(line: str) -> None:
+    del line
+
+
+@dataclass(frozen=True)
+class MineSettings:
+    """What :class:`MineStage` mines: a corpus into ``output``, or the stored run of ``merge_dir`` merged again."""
+
+    mining: MiningConfig
+    corpus: tuple[str, ...] = ()
+    output: Path | None = None
+    merge_dir: Path | None = None
+    """A stored run to merge again with ``mining``'s merge settings (no corpus, no ``output``)."""
+    engine: str = "local"
+    shard_index: int | None = None
+    overwrite: bool = False
+    num_workers: int | None = None
+    ray_address: str | None = None
+    progress: bool = True
+
+    @property
+    def folder(self) -> Path:
+        """The mined folder: ``merge_dir`` or ``output``."""
+        folder = self.merge_dir if self.merge_dir is not None else self.output
+        if folder is None:
+            raise ValueError("MineSettings needs output (or merge_dir)")
+        return Path(folder)
+
+
+def remerge_note(output: Path, config: MiningConfig) -> str | None:
+    """The line a resumed run prints when it merges again with other merge settings than its ``stats.json``
+    records (:data:`MiningConfig.MERGE_FIELDS`, e.g. ``--holdout`` or ``--seed``): the groups and the held-out draw
+    are replaced, so a model trained on the earlier merge no longer matches the folder. None when they are equal."""
+    from xprt_st.fingerprint import describe_differences, differences
+
+    previous = (read_stats(output) or {}).get("settings", {})
+    merged = {key: previous[key] for key in MiningConfig.MERGE_FIELDS if key in previous}
+    found = differences(merged, {key: getattr(config, key) for key in merged})
+    if not found:
+        return None
+    return (
+        f"re-merging {output} with other merge settings ({describe_differences(found)}): its groups and held-out "
+        f"draw are replaced, and a model trained on the earlier merge is refused on mined:{output} by the held-out "
+        "contract (mine into a new --output to keep both)"
+    )
+
+
+class MineStage:
+    """Mine a corpus (or merge a stored run again); afterwards :attr:`stats` is the merge's statistics, or None
+    when only this job's shard was mined (:attr:`shard` then says which; the merge waits for the other shards)."""
+
+    name = "mine"
+    folder = ""
+
+    def __init__(self, config: MineSettings, say: Callable[[str], None] = _silent) -> None:
+        self.config = config
+        self.say = say
+        self.stats: dict[str, Any] | None = None
+        self.shard: ShardResult | None = None
+
+    def fingerprint(self) -> None:
+        """None: mining's own manifest decides what a rerun resumes and refuses a folder mined otherwise."""
+        return None
+
+    def check(self) -> None:
+        """Nothing beyond the config's own validation: mining checks its sources and folder before any work."""
+
+    def run(self, folder: Path) -> dict[str, Any]:
+        """Mine into the configured folder (``folder``, the pipeline's output, is the same one)."""
+        from xprt_st.mining.merge import merge
+        from xprt_st.mining.mine import run_mining
+
+        settings = self.config
+        if settings.merge_dir is not None:
+            self.stats = merge(settings.merge_dir, settings.mining, progress=settings.progress)
+            return {"groups": self.stats.get("groups")}
+        output = settings.folder
+        stored = MiningLayout(output)
+        if not settings.overwrite and stored.stored_settings() is not None:
+            self.say(
+                f"resuming the mining run stored in {output}: {stored.stored_chunks()} scored chunks are kept, only "
+                "the missing work is done (--overwrite mines again from scratch)"
+            )
+            remerge = remerge_note(output, settings.mining)
+            if remerge is not None:
+                self.say(remerge)
+        result = run_mining(
+            list(settings.corpus),
+            output,
+            settings.mining,
+            engine=settings.engine,
+            shard_index=settings.shard_index,
+            progress=settings.progress,
+            overwrite=settings.overwrite,
+            num_workers=settings.num_workers,
+            ray_address=settings.ray_address,
+        )
+        if isinstance(result, ShardResult):
+            self.shard = result
+            return {"shard": result.shard_index, "chunks_computed": result.chunks_computed}
+        self.stats = result
+        return {"groups": result.get("groups")}
+
+
+class AfterMergeStage:
+    """The chain after the merge (:func:`xprt_st.mining.after_merge.finish_mining`) on what ``mined`` merged;
+    nothing when it mined only a shard. Afterwards :attr:`stats` is the folder's statistics."""
+
+    name = "after merge"
+    folder = ""
+
+    def __init__(
+        self, config: AfterMerge, mined: MineStage, model: object = None, say: Callable[[str], None] = _silent
+    ) -> None:
+        self.config = config
+        self.mined = mined
+        self.model = model
+        self.say = say
+        self.stats: dict[str, Any] | None = None
+
+    def fingerprint(self) -> None:
+        """None: ``stats.json`` records what the chain added, and :func:`finish_mining` reuses it."""
+        return None
+
+    def check(self) -> None:
+        """The mining model's name resolves (no model loaded) when a step will encode with it after the merge
+        of a stored run (a fresh run's mining loads it first and names it itself)."""
+        from xprt_st.models import ModelLoadError, resolve_model_name
+
+        encodes = self.config.hard_negatives > 0 or bool(self.config.structure)
+        if encodes and self.mined.config.merge_dir is not None and isinstance(self.model, str | Path | None):
+            try:
+                resolve_model_name(self.model)
+            except ModelLoadError as error:
+                raise ModelLoadError(f"--mining-model: {error}") from error
+
+    def run(self, folder: Path) -> dict[str, Any]:
+        """Add what :attr:`config` asks to the mined folder."""
+        del folder
+        if self.mined.stats is None:
+            return {"skipped": "only a shard was mined"}
+        self.stats = finish_mining(
+            self.mined.config.folder, self.config, model=self.model, stats=self.mined.stats, say=self.say
+        )
+        return {"groups": self.stats.get("groups")}

@@ -1,0 +1,80 @@
+"""The quickstart's settings: one dataclass, below both the run (:mod:`xprt_st.quickstart`) and the reuse rule
+(:mod:`xprt_st.quickstart_reuse`), so neither imports the other's floor back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xprt_st.precision import resolve_precision
+from xprt_st.quickstart_defaults import DEFAULTS, HOLDOUT
+
+__all__ = ["QuickstartConfig"]
+
+
+@dataclass
+class QuickstartConfig:
+    """Settings of the quickstart; the defaults finish within 10 minutes on 2 CPU cores."""
+
+    output: Path = Path("xprt-quickstart")
+    """Run folder: ``mined/``, ``model/``, ``evaluation/`` and ``summary.json`` go here."""
+    model: str | None = None
+    """Starting and mining model; None is the offline default (all-MiniLM-L6-v2)."""
+    recipe: str = DEFAULTS.recipe
+    threshold_quantile: float | None = DEFAULTS.threshold_quantile
+    max_steps: int | None = None
+    """Training steps; None: ``DEFAULTS.max_steps`` on the shipped pages, and with ``corpus``
+    :func:`~xprt_st.quickstart_defaults.corpus_steps` of the mined groups (``DEFAULTS.corpus_max_steps``, at most
+    one pass), set once mining has counted them."""
+    batch_size: int = DEFAULTS.batch_size
+    learning_rate: float = DEFAULTS.learning_rate
+    max_seq_length: int = DEFAULTS.max_seq_length
+    tasks: tuple[str, ...] = ("python-faq",)
+    """The labelled tasks scored: the shipped run's; with ``task`` that folder alone, with ``corpus`` and no
+    ``task`` none (resolved when the config is made, so ``summary.json`` names what was scored)."""
+    seed: int = 42
+    holdout: float = HOLDOUT
+    """Fraction of whole pages held out of training for the label-free check (0: no check)."""
+    max_documents: int | None = None
+    """Mine only the first N shipped pages (for tests and quick looks); None mines all 100."""
+    corpus: tuple[str, ...] = ()
+    """The user's documents (what ``xprt-st mine`` reads); empty: the shipped pages."""
+    task: Path | None = None
+    """With ``corpus``: the user's labelled BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv)."""
+    text_field: str | None = None
+    """With ``corpus``: the field with the text (``xprt-st mine --text-field``)."""
+    id_field: str | None = None
+    """With ``corpus``: the field with the document id, which the held-out draw hashes."""
+    title_field: str | None = None
+    """With ``corpus``: the field with the title, where ``xprt-st mine`` supports one."""
+    html: bool = False
+    """With ``corpus``: the text is raw HTML (extracted with trafilatura)."""
+    encode_backend: str = "torch"
+    """What runs the models in the stages that only encode (mining, hard negatives, every evaluation; training
+    is torch's): torch, onnx or openvino (:mod:`xprt_st.encode_backend`); the exports go to ``mined/.onnx-cache``."""
+    precision: str = "auto"
+    """auto, fp32 or bf16 for every stage (:mod:`xprt_st.precision`), resolved when the config is made (auto: bf16
+    where the device computes it natively), so ``summary.json`` and the stages' fingerprints name what ran."""
+    precision_reason: str = ""
+    """Why ``precision`` is what it is (the device's bf16 support, or the value asked for); set with it."""
+
+    def __post_init__(self) -> None:
+        if not self.precision_reason:  # a copy (dataclasses.replace) keeps the resolution it was made with
+            resolved = resolve_precision(self.precision, None, self.encode_backend)
+            self.precision, self.precision_reason = resolved.precision, resolved.reason
+        if self.max_steps is None and not self.corpus:
+            self.max_steps = DEFAULTS.max_steps
+        if self.task is not None:
+            self.tasks = (str(self.task),)
+        elif self.corpus:
+            self.tasks = ()
+
+    def mining_fields(self) -> dict[str, Any]:
+        """The reading options of ``mine`` for the user's corpus (the shipped pages: HTML with an ``id``)."""
+        if not self.corpus:
+            return {"html": True, "id_field": "id"}  # the held-out draw hashes the page id, not the install path
+        fields: dict[str, Any] = {"html": self.html, "text_field": self.text_field, "id_field": self.id_field}
+        if self.title_field is not None:
+            fields["title_field"] = self.title_field
+        return fields
