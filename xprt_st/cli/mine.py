@@ -124,14 +124,22 @@ def mine(
     rank_by: Annotated[str, typer.Option(help="fused (paper) | embedding | tfidf.")] = DEFAULTS.rank_by,
     positive: Annotated[str, typer.Option(help="mined (paper) | random (ablation).")] = DEFAULTS.positive,
     pairs: Annotated[str, typer.Option(help="mined | random-span (Contriever-style baseline).")] = DEFAULTS.pairs,
-    seed: Annotated[int, typer.Option(help="Seed of the random ablations and of --holdout.")] = DEFAULTS.seed,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            help="Seed of the random ablations and of --holdout. Default 0; with --merge, the folder's.",
+            show_default=False,
+        ),
+    ] = None,
     holdout: Annotated[
-        float,
+        float | None,
         typer.Option(
             help="Fraction of whole documents (chosen by a hash of --seed and the document id) kept apart in "
-            "DIR/heldout/ and never trained on: the material of the label-free check. Default 0: none."
+            "DIR/heldout/ and never trained on: the material of the label-free check. Default 0: none; with "
+            "--merge, the folder's (its held-out part is kept).",
+            show_default=False,
         ),
-    ] = DEFAULTS.holdout,
+    ] = None,
     hard_negatives: Annotated[
         int | None,
         typer.Option(
@@ -213,6 +221,7 @@ def mine(
         try:
             if threshold is not None and threshold_quantile is not None:
                 raise typer.BadParameter("give --threshold or --threshold-quantile, not both")
+            seed, holdout = _held_out_draw(merge_dir, seed, holdout)
             if hard_negatives is None:
                 hard_negatives = _stored_hard_negatives(merge_dir) if merge_dir is not None else 0
                 if hard_negatives:
@@ -348,6 +357,28 @@ def mine(
             console.print(f"note: {draw_caveat}", highlight=False, markup=False)
         if report:
             console.print(f"report: {write_report(folder)}", markup=False)
+
+
+def _held_out_draw(merge_dir: Path | None, seed: int | None, holdout: float | None) -> tuple[int, float]:
+    """``--seed`` and ``--holdout`` as given, else (for ``--merge DIR``) the ones DIR was merged with, else the
+    defaults. The held-out part is part of a mined folder's identity: a re-merge to retune the threshold or add
+    structure pairs keeps it (and says so) unless the user gives another draw."""
+    stored = (read_stats(merge_dir) or {}).get("settings", {}) if merge_dir is not None else {}
+    kept = []
+    if seed is None:
+        seed = stored.get("seed", DEFAULTS.seed) if isinstance(stored.get("seed"), int) else DEFAULTS.seed
+        kept.append(f"--seed {seed}")
+    if holdout is None:
+        value = stored.get("holdout")
+        holdout = float(value) if isinstance(value, int | float) else DEFAULTS.holdout
+        kept.append(f"--holdout {holdout:g}")
+    if merge_dir is not None and stored.get("holdout") and kept:
+        console.print(
+            f"keeping the held-out draw {merge_dir} was merged with ({', '.join(kept)}): its held-out documents "
+            "stay out of training (--holdout 0 trains on them)",
+            markup=False,
+        )
+    return seed, holdout
 
 
 def _stored_hard_negatives(folder: Path) -> int:
