@@ -13,6 +13,7 @@ from xprt_st.cli import app
 from xprt_st.cli.common import OutputPathError, check_model, check_output_folder, command_logging
 from xprt_st.encode_backend import OPTION_HELP, EncodeBackendError, check_encode_backend
 from xprt_st.mining.config import MiningConfig, MiningError, NoGroupsError
+from xprt_st.mining.derived import stale_draw_problem
 from xprt_st.mining.groups import DEFAULT_THRESHOLD_QUANTILE, PAPER_THRESHOLD
 from xprt_st.mining.layout import STRUCTURE_DIR, STRUCTURE_MIXED_DIR, MiningLayout, read_stats
 from xprt_st.mining.merge import merge
@@ -341,6 +342,10 @@ def mine(
                         f"structure mix: {mixed['structure_mix']} in {folder / STRUCTURE_MIXED_DIR}", markup=False
                     )
                 stats = read_stats(folder) or stats
+            for derived in (STRUCTURE_DIR, STRUCTURE_MIXED_DIR):
+                stale = stale_draw_problem(folder / derived)
+                if stale is not None:  # train refuses it until it is written again
+                    console.print(f"note: {stale}", highlight=False, markup=False)
         except NoGroupsError as error:
             console.print(f"[bold red]no groups:[/] {escape(str(error))}", highlight=False)
             raise typer.Exit(1) from error

@@ -43,12 +43,14 @@ Example:
 from __future__ import annotations
 
 import math
+import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xprt_st.mining.derived import DERIVED_FROM, source_folder
 from xprt_st.mining.layout import STRUCTURE_DIR
 
 STRUCTURE_RULES = 2
@@ -357,6 +359,7 @@ def write_structure_groups(
         dataset = datasets.Dataset.from_dict(rows, features=features)
         dataset.save_to_disk(str(target))
         own = {**stats, "settings": {**settings, "pairs": "structure", "structure": ",".join(kinds)}}
+        own[DERIVED_FROM] = ".."
         own["settings"]["structure_rules"] = STRUCTURE_RULES
         own["groups"] = total["groups"]
         own["structure"] = total
@@ -490,6 +493,8 @@ def write_mixed_groups(
     stats = read_stats(structure_folder) or {}
     settings = {**stats.get("settings", {}), "pairs": "structure-mixed", "structure_mix": ratio}
     own = {**stats, "settings": settings, "groups": len(mixed)}
+    if (source := source_folder(structure_folder)) is not None:  # whose documents the labels are
+        own[DERIVED_FROM] = os.path.relpath(source, target)
     own["structure_mix"] = {"ratio": ratio, "mined_groups": len(mined_rows), "structure_groups": len(structure_rows)}
     atomic_write_json(target / STATS_FILE, own)
     return own

@@ -94,8 +94,13 @@ def load_mined(
     Raises:
         MinedDataError: naming the folder and every problem found.
     """
+    from xprt_st.mining.derived import stale_draw_problem
+
     folder = Path(path)
     stats = read_stats(folder)
+    stale = stale_draw_problem(folder)
+    if stale is not None:
+        raise MinedDataError(stale)
     try:
         loaded = load_from_disk(str(folder))
     except (FileNotFoundError, ValueError, OSError) as error:
@@ -167,7 +172,12 @@ def _parent_has_no_structure_pairs(folder: Path) -> str | None:
 
 def _structure_fix(folder: Path, pairs: str, stats: Mapping[str, Any]) -> str:
     """How to reach the structure pairs a recipe needs from ``folder``, a mined folder whose stats are ``stats``."""
+    from xprt_st.mining.derived import stale_draw_problem
+
     target = folder / pairs
+    stale = stale_draw_problem(target) if target.is_dir() else None
+    if stale is not None:
+        return stale
     if target.is_dir():
         return f"train on {target}, which this folder's mining wrote"
     none = _no_structure_pairs(stats, folder / STATS_FILE)
