@@ -122,6 +122,24 @@ def warn_unread_files(where: str, names: list[str]) -> None:
         )
 
 
+def within_folder(folder: Path, files: list[Path]) -> list[Path]:
+    """The ``files`` found under ``folder`` (resolved) that lie in it: a symlink to a file outside (the system's user
+    database, a private key, as an archive from someone else can carry) is not read, and is named in a warning.
+    A corpus folder is read within itself."""
+    inside, outside = [], []
+    for path in files:
+        (inside if path.resolve().is_relative_to(folder) else outside).append(path)
+    if outside:
+        names = [str(path.relative_to(folder)) for path in outside]
+        listed = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        _warn_once(
+            f"outside:{folder}:{len(names)}",
+            f"{folder}: {len(names)} link(s) to files outside the folder are not read ({listed}); a corpus folder "
+            "is read within itself: copy such a file in, or give it as a source of its own",
+        )
+    return inside
+
+
 def source_kind(path: Path) -> str | None:
     """``"jsonl"``, ``"parquet"``, ``"txt"`` (a document file) or ``"zip"`` from the name of ``path``; None else."""
     name = path.name.lower()
