@@ -199,3 +199,25 @@ def test_a_group_that_no_longer_needs_a_stand_in_moves_no_other_groups(
     every_group_drawn, first_not_drawn = runs(False), runs(True)
     assert len(every_group_drawn) >= 4
     assert first_not_drawn[1:] == every_group_drawn[1:]
+
+
+def test_hard_negatives_that_were_all_filtered_are_said_on_screen_and_in_stats(tmp_path: Path, tiny_model_path) -> None:
+    """Before: 43 of 43 groups with every candidate filtered (a weak mining model) got random passages as their
+    "hard" negatives, said only in the log at INFO."""
+    from typer.testing import CliRunner
+
+    from xprt_st.cli import app
+
+    corpus = _corpus(tmp_path / "c.jsonl", 10)
+    out = tmp_path / "mined"
+    common = ["--model", str(tiny_model_path), "--max-tokens", "32", "--min-tokens", "8", "-q"]
+    result = CliRunner().invoke(
+        app,
+        ["mine", str(corpus), "-o", str(out), "--hard-negatives", "1", "--hard-negative-max-ratio", "1e-9", *common],
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "stats.json").read_text())["hard_negatives"]
+    assert summary["groups_all_filtered"] == summary["groups"] > 0
+    assert "had every candidate filtered" in summary["note"] and "random passages" in summary["note"]
+    flat = " ".join(result.output.split())
+    assert f"{summary['groups']} of {summary['groups']} groups had every candidate filtered" in flat
