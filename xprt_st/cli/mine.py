@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Annotated
 
@@ -218,6 +219,7 @@ def mine(
     with (
         command_logging("mine", log_dir, verbose=verbose, progress=not quiet, show_info=False),
         command_progress("mine", console, not quiet),
+        contextlib.ExitStack() as held,  # the folder's lock, from the merge to the last pass that writes into it
     ):
         try:
             if threshold is not None and threshold_quantile is not None:
@@ -278,6 +280,8 @@ def mine(
                 folder = merge_dir
                 if hard_negatives > 0 or structure_kinds:  # both encode with the mining model after the merge
                     check_model(model, "--mining-model")
+                if merge_dir.is_dir():  # else merge names the missing run
+                    held.enter_context(MiningLayout(merge_dir).lock())
                 stats = merge(merge_dir, config, progress=not quiet)
             else:
                 if not corpus or output is None:
@@ -313,6 +317,8 @@ def mine(
                     )
                     return
                 stats = result
+                if hard_negatives > 0 or structure_kinds:  # the passes below write into the folder too
+                    held.enter_context(MiningLayout(output).lock())
             if hard_negatives > 0:
                 from xprt_st.mining.hard_negatives import add_hard_negatives
 
