@@ -192,6 +192,12 @@ def test_plain_text_corpus_has_no_structure_and_says_so(tmp_path, tiny_model_pat
     assert json.loads((out / "stats.json").read_text())["structure"]["groups"] == 0
     mix = CliRunner().invoke(app, [*args[:4], "--structure", "titles", "--structure-mix", "1.5"])
     assert mix.exit_code != 0 and "--structure-mix 1.5: give a share in (0, 1)" in " ".join(mix.output.split())
+    # before: a share in (0, 1) without --structure was told it is out of (0, 1)
+    alone = CliRunner().invoke(app, [*args[:4], "--structure-mix", "0.5"])
+    flat = " ".join(alone.output.split())
+    assert (
+        alone.exit_code != 0 and "--structure-mix 0.5 mixes the structure pairs" in flat and "give --structure" in flat
+    )
     bad = CliRunner().invoke(app, [*args[:4], "--structure", "anchors"])
     assert bad.exit_code != 0 and "--structure: anchors is not one of" in " ".join(bad.output.split())
 

@@ -236,7 +236,12 @@ def mine(
             _check_hard_negatives(hard_negatives, hard_negative_max_ratio, pairs)
             try:
                 structure_kinds = parse_kinds(structure)
-                if structure_mix is not None and not (structure_kinds and 0 < structure_mix < 1):
+                if structure_mix is not None and not structure_kinds:
+                    raise ValueError(
+                        f"--structure-mix {structure_mix} mixes the structure pairs into the mined groups: give "
+                        "--structure too (e.g. --structure titles,headings,links)"
+                    )
+                if structure_mix is not None and not 0 < structure_mix < 1:
                     raise ValueError(f"--structure-mix {structure_mix}: give a share in (0, 1) with --structure")
                 stored_run = merge_dir if merge_dir is not None else (None if overwrite else output)
                 old_run = links_problem(stored_run, structure_kinds) if stored_run is not None else None

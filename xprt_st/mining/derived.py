@@ -54,10 +54,12 @@ def stale_draw_problem(folder: str | Path) -> str | None:
         now = (read_stats(source) or {}).get("settings", {})
     except ValueError:
         return None
-    if not now:
-        return None
+    if not now or not (own.get("holdout") or now.get("holdout")):
+        return None  # nothing held out before or now: the seed draws no documents
     changed = [
-        f"--{key} {own.get(key) or 0} -> {now.get(key) or 0}" for key in DRAW_KEYS if own.get(key) != now.get(key)
+        f"--{key} {own.get(key) or 0} -> {now.get(key) or 0}"
+        for key in DRAW_KEYS
+        if (own.get(key) or 0) != (now.get(key) or 0)
     ]
     if not changed:
         return None

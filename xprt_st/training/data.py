@@ -94,10 +94,11 @@ def load_mined(
     Raises:
         MinedDataError: naming the folder and every problem found.
     """
-    from xprt_st.mining.derived import stale_draw_problem
+    from xprt_st.mining.derived import source_folder, stale_draw_problem
 
     folder = Path(path)
     stats = read_stats(folder)
+    source = source_folder(folder)
     stale = stale_draw_problem(folder)
     if stale is not None:
         raise MinedDataError(stale)
@@ -131,7 +132,10 @@ def load_mined(
             logger.warning("%s/%s does not record %r; assuming it was mined with %r", folder, STATS_FILE, key, expected)
         elif str(found) != str(expected):
             option = f"--{key.replace('_', '-')} {expected}"
-            if key == "hard_negatives":  # the one setting a re-merge adds to a mined folder
+            if key == "hard_negatives" and source is not None:  # DIR/structure: written by a pass over DIR
+                kinds = (stats or {}).get("settings", {}).get("structure") or "titles,headings,links"
+                fix = f"write it again with them: `xprt-st mine --merge {source} --structure {kinds} {option}`"
+            elif key == "hard_negatives":  # the one setting a re-merge adds to a mined folder
                 fix = f"add them to this folder with `xprt-st mine --merge {folder} {option}`"
             elif key == "pairs" and str(expected) in (STRUCTURE_DIR, STRUCTURE_MIXED_DIR):
                 fix = _structure_fix(folder, str(expected), stats)
