@@ -251,3 +251,15 @@ def test_derived_folders_record_real_document_ids_and_a_changed_draw_refuses_the
             load_mined(out / derived)
     with pytest.raises(MinedDataError, match=r"Write it again with `xprt-st mine --merge .* --structure-mix 0.5`"):
         load_mined(out, requires={"pairs": "structure-mixed"})
+    # titles:, mined: and inspect on a derived folder name its source (before: "re-mine with --title-field", "no
+    # stats.json")
+    from xprt_st.evaluation.label_free import HeldOutError, load_heldout_task
+    from xprt_st.evaluation.titles import load_titles_task
+    from xprt_st.mining import MiningError
+    from xprt_st.mining.report import write_report
+
+    for load, task in ((load_titles_task, "titles"), (load_heldout_task, "mined")):
+        with pytest.raises(HeldOutError, match=rf"derived from the mined folder {out}.* Give {task}:{out}$"):
+            load(out / "structure")
+    with pytest.raises(MiningError, match=rf"Give xprt-st inspect {out}$"):
+        write_report(out / "structure-mixed")

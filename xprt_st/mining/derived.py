@@ -72,3 +72,16 @@ def stale_draw_problem(folder: str | Path) -> str | None:
         f"{folder} was written under another held-out draw than {source} holds now ({', '.join(changed)}): it may "
         f"train on documents {source} now holds out. Write it again with `{command}`"
     )
+
+
+def derived_folder_problem(folder: str | Path, task: str) -> str | None:
+    """The one line for a command given a derived folder where it needs the mined folder itself (``titles:DIR``,
+    ``mined:DIR``, ``inspect DIR``: they read the held-out part and the passages, which only the source holds);
+    ``task`` spells the fix with the source in place of ``{}``. None for any other folder."""
+    source = source_folder(folder)
+    if source is None:
+        return None
+    return (
+        f"{folder} holds groups derived from the mined folder {source} (structure pairs or a mix of them), not a "
+        f"mining run of its own: its passages and held-out part are {source}'s. Give {task.format(source)}"
+    )
