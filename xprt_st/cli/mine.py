@@ -293,7 +293,12 @@ def mine(
                     raise typer.BadParameter("give CORPUS... and --output DIR (or --merge DIR)")
                 folder = output
                 stored = MiningLayout(output)
-                if not overwrite and stored.stored_settings() is not None:
+                # a run of other settings is refused by run_mining: no "resuming" line before that refusal
+                if (
+                    not overwrite
+                    and stored.stored_settings() is not None
+                    and not stored.changed_settings(config.stage_settings())
+                ):
                     console.print(
                         f"resuming the mining run stored in {output}: {stored.stored_chunks()} scored chunks are "
                         "kept, only the missing work is done (--overwrite mines again from scratch)",
