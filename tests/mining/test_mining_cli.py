@@ -410,3 +410,22 @@ def test_a_remerge_keeps_the_held_out_draw_unless_another_is_given(tmp_path, tin
     assert result.exit_code == 0, result.output
     assert json.loads((out / "stats.json").read_text())["settings"]["holdout"] == 0
     assert not (out / "heldout").exists()
+
+
+def test_an_empty_html_page_is_an_empty_document_not_three_parser_errors(tmp_path, tiny_model_path, caplog):
+    """Before: an empty page among --html pages printed three ERROR lines of the parser ("lxml parsing failed:
+    Document is empty", "empty HTML tree: None") naming no file, and counted as html_no_main_text ("drop --html")."""
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    for i in range(3):
+        words = " ".join(f"word{i}{j} about page {i}." for j in range(40))
+        (pages / f"p{i}.html").write_text(f"<html><body><article><p>{words}</p><p>{words}</p></article></body></html>")
+    (pages / "empty.html").write_text("")
+    out = tmp_path / "out"
+    args = ["mine", str(pages), "-o", str(out), "--html", "--mining-model", str(tiny_model_path), "--max-tokens", "32"]
+    with caplog.at_level("ERROR"):
+        result = runner.invoke(app, [*args, "--min-tokens", "8", "-q"])
+    assert result.exit_code == 0, result.output
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+    skipped = json.loads((out / "stats.json").read_text())["skipped"]
+    assert skipped.get("empty") == 1 and not skipped.get("html_no_main_text")
