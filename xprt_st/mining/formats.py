@@ -382,12 +382,10 @@ def read_capped(handle: IO[bytes], size: int, max_chars: int, origin: str = "") 
         text = text[1:]  # a byte-order mark (utf-8-sig, or one the utf-16 codec kept) is not text
     unread = max(0, size - read)
     if len(text) > max_chars or unread:
-        logger.warning(
-            "%s: %d bytes; only its first %d characters are read (%d bytes left unread)",
-            origin,
-            size,
-            max_chars,
-            unread,
+        # once a file: the check before work reads its first records, and the run reads them again
+        _warn_once(
+            f"cap:{origin}:{size}:{max_chars}",
+            f"{origin}: {size} bytes; only its first {max_chars} characters are read ({unread} bytes left unread)",
         )
         text = text[:max_chars]
     return text, repair, unread
