@@ -242,7 +242,7 @@ def test_derived_folders_record_real_document_ids_and_a_changed_draw_refuses_the
         assert documents.heldout == folder_documents(out).heldout and documents.heldout
     load_mined(out / "structure-mixed")
     remerge = ["mine", "--merge", str(out), "--holdout", "0.2", "-q"]
-    result = CliRunner().invoke(app, remerge)
+    result = CliRunner(env={"COLUMNS": "250"}).invoke(app, remerge)  # wide enough that no path is wrapped
     assert result.exit_code == 0, result.output
     flat = " ".join(result.output.split())
     assert f"note: {out / 'structure-mixed'} was written under another held-out draw" in flat
