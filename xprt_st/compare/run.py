@@ -126,7 +126,7 @@ def unfinished_run_problem(folder: Path) -> str | None:
     checkpoint) and trains again; it may only delete what ``xprt-st train`` provably wrote there: its manifest's
     names, its checkpoints, its lock and log. A user's own folder at that name (a model copy, notes) is not a run.
     """
-    from xprt_st.output_folder import _shown, command_folder
+    from xprt_st.output_folder import command_folder
 
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
         return (
@@ -142,8 +142,9 @@ def unfinished_run_problem(folder: Path) -> str | None:
 
     if last_complete_checkpoint(folder) is not None:
         return None  # a run train resumes, keeping the files a user added beside it
+    shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
     return (
-        f"{folder} holds files xprt-st did not write ({_shown(foreign)}) and no finished or resumable model; "
+        f"{folder} holds files xprt-st did not write ({shown}) and no finished or resumable model; "
         "compare would delete it to train this recipe there. Move the folder away or use another --output"
     )
 
