@@ -747,3 +747,9 @@ def test_compare_refuses_a_users_folder_at_a_models_name_before_any_work(tmp_pat
     assert "holds files xprt-st did not write (NOTES.md)" in "".join(result.output.split("\n"))
     assert (mine / "NOTES.md").read_text() == "my notes"
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["seed-1"]  # nothing mined or trained
+    # the same folder while another live compare process trains that recipe (its files appear as it goes): left
+    # to that process, not refused
+    (tmp_path / "run" / "seed-1" / ".change-only-positive.lock").write_text(str(os.getppid()))
+    from xprt_st.compare.run import check_compare_inputs
+
+    check_compare_inputs(load_compare_config(config), tmp_path / "run")

@@ -216,6 +216,23 @@ def _per_item(report: EvaluationReport, label: str) -> dict[str, dict[str, Any]]
     return items
 
 
+def _held_elsewhere(lock: Path) -> bool:
+    """Whether another live process holds the recipe lock ``lock`` (:func:`_claim`'s)."""
+    try:
+        owner = int(lock.read_text(encoding="utf-8").strip() or 0)
+    except (OSError, ValueError):
+        return False
+    if owner in (0, os.getpid()):
+        return False
+    try:
+        os.kill(owner, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _claim(lock: Path) -> Path | None:
     """Take ``lock`` (holding this process id) unless a live process holds it; None when it is held.
 
@@ -421,7 +438,10 @@ def check_compare_inputs(config: CompareConfig, output: str | Path, report_only:
     if not report_only:
         for seed in config.seeds:
             for name in config.recipes:
-                problem = unfinished_run_problem(run / f"seed-{seed}" / Path(name).stem)
+                label = Path(name).stem
+                if _held_elsewhere(run / f"seed-{seed}" / f".{label}.lock"):
+                    continue  # being trained by another compare process, whose files appear as it goes
+                problem = unfinished_run_problem(run / f"seed-{seed}" / label)
                 if problem is not None:
                     raise CompareConfigError(problem)
     if problems:
