@@ -705,3 +705,51 @@ def test_a_rerun_on_edited_corpus_files_or_task_data_is_refused_naming_the_chang
     result = runner.invoke(app, command)
     flat = " ".join(result.output.split())
     assert result.exit_code != 0 and f"{scores} was made with other settings (tasks.beir xprt-st-beir-" in flat, flat
+
+
+def test_a_users_folder_at_a_models_name_is_refused_not_deleted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import xprt_st.training
+    from xprt_st.compare.run import _train, unfinished_run_problem
+
+    config = load_compare_config(_config_stub(tmp_path))
+    trained: list[Path] = []
+    monkeypatch.setattr(xprt_st.training, "train_recipe", lambda recipe, **kwargs: trained.append(kwargs["output"]))
+    mine = tmp_path / "run" / "seed-7" / "xprt"
+    mine.mkdir(parents=True)
+    (mine / "NOTES.md").write_text("my notes")
+    (mine / "model.safetensors").write_bytes(b"weights")
+    with pytest.raises(CompareConfigError, match=r"seed-7/xprt holds files xprt-st did not write \(NOTES.md, model"):
+        _train("xprt", config, 7, tmp_path / "data", mine, False, mined=tmp_path / "mined")
+    assert sorted(p.name for p in mine.iterdir()) == ["NOTES.md", "model.safetensors"] and not trained
+    # a run train left before its first checkpoint (its lock, manifest and log) is compare's to remove
+    killed = tmp_path / "run" / "seed-7" / "tsdae"
+    killed.mkdir()
+    (killed / ".xprt-st.lock").write_text("{}")
+    (killed / ".xprt-st-manifest.json").write_text(json.dumps({"command": "train", "files": ["runs"]}))
+    (killed / "runs").mkdir()
+    assert unfinished_run_problem(killed) is None
+    _train("tsdae", config, 7, tmp_path / "data", killed, False, mined=tmp_path / "mined")
+    assert not killed.exists() and trained == [killed]
+    file = tmp_path / "run" / "seed-7" / "self-only"
+    file.write_text("not a folder")
+    assert "is not a folder xprt-st compare made" in (unfinished_run_problem(file) or "")
+
+
+def test_compare_refuses_a_users_folder_at_a_models_name_before_any_work(tmp_path: Path, tiny_model_path: Path) -> None:
+    config = _config(tmp_path, tiny_model_path)
+    mine = tmp_path / "run" / "seed-1" / "change-only-positive"
+    mine.mkdir(parents=True)
+    (mine / "NOTES.md").write_text("my notes")
+    result = runner.invoke(app, ["compare", "--config", str(config), "--output", str(tmp_path / "run")])
+    assert result.exit_code == 2, result.output
+    assert "holds files xprt-st did not write (NOTES.md)" in "".join(result.output.split("\n"))
+    assert (mine / "NOTES.md").read_text() == "my notes"
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["seed-1"]  # nothing mined or trained
+    # the same folder while another live compare process trains that recipe (its files appear as it goes): left
+    # to that process, not refused
+    (tmp_path / "run" / "seed-1" / ".change-only-positive.lock").write_text(str(os.getppid()))
+    from xprt_st.compare.run import check_compare_inputs
+
+    check_compare_inputs(load_compare_config(config), tmp_path / "run")

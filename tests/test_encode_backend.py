@@ -27,6 +27,7 @@ from xprt_st.encode_backend import (
     check_encode_backend,
     use_encode_backend,
 )
+from xprt_st.encode_runtime import ExportCacheError
 from xprt_st.mining import mine
 from xprt_st.mining.hard_negatives import add_hard_negatives
 
@@ -244,3 +245,77 @@ def test_quickstart_with_onnx_trains_on_torch_and_scores_as_torch(tiny_model_pat
     for key in ("label_free", "titles"):
         for field in ("start", "model"):
             assert abs(onnx_run[key][field] - torch_run[key][field]) < 1e-4, (key, field)
+
+
+def test_the_export_follows_the_config_and_a_damaged_cache_is_exported_again_or_named(
+    tiny_model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: the cache was keyed by the weights alone (an edited ``hidden_act`` reused the old export and its
+    scores); a truncated ``model.onnx`` was an 89-line InvalidProtobuf traceback, ``.onnx-cache`` as a file or
+    ``model.onnx`` as a folder a traceback, and a killed export's temporary file stayed forever."""
+    _runtime("onnx")
+    import onnxruntime
+
+    from xprt_st.encode_runtime import EXPORT_FILE, export_onnx
+
+    cache = tmp_path / CACHE_DIR
+    first = export_onnx(tiny_model, cache)
+    relu = copy.deepcopy(tiny_model)
+    relu[0].auto_model.config.hidden_act = "relu"
+    assert export_onnx(relu, cache).parent != first.parent  # the same weights, another graph
+    # truncated: exported again (not an InvalidProtobuf traceback)
+    whole = first.read_bytes()
+    first.write_bytes(whole[: len(whole) // 3])
+    dead = first.parent / f"{EXPORT_FILE}.tmp-999999999"  # left by a killed export
+    dead.write_bytes(b"partial")
+    assert export_onnx(tiny_model, cache) == first and first.read_bytes() == whole and not dead.exists()
+    # damaged with its size kept: the runtime's error is one line naming the file and the fix
+    first.write_bytes(b"\0" * len(whole))
+    with pytest.raises(ExportCacheError, match=r"onnx cannot read the export .*model.onnx .*delete it"):
+        use_encode_backend(copy.deepcopy(tiny_model), "onnx", tmp_path)
+    # a folder where the export goes, a file where the cache goes: one line each, nothing deleted
+    first.unlink()
+    first.mkdir()
+    with pytest.raises(ExportCacheError, match=r"model.onnx is not a file, where the ONNX export is kept"):
+        export_onnx(tiny_model, cache)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / CACHE_DIR).write_text("mine")
+    with pytest.raises(ExportCacheError, match=r"\.onnx-cache is not a folder"):
+        use_encode_backend(copy.deepcopy(tiny_model), "onnx", other)
+    assert (other / CACHE_DIR).read_text() == "mine" and first.is_dir()
+    # ONNX Runtime's session telemetry is off too (what its import writes is kept off by the variable: next test)
+    calls: list[bool] = []
+    monkeypatch.setattr(onnxruntime, "disable_telemetry_events", lambda: calls.append(True), raising=False)
+    use_encode_backend(copy.deepcopy(relu), "onnx", tmp_path)
+    assert calls
+
+
+def test_the_runtimes_write_nothing_in_the_users_home(tiny_model_path: Path, tmp_path: Path) -> None:
+    """Before: ONNX Runtime wrote a device id and an event store under ~/.cache/Microsoft/DeveloperTools, and
+    OpenVINO a client id and counters under ~/intel (its import sends a usage event), without a word."""
+    import os
+    import subprocess
+
+    _runtime("onnx")
+    _runtime("openvino")
+    home = tmp_path / "home"
+    home.mkdir()
+    script = (
+        "import sys\n"
+        "from xprt_st.encode_backend import load_encoder\n"
+        "for backend in ('onnx', 'openvino'):\n"
+        "    load_encoder(sys.argv[1], backend, sys.argv[2]).encode(['a passage'])\n"
+    )
+    env = {**os.environ, "HOME": str(home), "HF_HUB_OFFLINE": "1"}
+    env.pop("ORT_DISABLE_TELEMETRY", None)
+    env.setdefault("HF_HOME", str(Path.home() / ".cache" / "huggingface"))
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tiny_model_path), str(tmp_path / "out")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(str(path.relative_to(home)) for path in home.rglob("*")) == []

@@ -187,3 +187,21 @@ def test_cli_replaces_its_own_model_only_with_overwrite(tmp_path, two_models):
     assert CliRunner().invoke(app, [*args, "--alpha", "1", "--overwrite"]).exit_code == 0
     expected = SentenceTransformer(str(trained))
     assert np.array_equal(_encode(SentenceTransformer(str(out))), _encode(expected))
+
+
+def test_cli_refuses_a_trained_model_whose_record_names_another_start(tmp_path, two_models):
+    """Before: ``interpolate START TRAINED`` averaged a trained model whose record names another starting model."""
+    start, trained = two_models
+    other = tmp_path / "other-start"
+    other.mkdir()
+    record = trained / "training_state" / "config.json"
+    record.write_text(json.dumps({"format": 1, "starting_model": str(other)}))
+    out = tmp_path / "mixed"
+    result = CliRunner().invoke(app, ["interpolate", str(start), str(trained), "--alpha", "0.5", "--output", str(out)])
+    assert result.exit_code == 2, result.output
+    flat = "".join(result.output.split("\n"))
+    assert f"was trained from {other}" in flat and f"Give START {other}" in flat and not out.exists()
+    # the record names the start (another spelling of its path): mixed
+    record.write_text(json.dumps({"format": 1, "starting_model": str(start / ".." / start.name)}))
+    result = CliRunner().invoke(app, ["interpolate", str(start), str(trained), "--alpha", "0.5", "--output", str(out)])
+    assert result.exit_code == 0, result.output

@@ -134,6 +134,47 @@ def check_same_architecture(start: SentenceTransformer, trained: SentenceTransfo
         )
 
 
+def _same_model(a: str, b: str) -> bool | None:
+    """Whether two model options name the same model (``default`` and its folder, two spellings of one path, one hub
+    id); None when that cannot be told here (a folder against a hub id it may be a copy of, a folder moved away)."""
+    from xprt_st.models import ModelLoadError, is_default_model, resolve_model_name
+
+    def where(name: str) -> tuple[str, str]:
+        if is_default_model(name):
+            try:
+                name = resolve_model_name(name)
+            except ModelLoadError:
+                return "name", name
+        path = Path(name)
+        if path.exists():
+            return "path", str(path.resolve())
+        return ("missing" if path.is_absolute() or name.startswith(".") else "name"), name
+
+    (kind_a, a), (kind_b, b) = where(a), where(b)
+    if kind_a == kind_b and kind_a != "missing":
+        return a == b
+    return None
+
+
+def start_problem(start: str, trained: str) -> str | None:
+    """Why ``trained`` must not be interpolated with ``start``: its record (``training_state/config.json``, written
+    by ``xprt-st train``) names another starting model, so the mix would average two unrelated weight sets of one
+    architecture. None when the record names ``start``, cannot be checked (a folder moved since), or is absent."""
+    from xprt_st.training.checkpoints import TRAINING_CONFIG_FILE, TRAINING_STATE_DIR
+
+    path = Path(trained) / TRAINING_STATE_DIR / TRAINING_CONFIG_FILE
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8")).get("starting_model")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(recorded, str) or _same_model(recorded, start) is not False:
+        return None
+    return (
+        f"TRAINED {trained} was trained from {recorded} ({path}), not from START {start}; interpolation mixes a "
+        f"trained model with the model its training started from. Give START {recorded}"
+    )
+
+
 def interpolate_state(start: Mapping[str, Tensor], trained: Mapping[str, Tensor], alpha: float) -> dict[str, Tensor]:
     """``(1 - alpha) * start + alpha * trained`` for every floating tensor, computed in float32 and cast back.
 

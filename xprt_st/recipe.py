@@ -231,6 +231,11 @@ def recipe_path(name_or_path: str | Path) -> Path:
         if candidate.is_file():
             return candidate
     available = ", ".join(available_recipes())
+    if path.is_dir():  # a path that exists, of another kind: not "no recipe file"
+        raise RecipeError(
+            str(name_or_path),
+            [f"{str(name_or_path)!r} is a folder, not a recipe YAML file; packaged recipes: {available}"],
+        )
     raise RecipeError(str(name_or_path), [f"no recipe file {str(name_or_path)!r}; packaged recipes: {available}"])
 
 

@@ -22,15 +22,27 @@ This module imports nothing of the package, so a benchmark can load it beside an
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-__all__ = ["StageTime", "StageTimer", "advance", "format_rows", "mark_reused", "stage", "timing"]
+__all__ = [
+    "STARTUP",
+    "StageTime",
+    "StageTimer",
+    "advance",
+    "format_rows",
+    "mark_reused",
+    "stage",
+    "startup_row",
+    "timing",
+]
 
 
 @dataclass
@@ -175,6 +187,28 @@ def advance(done: int, total: int | None = None) -> None:
     timer = _ACTIVE.get()
     if timer is not None:
         timer.advance(done, total)
+
+
+STARTUP = "start-up (imports, checks)"
+"""The row of the time a command spent before its first stage: loading torch and the libraries, checking inputs."""
+
+
+def startup_row() -> dict[str, Any] | None:
+    """The process's seconds so far as a table row (:data:`STARTUP`): wall since it started (Linux's ``/proc``),
+    CPU of all its threads; None where the start time cannot be read. Called where the first stage begins, it is
+    the time a small run spends before any stage (most of it, on a CPU)."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        wall = uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime, in clock ticks
+    except (OSError, ValueError, IndexError):
+        return None
+    return {
+        "stage": STARTUP,
+        "wall_s": round(max(wall, 0.0), 3),
+        "cpu_s": round(time.process_time(), 3),
+        "reused": False,
+    }
 
 
 def format_rows(rows: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:

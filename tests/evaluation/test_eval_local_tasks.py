@@ -222,6 +222,17 @@ def test_a_whole_number_written_as_a_float_is_its_grade(beir_folder: Path) -> No
     assert read_beir_folder(beir_folder).qrels["q-cats"] == {"d-cats": 1, "d-dogs": 2}
 
 
+def test_a_pair_judged_twice_is_said_with_both_grades(beir_folder: Path, caplog) -> None:
+    """qrels judging one (query, document) pair twice kept the last grade silently (a grade 0 last took the query
+    out of the score: 0.877 against 0.793), where repeated corpus and query ids warned."""
+    _append(beir_folder / "qrels" / "test.tsv", b"q-cats\td-cats\t0\nq-cats\td-cats\t0\n")
+    with caplog.at_level(logging.WARNING, logger="xprt_st.evaluation.readers"):
+        data = read_beir_folder(beir_folder)
+    assert "2 (query, document) pair(s) are judged more than once, 1 of them with another grade" in caplog.text
+    assert "'q-cats'/'d-cats' (line 2: 1, line " in caplog.text and ": 0)" in caplog.text
+    assert "q-cats" not in data.qrels  # the last judgement kept, as BEIR's loader does: said, no longer silent
+
+
 def test_empty_queries_and_repeated_ids_are_counted_and_said(beir_folder: Path, caplog) -> None:
     """Issue 41: empty queries were scored, and a repeated id's last record won without a word."""
     _append(beir_folder / "queries.jsonl", b'{"_id": "q-empty", "text": "  "}\n')

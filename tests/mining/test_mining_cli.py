@@ -227,14 +227,18 @@ def test_every_mine_option_defaults_to_the_library_default():
     import dataclasses
     import inspect
 
-    from xprt_st.cli.mine import mine
+    from xprt_st.cli.mine import _held_out_draw, mine
     from xprt_st.mining import MiningConfig
 
     defaults = {field.name: field.default for field in dataclasses.fields(MiningConfig)}
     options = inspect.signature(mine).parameters
     shared = set(defaults) & set(options)
     assert {"holdout", "overlap_tokens", "chunk_size", "batch_size", "seed"} <= shared
-    assert {name: options[name].default for name in shared} == {name: defaults[name] for name in shared}
+    # --seed and --holdout default to the folder's with --merge, else to the library's
+    kept = {"seed", "holdout"}
+    assert {name: options[name].default for name in shared - kept} == {name: defaults[name] for name in shared - kept}
+    assert all(options[name].default is None for name in kept)
+    assert _held_out_draw(None, None, None) == (defaults["seed"], defaults["holdout"])
 
 
 def test_mine_refuses_raw_html_in_the_text_field_without_html_before_any_work(tmp_path, tiny_model_path):
@@ -377,3 +381,51 @@ def test_a_field_name_prints_as_typed_not_as_rich_markup_or_emoji(tmp_path, tiny
     result = runner.invoke(app, [*args, "--mining-model", str(tiny_model_path), "--max-tokens", "32", "-q"])
     assert result.exit_code == 0, result.output
     assert f"text read from field: {field}" in result.output and "Ⓜ" not in result.output
+
+
+def test_a_remerge_keeps_the_held_out_draw_unless_another_is_given(tmp_path, tiny_model_path):
+    """The README's retune step (``mine --merge DIR --threshold-quantile X``) on a folder mined with ``--holdout 0.5
+    --seed 3``: before, ``heldout/`` was deleted and stats.json went to holdout 0 / seed 0, so every held-out document
+    became training data without a word."""
+    corpus = _corpus(tmp_path / "c.jsonl")
+    out = tmp_path / "out"
+    common = ["--mining-model", str(tiny_model_path), "--max-tokens", "32", "--min-tokens", "8", "-q"]
+    mined = [str(corpus), "-o", str(out), "--text-field", "body", "--id-field", "id", "--holdout", "0.5", "--seed", "3"]
+    result = runner.invoke(app, ["mine", *mined, *common])
+    assert result.exit_code == 0, result.output
+    before = json.loads((out / "stats.json").read_text())
+    held_out = sorted(datasets.load_from_disk(str(out / "heldout" / "passages"))["text"])
+    assert held_out and before["settings"]["holdout"] == 0.5 and before["settings"]["seed"] == 3
+    result = runner.invoke(app, ["mine", "--merge", str(out), "--threshold-quantile", "0.3", *common])
+    assert result.exit_code == 0, result.output
+    assert "keeping the held-out draw" in result.output and "--holdout 0.5" in result.output
+    after = json.loads((out / "stats.json").read_text())
+    assert after["settings"]["holdout"] == 0.5 and after["settings"]["seed"] == 3
+    assert {key: after["holdout"][key] for key in ("documents", "passages", "fraction")} == {
+        key: before["holdout"][key] for key in ("documents", "passages", "fraction")
+    }
+    assert sorted(datasets.load_from_disk(str(out / "heldout" / "passages"))["text"]) == held_out
+    # the user changes the draw: it is changed
+    result = runner.invoke(app, ["mine", "--merge", str(out), "--holdout", "0", *common])
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "stats.json").read_text())["settings"]["holdout"] == 0
+    assert not (out / "heldout").exists()
+
+
+def test_an_empty_html_page_is_an_empty_document_not_three_parser_errors(tmp_path, tiny_model_path, caplog):
+    """Before: an empty page among --html pages printed three ERROR lines of the parser ("lxml parsing failed:
+    Document is empty", "empty HTML tree: None") naming no file, and counted as html_no_main_text ("drop --html")."""
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    for i in range(3):
+        words = " ".join(f"word{i}{j} about page {i}." for j in range(40))
+        (pages / f"p{i}.html").write_text(f"<html><body><article><p>{words}</p><p>{words}</p></article></body></html>")
+    (pages / "empty.html").write_text("")
+    out = tmp_path / "out"
+    args = ["mine", str(pages), "-o", str(out), "--html", "--mining-model", str(tiny_model_path), "--max-tokens", "32"]
+    with caplog.at_level("ERROR"):
+        result = runner.invoke(app, [*args, "--min-tokens", "8", "-q"])
+    assert result.exit_code == 0, result.output
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+    skipped = json.loads((out / "stats.json").read_text())["skipped"]
+    assert skipped.get("empty") == 1 and not skipped.get("html_no_main_text")

@@ -137,6 +137,10 @@ def test_the_cli_says_when_it_resumes(tmp_path, tiny_model_path, monkeypatch):
     result = CliRunner(env={"COLUMNS": "250"}).invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "resuming the mining run stored in" in result.output and "2 scored chunks are kept" in result.output
+    # a rerun with other settings is refused, and is not first told it resumes
+    other = CliRunner(env={"COLUMNS": "250"}).invoke(app, [*args[:-1], "--max-tokens", "48", "-q"])
+    assert other.exit_code == 2 and "holds a run mined with other settings" in other.output
+    assert "resuming" not in other.output
 
 
 def test_a_full_disk_is_named_with_its_free_space_and_the_rerun_resumes(tmp_path, tiny_model, monkeypatch):

@@ -199,3 +199,61 @@ def test_a_group_that_no_longer_needs_a_stand_in_moves_no_other_groups(
     every_group_drawn, first_not_drawn = runs(False), runs(True)
     assert len(every_group_drawn) >= 4
     assert first_not_drawn[1:] == every_group_drawn[1:]
+
+
+def test_hard_negatives_that_were_all_filtered_are_said_on_screen_and_in_stats(tmp_path: Path, tiny_model_path) -> None:
+    """Before: 43 of 43 groups with every candidate filtered (a weak mining model) got random passages as their
+    "hard" negatives, said only in the log at INFO."""
+    from typer.testing import CliRunner
+
+    from xprt_st.cli import app
+
+    corpus = _corpus(tmp_path / "c.jsonl", 10)
+    out = tmp_path / "mined"
+    common = ["--model", str(tiny_model_path), "--max-tokens", "32", "--min-tokens", "8", "-q"]
+    result = CliRunner().invoke(
+        app,
+        ["mine", str(corpus), "-o", str(out), "--hard-negatives", "1", "--hard-negative-max-ratio", "1e-9", *common],
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "stats.json").read_text())["hard_negatives"]
+    assert summary["groups_all_filtered"] == summary["groups"] > 0
+    assert "had every candidate filtered" in summary["note"] and "random passages" in summary["note"]
+    flat = " ".join(result.output.split())
+    assert f"{summary['groups']} of {summary['groups']} groups had every candidate filtered" in flat
+
+
+def test_the_passes_after_a_merge_run_inside_the_folders_lock(
+    tmp_path: Path, tiny_model_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: two ``mine --merge DIR --hard-negatives K`` at once both exited 0: the hard-negative and structure
+    passes ran after the folder's lock was released, and the folder ended with the last writer's K."""
+    from typer.testing import CliRunner
+
+    import xprt_st.mining.hard_negatives as module
+    import xprt_st.mining.structure as structure
+    from xprt_st.cli import app
+    from xprt_st.mining.layout import MiningLayout
+
+    corpus = _corpus(tmp_path / "c.jsonl", 10)
+    out = tmp_path / "mined"
+    common = ["--model", str(tiny_model_path), "--max-tokens", "32", "--min-tokens", "8", "-q"]
+    assert CliRunner().invoke(app, ["mine", str(corpus), "-o", str(out), *common]).exit_code == 0
+    lock = MiningLayout(out).lock().path
+    seen: list[bool] = []
+    original, original_structure = module.add_hard_negatives, structure.write_structure_groups
+
+    def watched(*args, **kwargs):
+        seen.append(lock.is_file())
+        return original(*args, **kwargs)
+
+    def watched_structure(*args, **kwargs):
+        seen.append(lock.is_file())
+        return original_structure(*args, **kwargs)
+
+    monkeypatch.setattr(module, "add_hard_negatives", watched)
+    monkeypatch.setattr("xprt_st.cli.mine.write_structure_groups", watched_structure)
+    for args in (["mine", "--merge", str(out)], ["mine", str(corpus), "-o", str(out)]):
+        result = CliRunner().invoke(app, [*args, "--hard-negatives", "1", "--structure", "titles", *common])
+        assert result.exit_code == 0, result.output
+    assert seen == [True, True, True, True] and not lock.exists()

@@ -592,3 +592,37 @@ def test_a_zip_inside_a_zip_is_read_to_a_bounded_depth(tmp_path, caplog):
         texts = [r.text for r in iter_corpus([too_deep])]
     assert "Deepest page." not in texts and texts.count("Top page.") == MAX_ZIP_DEPTH
     assert f"zips deep is skipped (at most {MAX_ZIP_DEPTH})" in caplog.text
+
+
+def test_a_link_leaving_the_corpus_folder_is_not_read_and_is_named(tmp_path, caplog):
+    """A symlink inside the corpus folder to a file outside it (the system's user database, a private key, as an
+    archive from someone else can carry) was read silently: its lines reached the training groups and the report."""
+    outside = tmp_path / "home"
+    outside.mkdir()
+    (outside / "id_rsa.txt").write_text("PRIVATE KEY LINE")
+    folder = tmp_path / "pages"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.txt").write_text("Page a.")
+    (folder / "sub" / "b.txt").write_text("Page b.")
+    (folder / "key.txt").symlink_to(outside / "id_rsa.txt")
+    (folder / "again.txt").symlink_to(folder / "a.txt")  # a link within the folder is read
+    with caplog.at_level("WARNING"):
+        texts = sorted(record.text for record in iter_corpus([folder]))
+    assert texts == ["Page a.", "Page a.", "Page b."]
+    assert "1 link(s) to files outside the folder are not read (key.txt)" in caplog.text
+
+
+def test_a_file_past_the_read_cap_is_warned_about_once(tmp_path, caplog):
+    """Before: each cap warning was printed twice (the check before work reads the first records, then the run)."""
+    from xprt_st.mining.formats import DEFAULT_MAX_DOCUMENT_CHARS
+    from xprt_st.mining.reader import check_sources
+
+    folder = tmp_path / "pages"
+    folder.mkdir()
+    (folder / "big.txt").write_text("A long page. " * (DEFAULT_MAX_DOCUMENT_CHARS // 13 + 100))
+    with caplog.at_level("WARNING"):
+        check_sources([folder], html=False)
+        records = list(iter_corpus([folder]))
+    assert len(records) == 1 and len(records[0].text) == DEFAULT_MAX_DOCUMENT_CHARS
+    warned = [r.getMessage() for r in caplog.records if "characters are read" in r.getMessage()]
+    assert len(warned) == 1 and f"only its first {DEFAULT_MAX_DOCUMENT_CHARS} characters" in warned[0]

@@ -136,7 +136,7 @@ def test_element_ids_name_entries_and_empty_targets_but_not_navigation_or_headin
     _, ids, elements = page_links(page, "")
     assert dict(ids)["Green tea"] == ()
     assert elements == [
-        ("sencha", "Sencha leaves"),  # the <dt id>'s own text
+        ("sencha", "SENCHA-MARK Sencha is steamed right after picking, which"),  # the <dt id>'s <dd>
         ("gyokuro-note", "GYOKURO-MARK Gyokuro grows under shade for weeks before"),  # what follows the empty span
     ]
 
@@ -256,3 +256,59 @@ def test_a_corpus_without_html_links_says_so(tmp_path, tiny_model_path, kinds):
 def test_mine_help_shows_the_link_kind():
     shown = " ".join(CliRunner().invoke(app, ["mine", "--help"], terminal_width=200).output.split())
     assert "Kinds: titles,headings,links" in shown and "#fragment" in shown
+
+
+def test_a_base_href_root_relative_links_and_dt_entries_reach_the_passage_a_browser_opens():
+    """Before: ``<base href="sub/">`` was ignored (link text paired with target.html where a browser opens
+    sub/target.html); a root-relative link (``/b.html``, as wget mirrors write them) to a page of the corpus was
+    counted ``outside_corpus``; a link to a ``<dt id>`` got the passage ending at the signature, the description
+    being in the next."""
+    from xprt_st.mining.link_targets import Page, link_pairs
+
+    page = (
+        '<html><head><base href="sub/"></head><body><main><p>See <a href="target.html">the target page</a> and '
+        '<a href="#top">this</a> and <a href="https://example.com/x.html">far</a>.</p></main></body></html>'
+    )
+    links, _, _ = page_links(page, "See the target page and this and far.")
+    assert [link.target for link in links] == ["sub/target.html", "sub/#top", "https://example.com/x.html"]
+    pages = {
+        "site/a/c.html": Page(0, False, "C page."),
+        "site/b.html": Page(1, False, "B page text."),
+        "site/a/sub/target.html": Page(2, False, "Sub target text."),
+        "site/a/target.html": Page(3, False, "The wrong target."),
+    }
+    found = [("site/a/c.html", links[0])]
+    found += [
+        ("site/a/c.html", link) for link in page_links('<p><a href="/b.html">the b page</a></p>', "the b page")[0]
+    ]
+    pairs, dropped = link_pairs(found, pages, lambda anchor, passage: False)
+    assert [(pair.anchor, pair.positive) for pair in pairs] == [
+        ("the target page", "Sub target text."),
+        ("the b page", "B page text."),
+    ]
+    assert not dropped
+    # a <dt id> signature that ends its passage: the passage of its description (the <dd>) is the link's target
+    api = '<dl><dt id="eval">eval(expression)</dt><dd><p>Runs the expression and returns its value.</p></dd></dl>'
+    text = "Functions of the module.\n\neval(expression)\n\nRuns the expression and returns its value."
+    elements = page_links(f"<html><body><main><p>Functions of the module.</p>{api}</main></body></html>", text)[2]
+    spans = [(0, 41), (43, len(text))]
+    assert [(a.id, a.first) for a in element_anchors(elements, text, spans)] == [("eval", 1)]
+
+
+def test_a_heading_whose_window_starts_in_the_section_before_gets_its_own_text():
+    """Before, at ``--max-tokens 64`` (compare-cpu.yaml's value), 2 of 12 heading positives were the previous
+    section's last sentence plus the heading line, solved by copying the heading."""
+    from xprt_st.mining.headings import Section
+    from xprt_st.mining.structure import document_pairs
+
+    passages = [
+        "Tea intro text.\n\nThe end of the brewing section.\n\n## Storage",
+        "Keep leaves dry and dark, away from smells.",
+        "Other text.\n\n## Cups\nPorcelain keeps tea hot.",
+    ]
+    sections = [Section("Storage", 2, 0, 2), Section("Cups", 2, 2, 3)]
+    pairs, _ = document_pairs(passages, [0.5, 0.4, 0.3], sections, ("headings",))
+    assert [(p.anchor, p.positive) for p in pairs] == [("Storage", 1), ("Cups", 2)]
+    from xprt_st.mining.headings import from_heading
+
+    assert positive_text(from_heading(passages[2], "Cups"), "Cups") == "Porcelain keeps tea hot."

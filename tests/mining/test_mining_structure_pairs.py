@@ -192,6 +192,12 @@ def test_plain_text_corpus_has_no_structure_and_says_so(tmp_path, tiny_model_pat
     assert json.loads((out / "stats.json").read_text())["structure"]["groups"] == 0
     mix = CliRunner().invoke(app, [*args[:4], "--structure", "titles", "--structure-mix", "1.5"])
     assert mix.exit_code != 0 and "--structure-mix 1.5: give a share in (0, 1)" in " ".join(mix.output.split())
+    # before: a share in (0, 1) without --structure was told it is out of (0, 1)
+    alone = CliRunner().invoke(app, [*args[:4], "--structure-mix", "0.5"])
+    flat = " ".join(alone.output.split())
+    assert (
+        alone.exit_code != 0 and "--structure-mix 0.5 mixes the structure pairs" in flat and "give --structure" in flat
+    )
     bad = CliRunner().invoke(app, [*args[:4], "--structure", "anchors"])
     assert bad.exit_code != 0 and "--structure: anchors is not one of" in " ".join(bad.output.split())
 
@@ -215,3 +221,45 @@ def test_structure_negatives_encode_no_passage_mining_encoded(tmp_path, tiny_mod
     baseline = datasets.load_from_disk(str(fresh / "structure")).to_pandas()
     assert list(groups["negative_1"]) == list(baseline["negative_1"])
     assert list(groups["negative_2"]) == list(baseline["negative_2"])
+
+
+def test_derived_folders_record_real_document_ids_and_a_changed_draw_refuses_them(tmp_path, tiny_model_path):
+    """Before: a model trained on DIR/structure(-mixed) recorded stand-in ids (#0, #1 ...), so the held-out contract
+    never saw its overlap; after a re-merge with another --holdout the old DIR/structure-mixed was still recommended
+    ("which this folder's mining wrote") and trained on documents DIR now held out."""
+    from xprt_st.training.data import load_mined
+    from xprt_st.training.heldout_contract import folder_documents
+
+    corpus = _jsonl(tmp_path / "md.jsonl", _articles(12, markdown=True))
+    out = tmp_path / "md"
+    args = ["mine", str(corpus), "-o", str(out), "--id-field", "id", "--mining-model", str(tiny_model_path), "-q"]
+    args += ["--max-tokens", "32", "--min-tokens", "8", "--holdout", "0.5", "--seed", "1"]
+    result = CliRunner().invoke(app, [*args, "--structure", "titles,headings", "--structure-mix", "0.5"])
+    assert result.exit_code == 0, result.output
+    for derived in ("structure", "structure-mixed"):
+        documents = folder_documents(out / derived)
+        assert documents.trained and all(doc.startswith("doc-") for doc in documents.trained), documents.trained
+        assert documents.heldout == folder_documents(out).heldout and documents.heldout
+    load_mined(out / "structure-mixed")
+    remerge = ["mine", "--merge", str(out), "--holdout", "0.2", "-q"]
+    result = CliRunner(env={"COLUMNS": "250"}).invoke(app, remerge)  # wide enough that no path is wrapped
+    assert result.exit_code == 0, result.output
+    flat = " ".join(result.output.split())
+    assert f"note: {out / 'structure-mixed'} was written under another held-out draw" in flat
+    for derived in ("structure", "structure-mixed"):
+        with pytest.raises(MinedDataError, match=r"another held-out draw .* \(--holdout 0.5 -> 0.2\)"):
+            load_mined(out / derived)
+    with pytest.raises(MinedDataError, match=r"Write it again with `xprt-st mine --merge .* --structure-mix 0.5`"):
+        load_mined(out, requires={"pairs": "structure-mixed"})
+    # titles:, mined: and inspect on a derived folder name its source (before: "re-mine with --title-field", "no
+    # stats.json")
+    from xprt_st.evaluation.label_free import HeldOutError, load_heldout_task
+    from xprt_st.evaluation.titles import load_titles_task
+    from xprt_st.mining import MiningError
+    from xprt_st.mining.report import write_report
+
+    for load, task in ((load_titles_task, "titles"), (load_heldout_task, "mined")):
+        with pytest.raises(HeldOutError, match=rf"derived from the mined folder {out}.* Give {task}:{out}$"):
+            load(out / "structure")
+    with pytest.raises(MiningError, match=rf"Give xprt-st inspect {out}$"):
+        write_report(out / "structure-mixed")

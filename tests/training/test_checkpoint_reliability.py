@@ -86,6 +86,13 @@ def _pickle_of_an_object(path: Path) -> None:
         (lambda c: _truncate(c / "optimizer.pt", 0.9), "optimizer.pt cannot be loaded"),
         (lambda c: _pickle_of_an_object(c / "optimizer.pt"), "optimizer.pt holds pickled objects"),
         (lambda c: _pickle_of_an_object(c / "rng_state.pth"), "rng_state.pth holds pickled objects"),
+        # before: resumed with AdamW and the schedule restarted without a word
+        (lambda c: (c / "optimizer.pt").unlink(), "no optimizer.pt"),
+        # before: resumed at the step the copied trainer_state.json names, not the weights' own
+        (
+            lambda c: shutil.copy(c.parent / "checkpoint-2" / "trainer_state.json", c),
+            "trainer_state.json says step 2, not 4",
+        ),
     ],
 )
 def test_resume_last_skips_a_broken_newest_checkpoint_and_names_it(two_checkpoints, damage, named, caplog):

@@ -183,3 +183,10 @@ def test_a_recipe_with_a_python_object_tag_is_refused_without_running_it(tmp_pat
     with pytest.raises(RecipeError, match=r"evil\.yaml.*not valid YAML at line 1"):
         load_recipe(path)
     assert not marker.exists()  # safe loading: the tag is an error, never a call
+
+
+def test_a_recipe_path_that_is_a_folder_is_named_as_a_folder(tmp_path) -> None:
+    """Before: a recipe path that is a folder was reported as missing ("no recipe file")."""
+    with pytest.raises(RecipeError, match=r"is a folder, not a recipe YAML file") as caught:
+        load_recipe(tmp_path)
+    assert "no recipe file" not in str(caught.value)

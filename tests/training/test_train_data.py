@@ -85,3 +85,21 @@ def test_a_structure_recipe_on_the_mined_groups_is_sent_to_the_structure_folder_
     write_mined(other / "structure", stats={"settings": {"pairs": "structure"}})
     with pytest.raises(MinedDataError, match=rf"train on {other}/structure, which this folder's mining wrote"):
         load_mined(other, requires={"pairs": "structure"})
+
+
+def test_a_structure_folder_without_negatives_is_sent_to_the_pass_that_writes_it(tmp_path):
+    """Before: DIR/structure without negatives was told to run `xprt-st mine --merge DIR/structure --hard-negatives
+    2`, which fails (DIR/structure is no mining run)."""
+    mined = write_mined(tmp_path / "m", stats={"settings": {"pairs": "mined"}})
+    structure = write_mined(
+        mined / "structure",
+        stats={
+            "settings": {"pairs": "structure", "structure": "titles,headings", "hard_negatives": 0},
+            "derived_from": "..",
+        },
+    )
+    with pytest.raises(MinedDataError) as caught:
+        load_mined(structure, requires={"hard_negatives": 2})
+    message = " ".join(str(caught.value).split())
+    assert f"`xprt-st mine --merge {mined} --structure titles,headings --hard-negatives 2`" in message
+    assert f"--merge {structure}" not in message

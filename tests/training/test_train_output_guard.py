@@ -275,3 +275,19 @@ def test_overwrite_after_a_killed_run_keeps_the_files_the_user_added_since(tmp_p
     assert (output / "notes.md").read_text() == "the user's"
     assert (output / "my_analysis" / "plot.csv").read_text() == "step,loss\n"
     assert (output / "modules.json").is_file()
+
+
+def test_resume_last_with_more_epochs_trains_them(tmp_path, tiny_model_path):
+    """Before: `--resume last --max-steps -1 --epochs 3` after a one-epoch run said the run was finished (its step
+    target was the first run's) and trained nothing."""
+    data = write_mined(tmp_path / "mined", n_groups=8)
+    output = tmp_path / "run"
+    common = _args(data, output, tiny_model_path, "--max-steps", "-1", "--save-steps", "1")
+    assert _train(*common, "--epochs", "1").exit_code == 0
+    one_epoch = json.loads((output / "training_state" / "config.json").read_text())["global_step"]
+    resumed = _train(
+        *[a for a in common if a not in ("--model", str(tiny_model_path))], "--epochs", "3", "--resume", "last"
+    )
+    assert resumed.exit_code == 0, resumed.output
+    assert "is finished" not in _text(resumed)
+    assert json.loads((output / "training_state" / "config.json").read_text())["global_step"] == 3 * one_epoch

@@ -61,7 +61,7 @@ def interpolate(
     """
     from xprt_st.cli.common import OutputPathError, check_model, command_logging
     from xprt_st.evaluation.label_free import TASK_PREFIX, load_heldout_task
-    from xprt_st.interpolate import AlphaError, check_alpha, parse_alphas
+    from xprt_st.interpolate import AlphaError, check_alpha, parse_alphas, start_problem
     from xprt_st.output_folder import hold_folder
     from xprt_st.training.heldout_contract import contamination_warning, refuse_overlap
 
@@ -85,6 +85,9 @@ def interpolate(
             err_console.print(f"[bold yellow]warning:[/bold yellow] {escape(duplicates)}", highlight=False)
     check_model(start, "START")
     check_model(trained, "TRAINED")
+    mismatch = start_problem(start, trained)
+    if mismatch is not None:
+        raise AlphaError(mismatch)
     folder = hold_folder(output, "interpolate", overwrite=overwrite)
     if (output / "modules.json").is_file():
         folder.release(record=False)

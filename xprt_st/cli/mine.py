@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
@@ -15,8 +16,9 @@ from xprt_st.cli.common import OutputPathError, check_output_folder, command_log
 from xprt_st.encode_backend import OPTION_HELP, check_encode_backend
 from xprt_st.mining.after_merge import AfterMerge
 from xprt_st.mining.config import MiningConfig
+from xprt_st.mining.derived import stale_draw_problem
 from xprt_st.mining.groups import DEFAULT_THRESHOLD_QUANTILE, PAPER_THRESHOLD
-from xprt_st.mining.layout import read_stats
+from xprt_st.mining.layout import STRUCTURE_DIR, STRUCTURE_MIXED_DIR, MiningLayout, read_stats
 from xprt_st.mining.mine import ENGINES
 from xprt_st.mining.report import write_report
 from xprt_st.mining.stats import summary_table
@@ -126,14 +128,22 @@ def mine(
     rank_by: Annotated[str, typer.Option(help="fused (paper) | embedding | tfidf.")] = DEFAULTS.rank_by,
     positive: Annotated[str, typer.Option(help="mined (paper) | random (ablation).")] = DEFAULTS.positive,
     pairs: Annotated[str, typer.Option(help="mined | random-span (Contriever-style baseline).")] = DEFAULTS.pairs,
-    seed: Annotated[int, typer.Option(help="Seed of the random ablations and of --holdout.")] = DEFAULTS.seed,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            help="Seed of the random ablations and of --holdout. Default 0; with --merge, the folder's.",
+            show_default=False,
+        ),
+    ] = None,
     holdout: Annotated[
-        float,
+        float | None,
         typer.Option(
             help="Fraction of whole documents (chosen by a hash of --seed and the document id) kept apart in "
-            "DIR/heldout/ and never trained on: the material of the label-free check. Default 0: none."
+            "DIR/heldout/ and never trained on: the material of the label-free check. Default 0: none; with "
+            "--merge, the folder's (its held-out part is kept).",
+            show_default=False,
         ),
-    ] = DEFAULTS.holdout,
+    ] = None,
     hard_negatives: Annotated[
         int | None,
         typer.Option(
@@ -199,12 +209,14 @@ def mine(
     with (
         command_logging("mine", log_dir, verbose=verbose, progress=not quiet, show_info=False),
         command_progress("mine", console, not quiet),
+        contextlib.ExitStack() as held,  # a re-merged folder's lock, from the merge to the last pass that writes
     ):
         try:
             if pairs != "random-span":  # random spans encode nothing
                 console.print(f"precision: {resolved.precision} ({resolved.reason})", highlight=False, markup=False)
             if threshold is not None and threshold_quantile is not None:
                 raise typer.BadParameter("give --threshold or --threshold-quantile, not both")
+            seed, holdout = _held_out_draw(merge_dir, seed, holdout)
             stored_run = merge_dir if merge_dir is not None else (None if overwrite else output)
             after = _after_merge(
                 AfterMerge(
@@ -270,6 +282,8 @@ def mine(
             mined = MineStage(settings, say=_say)
             finished = AfterMergeStage(after, mined, model=model, say=_say)
             folder = mined.config.folder
+            if merge_dir is not None and merge_dir.is_dir():  # else the merge names the missing run
+                held.enter_context(MiningLayout(merge_dir).lock())
             run_pipeline([mined, finished], folder)
             if mined.shard is not None:
                 _say(
@@ -279,6 +293,10 @@ def mine(
                 )
                 return
             stats = finished.stats or {}
+            for derived in (STRUCTURE_DIR, STRUCTURE_MIXED_DIR):
+                stale = stale_draw_problem(folder / derived)
+                if stale is not None:  # train refuses it until it is written again
+                    _say(f"note: {stale}")
         except ModelLoadError as error:
             raise report_error(error, option="--mining-model") from error
         except ValueError as error:  # project errors (no groups: exit 1) end in the command class's handler
@@ -332,7 +350,12 @@ def _after_merge(
     _check_hard_negatives(after.hard_negatives, after.max_ratio, pairs)
     try:
         kinds = parse_kinds(structure)
-        if after.structure_mix is not None and not (kinds and 0 < after.structure_mix < 1):
+        if after.structure_mix is not None and not kinds:
+            raise ValueError(
+                f"--structure-mix {after.structure_mix} mixes the structure pairs into the mined groups: give "
+                "--structure too (e.g. --structure titles,headings,links)"
+            )
+        if after.structure_mix is not None and not 0 < after.structure_mix < 1:
             raise ValueError(f"--structure-mix {after.structure_mix}: give a share in (0, 1) with --structure")
         old_run = links_problem(stored_run, kinds) if stored_run is not None else None
         if old_run is not None:
@@ -340,6 +363,28 @@ def _after_merge(
     except ValueError as error:
         raise typer.BadParameter(str(error)) from error
     return replace(after, structure=kinds)
+
+
+def _held_out_draw(merge_dir: Path | None, seed: int | None, holdout: float | None) -> tuple[int, float]:
+    """``--seed`` and ``--holdout`` as given, else (for ``--merge DIR``) the ones DIR was merged with, else the
+    defaults. The held-out part is part of a mined folder's identity: a re-merge to retune the threshold or add
+    structure pairs keeps it (and says so) unless the user gives another draw."""
+    stored = (read_stats(merge_dir) or {}).get("settings", {}) if merge_dir is not None else {}
+    kept = []
+    if seed is None:
+        seed = stored.get("seed", DEFAULTS.seed) if isinstance(stored.get("seed"), int) else DEFAULTS.seed
+        kept.append(f"--seed {seed}")
+    if holdout is None:
+        value = stored.get("holdout")
+        holdout = float(value) if isinstance(value, int | float) else DEFAULTS.holdout
+        kept.append(f"--holdout {holdout:g}")
+    if merge_dir is not None and stored.get("holdout") and kept:
+        console.print(
+            f"keeping the held-out draw {merge_dir} was merged with ({', '.join(kept)}): its held-out documents "
+            "stay out of training (--holdout 0 trains on them)",
+            markup=False,
+        )
+    return seed, holdout
 
 
 def _stored_hard_negatives(folder: Path) -> int:

@@ -15,7 +15,7 @@ from xprt_st.encode_backend import OPTION_HELP, check_encode_backend
 from xprt_st.precision import OPTION_HELP as PRECISION_HELP
 from xprt_st.progress_lines import heartbeat_for
 from xprt_st.quickstart_defaults import DEFAULTS, HOLDOUT, LABEL_FREE_NOTE, closing_note
-from xprt_st.stage_timing import StageTimer, format_rows
+from xprt_st.stage_timing import StageTimer, format_rows, startup_row
 
 console = Console(emoji=False)  # a task or folder named like :m: stays text
 
@@ -144,6 +144,7 @@ def quickstart(
         raise
     console.rule("[bold]xprt-st quickstart[/bold]: mine -> pre-train -> evaluate")
     console.print(f"precision: {config.precision} ({config.precision_reason})", highlight=False, markup=False)
+    startup = startup_row()  # the time before the first stage, which the stages do not count
     timer = StageTimer()
     try:
         with (
@@ -172,7 +173,7 @@ def quickstart(
     if summary.get("titles"):
         console.print(titles_line(summary["titles"]), highlight=False, markup=False)
     if summary.get("stages"):
-        console.print(stage_table(summary["stages"]))
+        console.print(stage_table([*([startup] if startup else []), *summary["stages"]]))
     console.print(
         f"Everything is in [bold]{escape(str(output))}[/bold]; the trained model loads with "
         f"SentenceTransformer('{escape(str(output))}/model').",

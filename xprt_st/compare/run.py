@@ -119,6 +119,36 @@ def _check_complete(
         )
 
 
+def unfinished_run_problem(folder: Path) -> str | None:
+    """Why ``folder`` (a model's ``seed-N/RECIPE``) may not be deleted as an unfinished run, or None when it may.
+
+    compare deletes a model folder that is neither finished (its ``COMPLETE`` marker) nor resumable (a complete
+    checkpoint) and trains again; it may only delete what ``xprt-st train`` provably wrote there: its manifest's
+    names, its checkpoints, its lock and log. A user's own folder at that name (a model copy, notes) is not a run.
+    """
+    from xprt_st.output_folder import command_folder
+
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        return (
+            f"{folder} is not a folder xprt-st compare made (a file or a link), where compare trains a model; "
+            "move it away or use another --output"
+        )
+    if not folder.is_dir() or (folder / COMPLETE).is_file():
+        return None
+    foreign = command_folder(folder, "train").foreign()
+    if not foreign:
+        return None
+    from xprt_st.training.checkpoints import last_complete_checkpoint
+
+    if last_complete_checkpoint(folder) is not None:
+        return None  # a run train resumes, keeping the files a user added beside it
+    shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+    return (
+        f"{folder} holds files xprt-st did not write ({shown}) and no finished or resumable model; "
+        "compare would delete it to train this recipe there. Move the folder away or use another --output"
+    )
+
+
 def _train(
     recipe_name: str, config: CompareConfig, seed: int, data: Path, output: Path, progress: bool, mined: Path
 ) -> None:
@@ -130,8 +160,13 @@ def _train(
     if last_complete_checkpoint(output) is not None:
         resume = "last"
         logger.info("%s: resuming from its last complete checkpoint", output)
-    elif output.exists():
-        # Neither finished (no COMPLETE marker) nor resumable: left by a run killed before its first checkpoint.
+    elif output.exists() or output.is_symlink():
+        # Neither finished (no COMPLETE marker) nor resumable: left by a run killed before its first checkpoint, and
+        # removed only when it holds nothing but what train wrote (checked before any work; again here, as a user
+        # may have put files there since).
+        problem = unfinished_run_problem(output)
+        if problem is not None:
+            raise CompareConfigError(problem)
         logger.info("%s: removing an unfinished run without a complete checkpoint", output)
         shutil.rmtree(output)
     # every recipe's retention term reads the mined (anchor, positive): the same text, as in the paper; the structure
@@ -185,6 +220,23 @@ def _per_item(report: EvaluationReport, label: str) -> dict[str, dict[str, Any]]
         elif label in report.per_pair.get(task, {}):
             items[task] = {"kind": "sts", **report.per_pair[task][label]}
     return items
+
+
+def _held_elsewhere(lock: Path) -> bool:
+    """Whether another live process holds the recipe lock ``lock`` (:func:`_claim`'s)."""
+    try:
+        owner = int(lock.read_text(encoding="utf-8").strip() or 0)
+    except (OSError, ValueError):
+        return False
+    if owner in (0, os.getpid()):
+        return False
+    try:
+        os.kill(owner, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _claim(lock: Path) -> Path | None:
@@ -389,6 +441,15 @@ def check_compare_inputs(config: CompareConfig, output: str | Path, report_only:
         raise CompareConfigError(f"tasks: {error}") from error
     check_inputs_unchanged(config, run, tasks)
     problems = [] if report_only else corpus_problems(config, run / "corpus")
+    if not report_only:
+        for seed in config.seeds:
+            for name in config.recipes:
+                label = Path(name).stem
+                if _held_elsewhere(run / f"seed-{seed}" / f".{label}.lock"):
+                    continue  # being trained by another compare process, whose files appear as it goes
+                problem = unfinished_run_problem(run / f"seed-{seed}" / label)
+                if problem is not None:
+                    raise CompareConfigError(problem)
     if problems:
         lines = "\n".join(f"  - {problem}" for problem in problems)
         raise CompareConfigError(f"{len(problems)} problem(s) in the corpus:\n{lines}")

@@ -228,6 +228,11 @@ def load_heldout_task(folder: str | Path) -> HeldOut:
     folder = Path(folder)
     if not folder.is_dir():
         raise HeldOutError(f"mined folder {folder} {not_a_folder(folder)}; give the --output folder of xprt-st mine")
+    from xprt_st.mining.derived import derived_folder_problem
+
+    derived = derived_folder_problem(folder, "mined:{}")
+    if derived is not None:
+        raise HeldOutError(derived)
     loaded = read_heldout(folder)
     if loaded is None:
         raise HeldOutError(

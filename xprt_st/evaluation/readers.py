@@ -180,6 +180,9 @@ def read_beir_folder(folder: str | Path, split: str = "test") -> BEIRData:
     qrels: dict[str, dict[str, int]] = {}
     missing_docs: list[str] = []
     missing_queries: list[str] = []
+    judged_at: dict[tuple[str, str], tuple[int, int]] = {}  # (query, document) -> (line, grade) of its judgement
+    rejudged: list[str] = []
+    conflicting = 0
     for line_number, line in _lines(qrels_path):
         fields = line.rstrip("\n\r").split("\t")
         if not line.strip() or (line_number == 1 and fields[0] == "query-id"):
@@ -196,7 +199,21 @@ def read_beir_folder(folder: str | Path, split: str = "test") -> BEIRData:
         if query_id not in query_records:
             missing_queries.append(query_id)
             continue
+        earlier = judged_at.get((query_id, doc_id))
+        if earlier is not None:
+            conflicting += earlier[1] != score
+            rejudged.append(f"{query_id!r}/{doc_id!r} (line {earlier[0]}: {earlier[1]}, line {line_number}: {score})")
+        judged_at[(query_id, doc_id)] = (line_number, score)
         qrels.setdefault(query_id, {})[doc_id] = score
+    if rejudged:
+        logger.warning(
+            "%s: %d (query, document) pair(s) are judged more than once, %d of them with another grade; the last "
+            "judgement of each is kept, as BEIR's loader does (e.g. %s)",
+            qrels_path,
+            len(rejudged),
+            conflicting,
+            ", ".join(rejudged[:3]),
+        )
     if missing_docs:
         logger.warning(
             "%s: dropped %d judgement(s) whose document is not in the corpus (e.g. %s)",

@@ -123,9 +123,14 @@ def load_titles_task(folder: str | Path) -> TitlesTask:
     """
     from datasets import load_from_disk
 
+    from xprt_st.mining.derived import derived_folder_problem
+
     folder = Path(folder)
     if not folder.is_dir():
         raise HeldOutError(f"mined folder {folder} does not exist; give the --output folder of xprt-st mine")
+    derived = derived_folder_problem(folder, "titles:{}")
+    if derived is not None:
+        raise HeldOutError(derived)
     loaded = read_heldout(folder)
     if loaded is None:
         raise HeldOutError(

@@ -122,6 +122,24 @@ def warn_unread_files(where: str, names: list[str]) -> None:
         )
 
 
+def within_folder(folder: Path, files: list[Path]) -> list[Path]:
+    """The ``files`` found under ``folder`` (resolved) that lie in it: a symlink to a file outside (the system's user
+    database, a private key, as an archive from someone else can carry) is not read, and is named in a warning.
+    A corpus folder is read within itself."""
+    inside, outside = [], []
+    for path in files:
+        (inside if path.resolve().is_relative_to(folder) else outside).append(path)
+    if outside:
+        names = [str(path.relative_to(folder)) for path in outside]
+        listed = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        _warn_once(
+            f"outside:{folder}:{len(names)}",
+            f"{folder}: {len(names)} link(s) to files outside the folder are not read ({listed}); a corpus folder "
+            "is read within itself: copy such a file in, or give it as a source of its own",
+        )
+    return inside
+
+
 def source_kind(path: Path) -> str | None:
     """``"jsonl"``, ``"parquet"``, ``"txt"`` (a document file) or ``"zip"`` from the name of ``path``; None else."""
     name = path.name.lower()
@@ -364,12 +382,10 @@ def read_capped(handle: IO[bytes], size: int, max_chars: int, origin: str = "") 
         text = text[1:]  # a byte-order mark (utf-8-sig, or one the utf-16 codec kept) is not text
     unread = max(0, size - read)
     if len(text) > max_chars or unread:
-        logger.warning(
-            "%s: %d bytes; only its first %d characters are read (%d bytes left unread)",
-            origin,
-            size,
-            max_chars,
-            unread,
+        # once a file: the check before work reads its first records, and the run reads them again
+        _warn_once(
+            f"cap:{origin}:{size}:{max_chars}",
+            f"{origin}: {size} bytes; only its first {max_chars} characters are read ({unread} bytes left unread)",
         )
         text = text[:max_chars]
     return text, repair, unread

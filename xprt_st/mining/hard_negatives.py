@@ -31,6 +31,9 @@ from xprt_st.mining.passage_vectors import fill_passage_vectors
 
 logger = logging.getLogger(__name__)
 
+ALL_FILTERED_WARNING = 0.1
+"""Share of groups whose every candidate was filtered above which the run warns (they get random negatives)."""
+
 
 class HardNegativesError(MiningError, ValueError):
     """A folder that cannot give the hard negatives asked for (too few training documents or passages)."""
@@ -316,6 +319,13 @@ def add_hard_negatives(
         "reused_vectors": reused,
         "model": str(model) if isinstance(model, str | Path) or model is None else "given",
     }
+    filtered = summary["groups_all_filtered"]
+    if filtered:
+        summary["note"] = (
+            f"{filtered} of {summary['groups']} groups had every candidate filtered (the positive-aware filter, "
+            f"--hard-negative-max-ratio {max_ratio:g}): their negatives are random passages of other documents, not "
+            "hard ones; a stronger mining model, or a higher ratio, keeps more"
+        )
     stats.setdefault("settings", {})["hard_negatives"] = count
     stats["settings"]["hard_negative_max_ratio"] = max_ratio
     stats["hard_negatives"] = summary
@@ -324,7 +334,9 @@ def add_hard_negatives(
         "hard negatives: %d per group for %d groups (%d groups had every candidate filtered; mean cosine %.3f)",
         count,
         summary["groups"],
-        summary["groups_all_filtered"],
+        filtered,
         summary["mean_negative_cosine"] or float("nan"),
     )
+    if filtered > ALL_FILTERED_WARNING * summary["groups"]:
+        logger.warning("hard negatives: %s", summary["note"])
     return summary

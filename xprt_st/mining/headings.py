@@ -164,3 +164,43 @@ def sections(
         seen.add(key)
         found.append(Section(heading.text, heading.level, inside[0], inside[-1] + 1))
     return found
+
+
+def _heading_line(passage: str, heading: str) -> re.Match[str] | None:
+    """The line of ``passage`` that is ``heading`` (Markdown marks, a permalink mark aside), after other text."""
+    line = re.compile(rf"^[#\s]*{re.escape(heading)}[ \t:.¶]*$", re.IGNORECASE | re.MULTILINE)
+    found = line.search(passage)
+    return found if found is not None and passage[: found.start()].strip() else None
+
+
+def section_opening(passages: Sequence[str], section: Section) -> int:
+    """The passage of ``section`` that holds its opening text.
+
+    A section's first passage may begin inside the section before it (a token window of a small ``--max-tokens``
+    holds the previous section's last sentence, then the heading line): when nothing follows the heading's line
+    there, the section's next passage holds its opening text. Its text is :func:`from_heading`'s.
+
+    Example:
+        >>> section_opening(["End of A.\\n\\nPart B", "B is about tea."], Section("Part B", 2, 0, 2))
+        1
+    """
+    index = section.first
+    found = _heading_line(passages[index], section.text)
+    if found is not None and not passages[index][found.end() :].strip():
+        if index + 1 < min(section.stop, len(passages)):
+            return index + 1
+    return index
+
+
+def from_heading(passage: str, heading: str) -> str:
+    """``passage`` from ``heading``'s line on, when that line follows other text (the previous section's end);
+    else ``passage`` itself. Left there, that text would be most of a heading's positive.
+
+    Example:
+        >>> from_heading("End of A.\\n\\nPart B\\nB is about tea.", "Part B")
+        'Part B\\nB is about tea.'
+    """
+    found = _heading_line(passage, heading)
+    if found is None or not passage[found.end() :].strip():
+        return passage
+    return passage[found.start() :].lstrip()

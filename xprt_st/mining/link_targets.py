@@ -144,12 +144,20 @@ class LinkPair:
     positive: str
 
 
-def find_page(pages: Mapping[str, Page], key: str, href: str) -> Page | None:
-    """The page ``key`` names: itself, its ``index.html`` (a folder), or ``href`` taken as a page id."""
-    for candidate in (key.rstrip("/"), posixpath.join(key, "index.html"), page_key(href.split("#", 1)[0])):
-        if candidate in pages:
-            return pages[candidate]
-    return None
+def find_page(pages: Mapping[str, Page], key: str, href: str, source: str = "") -> Page | None:
+    """The page ``key`` names: itself, its ``index.html`` (a folder), or ``href`` taken as a page id. A root-relative
+    key (``/b.html``, as wget mirrors write links) of a corpus whose ids are paths is looked up under the linking
+    page's top folder (``site/b.html`` from ``site/a/c.html``), then as a path from the corpus root (``b.html``)."""
+    keys = [key]
+    if key.startswith("/") and not source.startswith("/") and "://" not in source:
+        top = source.split("/", 1)[0] if "/" in source else ""
+        keys = [posixpath.join(top, key.lstrip("/")), key.lstrip("/")] if top else [key.lstrip("/")]
+    for root in keys:
+        for candidate in (root.rstrip("/"), posixpath.join(root, "index.html")):
+            if candidate in pages:
+                return pages[candidate]
+    candidate = page_key(href.split("#", 1)[0])
+    return pages.get(candidate)
 
 
 def link_pairs(
@@ -186,7 +194,7 @@ def _link_pair(
     if reason is not None:
         return reason, None
     key, fragment = resolve(source, link.target)
-    page = find_page(pages, key, link.target) if key is not None else None
+    page = find_page(pages, key, link.target, source) if key is not None else None
     if page is None:
         return "outside_corpus", None
     if pages.get(source) is page and not fragment:

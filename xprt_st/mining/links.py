@@ -41,6 +41,7 @@ import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urljoin
 
 from xprt_st.mining.headings import MAX_LEVEL, TextHeading, clean_heading
 
@@ -144,7 +145,14 @@ def heading_ids(root: Any) -> list[tuple[str, tuple[str, ...]]]:
 
 def _marked_words(element: Any) -> str:
     """The first :data:`ELEMENT_WORDS` words of the text ``element`` marks: its own, or, when it has none (an empty
-    target ``<span id>``), what follows it (its tail, else its next sibling with text)."""
+    target ``<span id>``), what follows it (its tail, else its next sibling with text). A ``<dt id>`` (a Python API
+    entry's signature) marks its ``<dd>``, the description: a link to the entry is about what it does, and a
+    passage may end at the signature with the description in the next."""
+    following = element.getnext()
+    if str(element.tag).lower() == "dt" and following is not None and str(following.tag).lower() == "dd":
+        words = link_text(following.text_content()).split()
+        if words:
+            return " ".join(words[:ELEMENT_WORDS])
     for text in (element.text_content(), element.tail or "", *(s.text_content() for s in element.itersiblings())):
         words = link_text(text).split()
         if words:
@@ -175,7 +183,8 @@ def page_links(
     html: str, main_text: str, origin: str = ""
 ) -> tuple[list[Link], list[tuple[str, tuple[str, ...]]], list[tuple[str, str]]]:
     """The links of ``html``, the ids of its headings (:func:`heading_ids`) and its other ids with the words they
-    mark (:func:`element_ids`); ``main_text`` is what mining kept.
+    mark (:func:`element_ids`); ``main_text`` is what mining kept. A ``<base href>`` is joined to each link's
+    ``href``, as a browser does.
 
     A page lxml cannot read has none of them (logged with ``origin``).
     """
@@ -184,6 +193,8 @@ def page_links(
         logger.info("%s: the page could not be parsed for its links; it has none", origin)
         return [], [], []
     kept = " ".join(main_text.split())
+    # a <base href> is what a browser resolves every relative link against: the stored href is the joined one
+    base = next((b.get("href").strip() for b in root.iter("base") if (b.get("href") or "").strip()), None)
     links = []
     for anchor in root.iter("a"):
         href = anchor.get("href")
@@ -191,7 +202,7 @@ def page_links(
             continue
         text = link_text(anchor.text_content())
         navigation = in_navigation(anchor) or (bool(text) and text not in kept)
-        links.append(Link(text, href.strip(), navigation))
+        links.append(Link(text, urljoin(base, href.strip()) if base else href.strip(), navigation))
     headings = heading_ids(root)
     return links, headings, element_ids(root, headings)
 

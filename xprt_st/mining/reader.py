@@ -54,6 +54,7 @@ from xprt_st.mining.formats import (
     read_capped,
     source_kind,
     warn_unread_files,
+    within_folder,
     without_readme_pages,
 )
 from xprt_st.mining.html_text import (
@@ -130,7 +131,7 @@ def expand_sources(sources: Sequence[str | Path]) -> list[str | Path]:
             if (path / "state.json").is_file() or (path / "dataset_dict.json").is_file():
                 expanded.append(path)
                 continue
-            every = sorted(p for p in path.rglob("*") if p.is_file())
+            every = within_folder(path, sorted(p for p in path.rglob("*") if p.is_file()))
             files = [p for p in every if source_kind(p) is not None]
             warn_unread_files(str(path), [str(p.relative_to(path)) for p in every if source_kind(p) is None])
             files = without_readme_pages(files, [str(p.relative_to(path)) for p in files])

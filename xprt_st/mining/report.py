@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from xprt_st.mining.config import MiningError, MiningOutputError
+from xprt_st.mining.derived import derived_folder_problem
 from xprt_st.mining.layout import (
     META_FILE,
     PASSAGES_FILE,
@@ -295,6 +296,9 @@ def write_report(
     except OutputFolderError as error:
         raise MiningOutputError(str(error)) from error
     stats_path = output_dir / STATS_FILE
+    derived = derived_folder_problem(output_dir, "xprt-st inspect {}")
+    if derived is not None:
+        raise MiningError(derived)
     if not stats_path.is_file() or not (output_dir / PASSAGES_FILE).exists():
         raise MiningError(f"{output_dir} has no {STATS_FILE} / {PASSAGES_FILE}: run xprt-st mine (and its merge) first")
     stats = json.loads(stats_path.read_text())

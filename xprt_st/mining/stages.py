@@ -185,6 +185,9 @@ class SplitStage:
         ids: list[tuple[str, tuple[str, ...]]] = []
         elements: list[tuple[str, str]] = []
         if self.html and not is_plain_document(record):
+            if not text.strip():  # an empty page: a document with no text, not a parser's three ERROR lines
+                self.skipped["empty"] += 1
+                return None
             text, marks, page_title = extract_main_text_with_headings(text, record.origin)
             if text is None:
                 # a page cut at the read cap (a huge inline attribute or data: URI) lost its text to the cut

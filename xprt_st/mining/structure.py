@@ -43,12 +43,15 @@ Example:
 from __future__ import annotations
 
 import math
+import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xprt_st.mining.derived import DERIVED_FROM, source_folder
+from xprt_st.mining.headings import from_heading, section_opening
 from xprt_st.mining.layout import STRUCTURE_DIR
 
 STRUCTURE_RULES = 2
@@ -164,7 +167,7 @@ def document_pairs(
         kind = "title" if section.is_title else "heading"
         if f"{kind}s" not in kinds or section.first >= len(passages):
             continue
-        positive = central if section.is_title else section.first
+        positive = central if section.is_title else section_opening(passages, section)
         reason = drop_reason(section.text)
         if reason is None and same_text(section.text, passages[positive]):
             reason = "same_as_passage"
@@ -337,8 +340,8 @@ def write_structure_groups(
     for kind, anchor, positive, label in pending:
         if anchor_key(anchor) in shared:
             add_counts(total, {"kept": {kind: -1}, "dropped": {kind: {"shared": 1}}})
-        else:
-            add_row(anchor, positive, label)
+        else:  # a heading's positive from its line on: a small token window starts in the section before
+            add_row(anchor, from_heading(positive, anchor) if kind == "heading" else positive, label)
     total["kept"] = {kind: n for kind, n in total["kept"].items() if n}
     if "links" in kinds:
         resolved, dropped = link_pairs(links, pages, same_text)
@@ -366,6 +369,7 @@ def write_structure_groups(
         dataset = datasets.Dataset.from_dict(rows, features=features)
         dataset.save_to_disk(str(target))
         own = {**stats, "settings": {**settings, "pairs": "structure", "structure": ",".join(kinds)}}
+        own[DERIVED_FROM] = ".."
         own["settings"]["structure_rules"] = STRUCTURE_RULES
         own["groups"] = total["groups"]
         own["structure"] = total
@@ -494,13 +498,14 @@ def write_mixed_groups(
     mixed = datasets.concatenate_datasets(
         [mined.select(mined_rows), structure.select(structure_rows).cast(mined.features)]
     )
-    target = Path(target)
-    if target.is_dir():
+    if (target := Path(target)).is_dir():
         shutil.rmtree(target)
     mixed.save_to_disk(str(target))
     stats = read_stats(structure_folder) or {}
     settings = {**stats.get("settings", {}), "pairs": "structure-mixed", "structure_mix": ratio}
     own = {**stats, "settings": settings, "groups": len(mixed)}
+    if (source := source_folder(structure_folder)) is not None:  # whose documents the labels are
+        own[DERIVED_FROM] = os.path.relpath(source, target)
     own["structure_mix"] = {"ratio": ratio, "mined_groups": len(mined_rows), "structure_groups": len(structure_rows)}
     atomic_write_json(target / STATS_FILE, own)
     return own

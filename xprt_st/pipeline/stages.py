@@ -97,7 +97,12 @@ class MineStage:
             return {"groups": self.stats.get("groups")}
         output = settings.folder
         stored = MiningLayout(output)
-        if not settings.overwrite and stored.stored_settings() is not None:
+        # a run of other settings is refused by run_mining: no "resuming" line before that refusal
+        if (
+            not settings.overwrite
+            and stored.stored_settings() is not None
+            and not stored.changed_settings(settings.mining.stage_settings())
+        ):
             self.say(
                 f"resuming the mining run stored in {output}: {stored.stored_chunks()} scored chunks are kept, only "
                 "the missing work is done (--overwrite mines again from scratch)"
@@ -160,7 +165,8 @@ class AfterMergeStage:
         del folder
         if self.mined.stats is None:
             return {"skipped": "only a shard was mined"}
-        self.stats = finish_mining(
-            self.mined.config.folder, self.config, model=self.model, stats=self.mined.stats, say=self.say
-        )
+        with MiningLayout(self.mined.config.folder).lock():  # one writer from the first pass to the last
+            self.stats = finish_mining(
+                self.mined.config.folder, self.config, model=self.model, stats=self.mined.stats, say=self.say
+            )
         return {"groups": self.stats.get("groups")}

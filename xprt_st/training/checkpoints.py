@@ -2,9 +2,10 @@
 
 A ``checkpoint-N`` folder is usable when every file the Trainer and :class:`~xprt_st.training.trainer.XPRTTrainer`
 write is there and reads back: ``trainer_state.json`` (written last) and ``training_state/config.json`` parse
-as JSON; every ``*.safetensors`` file is as long as its header says (a file cut by a kill or a full disk is
-shorter); the optimizer, scheduler, scaler and RNG files load with a weights-only ``torch.load`` (memory-mapped,
-so an optimizer file is not read into memory). A folder that fails gets a one-line reason naming the file, so
+as JSON, the first naming the step of the folder's name; ``optimizer.pt`` and ``scheduler.pt`` exist; every
+``*.safetensors`` file is as long as its header says (a file cut by a kill or a full disk is shorter); the
+optimizer, scheduler, scaler and RNG files load with a weights-only ``torch.load`` (memory-mapped, so an optimizer
+file is not read into memory). A folder that fails gets a one-line reason naming the file, so
 ``--resume last`` can skip it with a warning and a rerun can say exactly what to delete.
 
 Before the first training step, :func:`space_problem` compares the free space of the output folder's disk with
@@ -36,6 +37,9 @@ TRAINING_CONFIG_FILE = "config.json"
 TRAINER_STATE_FILE = "trainer_state.json"
 TORCH_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt")
 """Checkpoint files the Trainer reloads with ``torch.load(weights_only=True)``, besides ``rng_state*.pth``."""
+REQUIRED_STATE_FILES = ("optimizer.pt", "scheduler.pt")
+"""Of those, the ones every xprt-st checkpoint holds: without them the Trainer resumes AdamW and the learning-rate
+schedule from scratch without a word (``scaler.pt`` exists only with fp16, the RNG files are optional to it)."""
 CHECKPOINT_MARGIN_BYTES = 1 << 20
 """Added to a checkpoint's tensor and tokenizer bytes for the configs, model card, scheduler and RNG files (a
 checkpoint of the tests' tiny BERT holds 60 kB of them)."""
@@ -78,6 +82,19 @@ def checkpoint_problem(checkpoint: str | Path) -> str | None:
             json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
             return f"{name} is not readable JSON ({error})"
+    missing = [name for name in REQUIRED_STATE_FILES if not (folder / name).is_file()]
+    if missing:
+        return f"no {' and no '.join(missing)} (resuming would restart the optimizer and its schedule from scratch)"
+    prefix, _, number = folder.name.partition("-")
+    try:
+        step = json.loads((folder / TRAINER_STATE_FILE).read_text(encoding="utf-8")).get("global_step")
+    except AttributeError:
+        step = None
+    if prefix == "checkpoint" and number.isdigit() and step != int(number):
+        return (
+            f"{TRAINER_STATE_FILE} says step {step}, not {number} as the folder's name does (a copied or edited "
+            "file): the run would resume at another step than the one its weights were saved at"
+        )
     for path in sorted(folder.rglob("*.safetensors")):
         problem = safetensors_problem(path)
         if problem is not None:

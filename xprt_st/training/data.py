@@ -95,8 +95,14 @@ def load_mined(
     Raises:
         MinedDataError: naming the folder and every problem found.
     """
+    from xprt_st.mining.derived import source_folder, stale_draw_problem
+
     folder = Path(path)
     stats = read_stats(folder)
+    source = source_folder(folder)
+    stale = stale_draw_problem(folder)
+    if stale is not None:
+        raise MinedDataError(stale)
     try:
         loaded = load_from_disk(str(folder))
     except (FileNotFoundError, ValueError, OSError) as error:
@@ -127,7 +133,10 @@ def load_mined(
             logger.warning("%s/%s does not record %r; assuming it was mined with %r", folder, STATS_FILE, key, expected)
         elif str(found) != str(expected):
             option = f"--{key.replace('_', '-')} {expected}"
-            if key == "hard_negatives":  # the one setting a re-merge adds to a mined folder
+            if key == "hard_negatives" and source is not None:  # DIR/structure: written by a pass over DIR
+                kinds = (stats or {}).get("settings", {}).get("structure") or "titles,headings,links"
+                fix = f"write it again with them: `xprt-st mine --merge {source} --structure {kinds} {option}`"
+            elif key == "hard_negatives":  # the one setting a re-merge adds to a mined folder
                 fix = f"add them to this folder with `xprt-st mine --merge {folder} {option}`"
             elif key == "pairs" and str(expected) in (STRUCTURE_DIR, STRUCTURE_MIXED_DIR):
                 fix = _structure_fix(folder, str(expected), stats)
@@ -168,7 +177,12 @@ def _parent_has_no_structure_pairs(folder: Path) -> str | None:
 
 def _structure_fix(folder: Path, pairs: str, stats: Mapping[str, Any]) -> str:
     """How to reach the structure pairs a recipe needs from ``folder``, a mined folder whose stats are ``stats``."""
+    from xprt_st.mining.derived import stale_draw_problem
+
     target = folder / pairs
+    stale = stale_draw_problem(target) if target.is_dir() else None
+    if stale is not None:
+        return stale
     if target.is_dir():
         return f"train on {target}, which this folder's mining wrote"
     none = _no_structure_pairs(stats, folder / STATS_FILE)

@@ -23,7 +23,9 @@ under another id are counted when the folder is mined (``stats.json``'s ``holdou
 :func:`contamination_warning` names them.
 
 A document's id is its ``doc_id`` in ``passages.parquet`` (the ``--id-field`` value, or the reader's
-``file:line``). A folder without that file (one made by hand) falls back to the label, ``#<label>``.
+``file:line``); a derived folder (``DIR/structure``, a structure mix) reads its source's
+(:func:`~xprt_st.mining.structure.source_folder`). A folder without that file (one made by hand) falls back to the
+label, ``#<label>``.
 
 Example:
     >>> import numpy as np
@@ -133,9 +135,13 @@ def folder_documents(folder: str | Path, trained_labels: Iterable[int] | None = 
         folder: a mined folder.
         trained_labels: the ``label`` values of the groups trained on (default: read from the folder's dataset).
     """
+    from xprt_st.mining.derived import source_folder
+
     folder = Path(folder)
     fraction, seed = holdout_settings(folder)
-    passages = folder / PASSAGES_FILE
+    # a derived folder (DIR/structure, a structure mix) labels its groups with its source's documents
+    source = source_folder(folder) if not (folder / PASSAGES_FILE).exists() else None
+    passages = (source or folder) / PASSAGES_FILE
     id_of: dict[int, str] = {}
     held: list[str] = []
     if passages.exists():
@@ -154,10 +160,11 @@ def folder_documents(folder: str | Path, trained_labels: Iterable[int] | None = 
                     if int(label) not in id_of and is_held:
                         held.append(str(doc_id))
                     id_of[int(label)] = str(doc_id)
-    if not held and not id_of and (folder / HELDOUT_PASSAGES).is_dir():
+    heldout_passages = (source or folder) / HELDOUT_PASSAGES
+    if not held and not id_of and heldout_passages.is_dir():
         from datasets import load_from_disk
 
-        held = [f"#{int(label)}" for label in set(load_from_disk(str(folder / HELDOUT_PASSAGES))[LABEL])]
+        held = [f"#{int(label)}" for label in set(load_from_disk(str(heldout_passages))[LABEL])]
     if trained_labels is None:
         from datasets import load_from_disk
 

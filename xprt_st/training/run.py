@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -202,13 +203,16 @@ def finished_message(output: Path, checkpoint: Path, recipe: Recipe) -> str | No
     except (OSError, ValueError, TrainingStateError):
         return None
     step = int(state.get("global_step", 0))
-    target = recipe.training.max_steps if recipe.training.max_steps > 0 else int(state.get("max_steps") or 0)
+    target = recipe.training.max_steps
+    if target <= 0:  # --epochs: the run's steps per epoch times the epochs asked for now (a resume may add some)
+        steps, epochs = int(state.get("max_steps") or 0), float(state.get("num_train_epochs") or 0)
+        target = math.ceil(steps / epochs * recipe.training.epochs - 1e-9) if steps and epochs > 0 else steps
     if target <= 0 or step < target or final is None or final.get("global_step") != step:
         return None
     return (
         f"{output} is finished: {checkpoint.name} is at step {step} of {target} and the final model in {output} was "
         "saved from it, so there is nothing to resume and nothing was trained. To train further, start a new run "
-        f"from it (--model {output} --output NEW_FOLDER) or resume with a larger --max-steps."
+        f"from it (--model {output} --output NEW_FOLDER) or resume with a larger --max-steps (or --epochs)."
     )
 
 

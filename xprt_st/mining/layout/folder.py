@@ -205,6 +205,16 @@ class MiningLayout:
         if problem is not None:
             raise MiningOutputError(problem)
 
+    def changed_settings(self, settings: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+        """The stage settings (:meth:`MiningConfig.stage_settings`) that differ from the stored run's, each as
+        ``(stored, now)``; empty without a stored run."""
+        stored = self.stored_settings()
+        if stored is None:
+            return {}
+        if "model" in stored:  # a run recorded before the default's spellings were made one
+            stored = {**stored, "model": stored_model_name(stored["model"])}
+        return {k: (stored.get(k), v) for k, v in settings.items() if stored.get(k) != v}
+
     def check_or_record_run(self, settings: dict[str, Any], corpus: Sequence[str | Path], split: str) -> None:
         """Record the run's settings and input identity, or check them against the stored run (a resume)."""
         self.output_dir.mkdir(parents=True, exist_ok=True)
@@ -212,9 +222,7 @@ class MiningLayout:
         if stored is None:
             atomic_write_json(self.config_path, {**settings, INPUTS_KEY: input_identity(corpus, split)})
             return
-        if "model" in stored:  # a run recorded before the default's spellings were made one
-            stored = {**stored, "model": stored_model_name(stored["model"])}
-        changed = {k: (stored.get(k), v) for k, v in settings.items() if stored.get(k) != v}
+        changed = self.changed_settings(settings)
         if changed:
             details = ", ".join(f"{k}: stored {a!r}, now {b!r}" for k, (a, b) in changed.items())
             reason = f"{self.output_dir} holds a run mined with other settings ({details})."
