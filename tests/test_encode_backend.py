@@ -142,7 +142,8 @@ def test_stored_vectors_record_the_backend_and_are_not_reused_across_backends(tm
     _runtime("onnx")
     corpus = _corpus(tmp_path / "c.jsonl", 12)
     by_torch, by_onnx = tmp_path / "torch", tmp_path / "onnx"
-    mine(corpus, by_torch, model=copy.deepcopy(tiny_model), progress=False, **SETTINGS)
+    # torch in fp32, the precision ONNX Runtime runs: the backends alone differ
+    mine(corpus, by_torch, model=copy.deepcopy(tiny_model), progress=False, precision="fp32", **SETTINGS)
     mine(corpus, by_onnx, model=copy.deepcopy(tiny_model), progress=False, encode_backend="onnx", **SETTINGS)
     assert json.loads((by_torch / "embeddings.json").read_text())["encode_backend"] == "torch"
     assert json.loads((by_onnx / "embeddings.json").read_text())["encode_backend"] == "onnx"
@@ -184,6 +185,7 @@ def test_mine_and_evaluate_cli_with_onnx_agree_with_torch(tiny_model_path: Path,
     _runtime("onnx")
     corpus = _corpus(tmp_path / "c.jsonl", 12)
     common = ["--mining-model", str(tiny_model_path), "--max-tokens", "32", "--min-tokens", "8", "--id-field", "id"]
+    common += ["--precision", "fp32"]  # torch at the precision ONNX Runtime runs: the backends alone differ
     for backend in ("torch", "onnx"):
         result = runner.invoke(
             app, ["mine", str(corpus), "-o", str(tmp_path / backend), *common, "-q", "--encode-backend", backend]
@@ -212,6 +214,7 @@ def test_mine_and_evaluate_cli_with_onnx_agree_with_torch(tiny_model_path: Path,
     for backend in ("torch", "onnx", "onnx"):  # the second onnx run reuses its --output (the cache is its own)
         out = tmp_path / f"eval-{backend}"
         args = ["evaluate", str(tiny_model_path), "--tasks", str(beir), "-o", str(out), "--no-cache", "-q"]
+        args += ["--precision", "fp32"]
         result = runner.invoke(app, [*args, "--encode-backend", backend])
         assert result.exit_code == 0, result.output
         scores[backend] = json.loads((out / "scores.json").read_text())
@@ -228,7 +231,11 @@ def test_quickstart_with_onnx_trains_on_torch_and_scores_as_torch(tiny_model_pat
     for backend in ("torch", "onnx"):
         out = tmp_path / backend
         args = ["quickstart", "-o", str(out), "--model", str(tiny_model_path), "--max-documents", "12"]
-        result = runner.invoke(app, [*args, "--max-steps", "2", "--batch-size", "8", "-q", "--encode-backend", backend])
+        # fp32 in both: the backends are compared, torch's encodings at the precision ONNX Runtime runs
+        result = runner.invoke(
+            app,
+            [*args, "--max-steps", "2", "--batch-size", "8", "-q", "--encode-backend", backend, "--precision", "fp32"],
+        )
         assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
         summaries[backend] = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     torch_run, onnx_run = summaries["torch"], summaries["onnx"]

@@ -120,7 +120,10 @@ def after_merge(config: QuickstartConfig, recipe: Recipe) -> AfterMerge:
     with the quickstart's seed and backend, as ``xprt-st mine --hard-negatives K --seed S`` draws them."""
     count = int(recipe.data.requires.get("hard_negatives", 0) or 0)
     return AfterMerge(
-        hard_negatives=count, seed=config.seed, encode_backend=config.encode_backend, precision=config.precision
+        hard_negatives=count,
+        seed=config.seed,
+        encode_backend=config.encode_backend,
+        precision=config.encoding_precision,
     )
 
 
@@ -201,7 +204,7 @@ def mine_documents(config: QuickstartConfig, corpus: list[str | Path], mined: Pa
                 max_tokens=config.max_seq_length,
                 seed=config.seed,
                 encode_backend=config.encode_backend,
-                precision=config.precision,
+                precision=config.encoding_precision,
                 progress=progress,
             )
     except MiningConfigError as error:  # OUTPUT/mined is another run's: its groups are kept, not mixed with these
@@ -274,11 +277,11 @@ def _run(config: QuickstartConfig, progress: bool, folder: OutputFolder, timer: 
                 show_progress=False,
                 encode_backend=config.encode_backend,
                 backend_cache=mined,
-                precision=config.precision,
+                precision=config.encoding_precision,
             )
         report.write(output / "evaluation")
     summary = _summary(report, stats, config)
-    encoding = {"encode_backend": config.encode_backend, "precision": config.precision}
+    encoding = {"encode_backend": config.encode_backend, "precision": config.encoding_precision}
     summary["label_free"] = label_free_summary(mined, config.model, model_dir, **encoding)
     summary["titles"] = titles_summary(mined, config.model, model_dir, **encoding)
     summary["training_passes"] = round(training_passes(config.max_steps, config.batch_size, groups), 3)

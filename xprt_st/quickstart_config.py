@@ -54,14 +54,15 @@ class QuickstartConfig:
     """What runs the models in the stages that only encode (mining, hard negatives, every evaluation; training
     is torch's): torch, onnx or openvino (:mod:`xprt_st.encode_backend`); the exports go to ``mined/.onnx-cache``."""
     precision: str = "auto"
-    """auto, fp32 or bf16 for every stage (:mod:`xprt_st.precision`), resolved when the config is made (auto: bf16
-    where the device computes it natively), so ``summary.json`` and the stages' fingerprints name what ran."""
+    """auto, fp32 or bf16 of training and of torch's encodings (:mod:`xprt_st.precision`), resolved when the config
+    is made (auto: bf16 where the device computes it natively), so ``summary.json`` and the stages' fingerprints name
+    what ran; a non-torch ``encode_backend`` encodes in fp32 (:attr:`encoding_precision`)."""
     precision_reason: str = ""
     """Why ``precision`` is what it is (the device's bf16 support, or the value asked for); set with it."""
 
     def __post_init__(self) -> None:
         if not self.precision_reason:  # a copy (dataclasses.replace) keeps the resolution it was made with
-            resolved = resolve_precision(self.precision, None, self.encode_backend)
+            resolved = resolve_precision(self.precision)
             self.precision, self.precision_reason = resolved.precision, resolved.reason
         if self.max_steps is None and not self.corpus:
             self.max_steps = DEFAULTS.max_steps
@@ -69,6 +70,12 @@ class QuickstartConfig:
             self.tasks = (str(self.task),)
         elif self.corpus:
             self.tasks = ()
+
+    @property
+    def encoding_precision(self) -> str:
+        """The precision of the stages that only encode: :attr:`precision` on torch, fp32 on ONNX Runtime or OpenVINO
+        (their exports run fp32)."""
+        return self.precision if self.encode_backend == "torch" else "fp32"
 
     def mining_fields(self) -> dict[str, Any]:
         """The reading options of ``mine`` for the user's corpus (the shipped pages: HTML with an ``id``)."""

@@ -47,7 +47,7 @@ def mining_fingerprint(config: QuickstartConfig, sources: Sequence[str | Path]) 
         "seed": config.seed,
         "threshold_quantile": config.threshold_quantile,
         "max_seq_length": config.max_seq_length,
-        "precision": config.precision,
+        "precision": config.encoding_precision,
     }
 
 

@@ -230,8 +230,7 @@ def test_the_passes_after_a_merge_run_inside_the_folders_lock(
     passes ran after the folder's lock was released, and the folder ended with the last writer's K."""
     from typer.testing import CliRunner
 
-    import xprt_st.mining.hard_negatives as module
-    import xprt_st.mining.structure as structure
+    import xprt_st.mining.after_merge as chain
     from xprt_st.cli import app
     from xprt_st.mining.layout import MiningLayout
 
@@ -241,7 +240,7 @@ def test_the_passes_after_a_merge_run_inside_the_folders_lock(
     assert CliRunner().invoke(app, ["mine", str(corpus), "-o", str(out), *common]).exit_code == 0
     lock = MiningLayout(out).lock().path
     seen: list[bool] = []
-    original, original_structure = module.add_hard_negatives, structure.write_structure_groups
+    original, original_structure = chain.add_hard_negatives, chain.write_structure_groups
 
     def watched(*args, **kwargs):
         seen.append(lock.is_file())
@@ -251,8 +250,8 @@ def test_the_passes_after_a_merge_run_inside_the_folders_lock(
         seen.append(lock.is_file())
         return original_structure(*args, **kwargs)
 
-    monkeypatch.setattr(module, "add_hard_negatives", watched)
-    monkeypatch.setattr("xprt_st.cli.mine.write_structure_groups", watched_structure)
+    monkeypatch.setattr(chain, "add_hard_negatives", watched)  # the chain after the merge calls both
+    monkeypatch.setattr(chain, "write_structure_groups", watched_structure)
     for args in (["mine", "--merge", str(out)], ["mine", str(corpus), "-o", str(out)]):
         result = CliRunner().invoke(app, [*args, "--hard-negatives", "1", "--structure", "titles", *common])
         assert result.exit_code == 0, result.output

@@ -212,8 +212,6 @@ def mine(
         contextlib.ExitStack() as held,  # a re-merged folder's lock, from the merge to the last pass that writes
     ):
         try:
-            if pairs != "random-span":  # random spans encode nothing
-                console.print(f"precision: {resolved.precision} ({resolved.reason})", highlight=False, markup=False)
             if threshold is not None and threshold_quantile is not None:
                 raise typer.BadParameter("give --threshold or --threshold-quantile, not both")
             seed, holdout = _held_out_draw(merge_dir, seed, holdout)
@@ -302,6 +300,8 @@ def mine(
         except ValueError as error:  # project errors (no groups: exit 1) end in the command class's handler
             raise report_error(error) from error
         Console(emoji=False).print(summary_table(stats))
+        if pairs != "random-span":  # random spans encode nothing
+            _say(f"precision: {resolved.precision} ({resolved.reason})")
         draw_caveat = (stats.get("holdout") or {}).get("draw_caveat")
         if draw_caveat:
             console.print(f"note: {draw_caveat}", highlight=False, markup=False)

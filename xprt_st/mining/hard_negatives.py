@@ -256,7 +256,8 @@ def add_hard_negatives(
 
     pool_rows = np.flatnonzero(~held_out)
     check_candidates(folder, count, labels[pool_rows])
-    precision = precision or stored_precision(stats)
+    if precision is None:  # mining's, where torch ran it (another backend's vectors are never reused anyway)
+        precision = stored_precision(stats) if encode_backend == "torch" else "auto"
     sentence_model = load_encoder(model, encode_backend, folder, precision=precision)
     with tempfile.TemporaryDirectory(prefix="xprt-hard-negatives-") as scratch:
         dim = (
