@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from xprt_st.cli import app
-from xprt_st.encode_backend import OPTION_HELP, check_encode_backend
+from xprt_st.encode_backend import OPTION_HELP, EncodeBackendError, check_encode_backend
 from xprt_st.progress_lines import heartbeat_for
 from xprt_st.quickstart_defaults import DEFAULTS, HOLDOUT, LABEL_FREE_NOTE, closing_note
 from xprt_st.stage_timing import StageTimer, format_rows, startup_row
@@ -161,6 +161,9 @@ def quickstart(
         console.print(f"[bold red]error:[/bold red] --corpus: {escape(str(error))}", highlight=False)
         raise typer.Exit(1) from error
     except MiningError as error:  # e.g. an output folder that cannot be written; what was mined is kept
+        console.print(f"[bold red]error:[/bold red] {escape(str(error))}", highlight=False)
+        raise typer.Exit(1) from error
+    except EncodeBackendError as error:  # the export cache of --encode-backend: a path of another kind, or unreadable
         console.print(f"[bold red]error:[/bold red] {escape(str(error))}", highlight=False)
         raise typer.Exit(1) from error
     except ModelLoadError as error:  # --model passed the check of its files but did not load; nothing was mined
