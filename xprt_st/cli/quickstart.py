@@ -12,6 +12,7 @@ from rich.table import Table
 
 from xprt_st.cli.app import app
 from xprt_st.encode_backend import OPTION_HELP, check_encode_backend
+from xprt_st.encode_runtime import ExportCacheError
 from xprt_st.precision import OPTION_HELP as PRECISION_HELP
 from xprt_st.progress_lines import heartbeat_for
 from xprt_st.quickstart_defaults import DEFAULTS, HOLDOUT, LABEL_FREE_NOTE, closing_note
@@ -156,7 +157,7 @@ def quickstart(
     # past the first, an output folder that cannot be written.
     except CorpusError as error:
         raise report_error(error, exit_code=1, option="--corpus") from error
-    except (QuickstartInputError, MiningError) as error:
+    except (QuickstartInputError, MiningError, ExportCacheError) as error:
         raise report_error(error, exit_code=1) from error
     except ModelLoadError as error:  # --model passed the check of its files but did not load; nothing was mined
         raise report_error(error, option="--model") from error
