@@ -12,7 +12,6 @@ from rich.table import Table
 
 from xprt_st.cli.app import app
 from xprt_st.encode_backend import OPTION_HELP, check_encode_backend
-from xprt_st.encode_runtime import ExportCacheError
 from xprt_st.precision import OPTION_HELP as PRECISION_HELP
 from xprt_st.progress_lines import heartbeat_for
 from xprt_st.quickstart_defaults import DEFAULTS, HOLDOUT, LABEL_FREE_NOTE, closing_note
@@ -101,6 +100,7 @@ def quickstart(
       xprt-st quickstart --corpus my.jsonl --id-field id --task my-beir/ -o out/
     """
     from xprt_st.cli.common import check_model, check_output_folder, command_logging, report_error
+    from xprt_st.encode_runtime import ExportCacheError
     from xprt_st.mining.config import MiningError
     from xprt_st.mining.reader import CorpusError
     from xprt_st.mining.stats import summary_table
