@@ -69,7 +69,7 @@ def test_bm25_finds_each_document_by_its_stemmed_words(beir_writer, tmp_path: Pa
 
 
 def test_hybrid_search_is_the_reciprocal_rank_fusion_of_bm25_and_cosine(minilm) -> None:
-    queries = {**QUERIES, "q-nap": "where do kittens doze"}  # no word in common with any document: BM25 ties at 0
+    queries = {**QUERIES, "q-nap": "where do kittens doze"}  # no word in common with any document: BM25 finds none
     task = make_retrieval_task(BEIRData(corpus=CORPUS, queries=queries, qrels={}), "lexical")
     task.load_data()
     split = task.dataset["default"]["test"]
@@ -83,11 +83,15 @@ def test_hybrid_search_is_the_reciprocal_rank_fusion_of_bm25_and_cosine(minilm) 
         cosine = dict(
             zip(ids, (float(v) for v in documents @ minilm.encode(text, normalize_embeddings=True)), strict=True)
         )
-        lexical, semantic = _ranks(_bm25_scores(CORPUS, text)), _ranks(cosine)
-        expected = {doc: 0.5 / (RRF_K + lexical[doc]) + 0.5 / (RRF_K + semantic[doc]) for doc in ids}
+        matching = {doc: score for doc, score in _bm25_scores(CORPUS, text).items() if score > 0}
+        expected = {doc: 0.0 for doc in ids}
+        for ranks in (_ranks(matching), _ranks(cosine)):  # a document BM25 does not return gets nothing from it
+            for doc, rank in ranks.items():
+                expected[doc] += 0.5 / (RRF_K + rank)
         assert fused[query] == pytest.approx(expected), query
-    # where BM25 has nothing to say, the dense model's first passage leads the fusion
+    # where BM25 finds nothing, the dense ranking alone decides the fusion
     assert max(fused["q-nap"], key=fused["q-nap"].get) == "sleep"
+    assert search.lexical.search(split["queries"], top_k=5, encode_kwargs={})["q-nap"] == {}
 
 
 def test_hybrid_scores_feed_the_paired_intervals_like_a_dense_model(tiny_model, beir_writer, tmp_path: Path) -> None:

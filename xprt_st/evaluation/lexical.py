@@ -4,16 +4,17 @@ A search team's first question about a dense model is whether it beats BM25 on i
 fusion of the two is ahead of both. These two names answer it through the same mteb run, per-query nDCG@10 and
 paired intervals as any dense model (:func:`xprt_st.evaluation.run.evaluate_models`).
 
-- ``bm25``: mteb's BM25 search model (``mteb.models.model_implementations.bm25.BM25Search``), built on the
-  maintained ``bm25s`` package, with the settings of :data:`BM25_SETTINGS` pinned (not detected from the task's
-  language): the text indexed is ``title + "\\n" + text``; the tokenizer is bm25s's (lower case, the regular
+- ``bm25``: :class:`BM25Search`, the maintained ``bm25s`` package (tokenizer, stemmer, scoring) in mteb's search
+  protocol, with the settings of :data:`BM25_SETTINGS` pinned (not detected from the task's language): the text
+  indexed is ``title + "\\n" + text``; the tokenizer is bm25s's (lower case, the regular
   expression ``\\b\\w\\w+\\b``: words of two or more letters or digits); the 33 English stopwords of bm25s (Lucene's
   English stop set); the Snowball English stemmer of PyStemmer; Lucene's BM25 formula with ``k1 = 1.2`` and
   ``b = 0.75``. These are Elasticsearch's defaults with its ``english`` analyzer, the setting of BEIR's published
   BM25 figures, so the line reads against them; the differences that remain: Elasticsearch's standard tokenizer
   (which keeps one-letter words), its Porter stemmer with a possessive filter, and BEIR's two fields (title and
-  text scored apart, the better one taken) against one field here.
-- ``hybrid:MODEL``: mteb's ``HybridSearch`` of BM25 and ``MODEL`` (any name ``evaluate`` takes, ``default``
+  text scored apart: the better field's score plus half the other's, ``best_fields`` with ``tie_breaker`` 0.5)
+  against one field here. Only documents sharing a term with the query are returned, as Elasticsearch returns them.
+- ``hybrid:MODEL``: :class:`HybridSearch` of BM25 and ``MODEL`` (any name ``evaluate`` takes, ``default``
   included), fused by reciprocal-rank fusion with ``k = 60`` and equal weights over each one's top 1,000 (mteb's
   ``top_k`` for retrieval). Why RRF: it reads only ranks, so it needs no calibration between BM25's unbounded scores
   and a cosine in [-1, 1], has no parameter fitted on labels (a team has none), and is the fusion the miner already
@@ -53,7 +54,8 @@ BM25_SETTINGS: dict[str, Any] = {
     "b": 0.75,
     "method": "lucene",
 }
-"""The arguments of mteb's ``BM25Search``: English stopwords and Snowball stemmer, Elasticsearch's k1 and b."""
+"""bm25s's settings: English stopwords, PyStemmer's Snowball English stemmer, Lucene's BM25 with Elasticsearch's
+k1 and b."""
 
 RRF_K = 60
 """The rank constant of reciprocal-rank fusion (Cormack et al. 2009's value, mteb's default)."""
@@ -131,37 +133,137 @@ def _package_version(name: str) -> str:
 
 
 def bm25_revision() -> str:
-    """A hash of all that decides BM25's ranking: the settings and the bm25s and PyStemmer versions (the mteb
-    result cache's revision, so another setting or version is scored again)."""
-    identity = [BM25_SETTINGS, _package_version("bm25s"), _package_version("PyStemmer")]
+    """A hash of all that decides BM25's ranking: the settings, the bm25s and PyStemmer versions and what
+    :class:`BM25Search` returns (the mteb result cache's revision, so another setting or version is scored again)."""
+    identity = [BM25_SETTINGS, _package_version("bm25s"), _package_version("PyStemmer"), "matching documents only"]
     return hashlib.sha1(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _with_meta(search: Any, name: str, revision: str) -> Any:  # noqa: ANN401 (mteb's search models share no base)
+def _meta(name: str, revision: str) -> Any:  # noqa: ANN401 (mteb's ModelMeta, imported lazily)
     from mteb.models.model_meta import ModelMeta
 
-    search.mteb_model_meta = ModelMeta.create_empty(overwrites={"name": name, "revision": revision})
-    return search
+    return ModelMeta.create_empty(overwrites={"name": name, "revision": revision})
 
 
-def bm25_search() -> Any:  # noqa: ANN401 (mteb's BM25Search, imported lazily)
-    """mteb's BM25 search model with :data:`BM25_SETTINGS`, keyed ``xprt-st/bm25`` at :func:`bm25_revision`."""
-    from mteb.models.model_implementations.bm25 import BM25Search
+def _query_texts(queries: Any) -> list[str]:  # noqa: ANN401 (a datasets.Dataset of mteb's queries)
+    """The queries' text, with an instruction appended where a task gives one (as mteb does for its models)."""
+    texts = list(queries["text"])
+    if "instruction" in queries.column_names:
+        texts = [t if i is None else f"{t} {i}" for t, i in zip(texts, queries["instruction"], strict=True)]
+    return texts
 
-    return _with_meta(BM25Search(**BM25_SETTINGS), "xprt-st/bm25", bm25_revision())
+
+class BM25Search:
+    """BM25 over a task's corpus, in mteb's search protocol (``index`` then ``search``), computed by ``bm25s``.
+
+    mteb ships a BM25 search model on bm25s too (``mteb.models.model_implementations.bm25.BM25Search``); this one
+    differs in three ways: its settings are :data:`BM25_SETTINGS` whatever the task's language metadata says; its
+    progress bars follow the evaluation's ``show_progress_bar`` (mteb's always draw); and it returns only the
+    documents that share a term with the query, as Elasticsearch does, rather than every document with the ones
+    that match nothing tied at 0 (whose order by id would otherwise decide some of a short query's top 10).
+    """
+
+    def __init__(self) -> None:
+        self.mteb_model_meta = _meta("xprt-st/bm25", bm25_revision())
+        self._ids: list[str] = []
+        self._retriever: Any = None
+        self._stemmer: Any = None
+
+    def _tokenize(self, texts: list[str], *, ids: bool, show: bool) -> Any:  # noqa: ANN401 (bm25s's tokens)
+        import bm25s
+
+        return bm25s.tokenize(
+            texts, stopwords=BM25_SETTINGS["stopwords"], stemmer=self._stemmer, return_ids=ids, show_progress=show
+        )
+
+    def index(self, corpus: Any, *, encode_kwargs: dict[str, Any], **kwargs: Any) -> None:  # noqa: ANN401
+        """Tokenize and index ``title + "\\n" + text`` of every document (mteb's hook)."""
+        import bm25s
+        import Stemmer
+
+        show = bool(encode_kwargs.get("show_progress_bar", False))
+        self._stemmer = Stemmer.Stemmer(BM25_SETTINGS["stemmer_language"])
+        self._ids = [str(doc_id) for doc_id in corpus["id"]]
+        titles = corpus["title"] if "title" in corpus.column_names else [""] * len(self._ids)
+        texts = [f"{title or ''}\n{text}" for title, text in zip(titles, corpus["text"], strict=True)]
+        settings = {key: BM25_SETTINGS[key] for key in ("k1", "b", "method")}
+        self._retriever = bm25s.BM25(**settings)
+        self._retriever.index(self._tokenize(texts, ids=True, show=show), show_progress=show)
+
+    def search(
+        self,
+        queries: Any,  # noqa: ANN401 (a datasets.Dataset of mteb's queries)
+        *,
+        top_k: int,
+        encode_kwargs: dict[str, Any],
+        top_ranked: dict[str, list[str]] | None = None,
+        **kwargs: Any,  # noqa: ANN401 (mteb's other hook arguments, unused)
+    ) -> dict[str, dict[str, float]]:
+        """Each query's ``top_k`` documents with a BM25 score above 0 (mteb's hook); with ``top_ranked`` (a
+        reranking task), only the documents it lists for the query."""
+        if self._retriever is None:
+            raise RuntimeError("BM25Search.search before index: mteb indexes the corpus first")
+        show = bool(encode_kwargs.get("show_progress_bar", False))
+        tokens = self._tokenize(_query_texts(queries), ids=False, show=show)
+        found, scores = self._retriever.retrieve(tokens, k=min(top_k, len(self._ids)), show_progress=show)
+        results: dict[str, dict[str, float]] = {}
+        for row, query_id in enumerate(queries["id"]):
+            allowed = set(top_ranked[query_id]) if top_ranked and query_id in top_ranked else None
+            results[query_id] = {
+                self._ids[doc]: float(score)
+                for doc, score in zip(found[row], scores[row], strict=True)
+                if score > 0 and (allowed is None or self._ids[doc] in allowed)
+            }
+        return results
 
 
-def hybrid_search(dense: SentenceTransformer, *, key_name: str, dense_revision: str) -> Any:  # noqa: ANN401
-    """mteb's ``HybridSearch`` of BM25 and ``dense`` by reciprocal-rank fusion (:data:`RRF_K`, equal weights).
+class HybridSearch:
+    """BM25 and a dense model fused by reciprocal-rank fusion, in mteb's search protocol.
+
+    The fusion is mteb's own (``mteb.models.hybrid_wrappers.fuse_rrf``: ``sum_m w_m / (k + rank_m(d))`` with equal
+    weights, a document absent from one list getting nothing from it, ties ordered by descending id); the class
+    differs from mteb's ``HybridSearch`` only in drawing no progress bars of its own.
+    """
+
+    def __init__(self, dense: SentenceTransformer, *, name: str, dense_revision: str) -> None:
+        from mteb.models import SentenceTransformerEncoderWrapper
+        from mteb.models.search_wrappers import SearchEncoderWrapper
+
+        self.lexical = BM25Search()
+        self.dense = SearchEncoderWrapper(SentenceTransformerEncoderWrapper(dense))
+        revision = hashlib.sha1(f"rrf{RRF_K}:{bm25_revision()}:{dense_revision}".encode()).hexdigest()[:16]
+        self.mteb_model_meta = _meta(name, revision)
+
+    def index(self, corpus: Any, **kwargs: Any) -> None:  # noqa: ANN401 (mteb's corpus Dataset and hook arguments)
+        """Index the corpus in both models (mteb's hook)."""
+        self.lexical.index(corpus, **kwargs)
+        self.dense.index(corpus, **kwargs)
+
+    def search(self, queries: Any, *, top_k: int, **kwargs: Any) -> dict[str, dict[str, float]]:  # noqa: ANN401
+        """Each query's ``top_k`` documents by fused score, from each model's top ``max(top_k, 100)`` (mteb's hook)."""
+        from mteb.models.hybrid_wrappers import fuse_rrf
+
+        depth = max(top_k, 100)
+        lists = [model.search(queries, top_k=depth, **kwargs) for model in (self.lexical, self.dense)]
+        results: dict[str, dict[str, float]] = {}
+        for query_id in queries["id"]:
+            fused = fuse_rrf([found.get(query_id, {}) for found in lists], [0.5, 0.5], rrf_k=RRF_K)
+            ranked = sorted(fused.items(), key=lambda item: (item[1], item[0]), reverse=True)[:top_k]
+            results[query_id] = dict(ranked)
+        return results
+
+
+def bm25_search() -> BM25Search:
+    """The BM25 search model with :data:`BM25_SETTINGS`, keyed ``xprt-st/bm25`` at :func:`bm25_revision`."""
+    return BM25Search()
+
+
+def hybrid_search(dense: SentenceTransformer, *, key_name: str, dense_revision: str) -> HybridSearch:
+    """BM25 and ``dense`` fused by reciprocal-rank fusion (:data:`RRF_K`, equal weights).
 
     Args:
         dense: the loaded dense model.
         key_name: the mteb result key's name (``xprt-st/hybrid-<label>``).
         dense_revision: the dense model's fingerprint; with :func:`bm25_revision` it makes the key's revision.
     """
-    from mteb.models import SentenceTransformerEncoderWrapper
-    from mteb.models.hybrid_wrappers import HybridSearch
-
-    search = HybridSearch([bm25_search(), SentenceTransformerEncoderWrapper(dense)], fusion_strategy="rrf", rrf_k=RRF_K)
-    revision = hashlib.sha1(f"rrf{RRF_K}:{bm25_revision()}:{dense_revision}".encode()).hexdigest()[:16]
-    return _with_meta(search, key_name, revision)
+    return HybridSearch(dense, name=key_name, dense_revision=dense_revision)
