@@ -14,13 +14,14 @@ from xprt_st.cli import app
 from xprt_st.evaluation.lexical import (
     BM25_SETTINGS,
     RRF_K,
+    BM25Search,
     LexicalSpecError,
     bm25_revision,
     check_lexical_spec,
     hybrid_search,
 )
 from xprt_st.evaluation.readers import BEIRData
-from xprt_st.evaluation.run import evaluate_models
+from xprt_st.evaluation.run import evaluate_models, run_mteb
 from xprt_st.evaluation.tasks import make_retrieval_task
 
 runner = CliRunner()
@@ -66,6 +67,14 @@ def test_bm25_finds_each_document_by_its_stemmed_words(beir_writer, tmp_path: Pa
     assert report.per_query["lexical"]["bm25"] == {"q-walked": 1.0, "q-steeping": 1.0, "q-baking": 1.0}
     assert report.score("bm25", "lexical") == 1.0
     assert report.scores[0].model_key == f"xprt-st/bm25@{bm25_revision()}"
+    # without the stemmer "walked" matches no document, and BM25 returns none for it
+    task = report.task_objects["lexical"]
+    unstemmed = BM25Search({"stemmer_language": None})
+    scores, per_query = run_mteb(unstemmed, [task], label="unstemmed")
+    assert per_query["lexical"]["q-walked"] == 0.0 and per_query["lexical"]["q-steeping"] == 1.0
+    assert scores[0].model_key != report.scores[0].model_key  # another setting, another cache key
+    with pytest.raises(ValueError, match="unknown BM25 settings"):
+        BM25Search({"k3": 8})
 
 
 def test_hybrid_search_is_the_reciprocal_rank_fusion_of_bm25_and_cosine(minilm) -> None:

@@ -132,10 +132,11 @@ def _package_version(name: str) -> str:
         return "absent"
 
 
-def bm25_revision() -> str:
+def bm25_revision(settings: dict[str, Any] | None = None) -> str:
     """A hash of all that decides BM25's ranking: the settings, the bm25s and PyStemmer versions and what
     :class:`BM25Search` returns (the mteb result cache's revision, so another setting or version is scored again)."""
-    identity = [BM25_SETTINGS, _package_version("bm25s"), _package_version("PyStemmer"), "matching documents only"]
+    used = BM25_SETTINGS if settings is None else settings
+    identity = [used, _package_version("bm25s"), _package_version("PyStemmer"), "matching documents only"]
     return hashlib.sha1(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -163,8 +164,14 @@ class BM25Search:
     that match nothing tied at 0 (whose order by id would otherwise decide some of a short query's top 10).
     """
 
-    def __init__(self) -> None:
-        self.mteb_model_meta = _meta("xprt-st/bm25", bm25_revision())
+    def __init__(self, settings: dict[str, Any] | None = None) -> None:
+        """``settings`` replaces some of :data:`BM25_SETTINGS` (a study of them; ``None`` as ``stopwords`` or
+        ``stemmer_language``: no stopword list, no stemmer); the references always use the stated ones."""
+        self.settings = {**BM25_SETTINGS, **(settings or {})}
+        unknown = set(self.settings) - set(BM25_SETTINGS)
+        if unknown:
+            raise ValueError(f"unknown BM25 settings {sorted(unknown)}; known: {sorted(BM25_SETTINGS)}")
+        self.mteb_model_meta = _meta("xprt-st/bm25", bm25_revision(self.settings))
         self._ids: list[str] = []
         self._retriever: Any = None
         self._stemmer: Any = None
@@ -173,7 +180,7 @@ class BM25Search:
         import bm25s
 
         return bm25s.tokenize(
-            texts, stopwords=BM25_SETTINGS["stopwords"], stemmer=self._stemmer, return_ids=ids, show_progress=show
+            texts, stopwords=self.settings["stopwords"], stemmer=self._stemmer, return_ids=ids, show_progress=show
         )
 
     def index(self, corpus: Any, *, encode_kwargs: dict[str, Any], **kwargs: Any) -> None:  # noqa: ANN401
@@ -182,11 +189,12 @@ class BM25Search:
         import Stemmer
 
         show = bool(encode_kwargs.get("show_progress_bar", False))
-        self._stemmer = Stemmer.Stemmer(BM25_SETTINGS["stemmer_language"])
+        language = self.settings["stemmer_language"]
+        self._stemmer = None if language is None else Stemmer.Stemmer(language)
         self._ids = [str(doc_id) for doc_id in corpus["id"]]
         titles = corpus["title"] if "title" in corpus.column_names else [""] * len(self._ids)
         texts = [f"{title or ''}\n{text}" for title, text in zip(titles, corpus["text"], strict=True)]
-        settings = {key: BM25_SETTINGS[key] for key in ("k1", "b", "method")}
+        settings = {key: self.settings[key] for key in ("k1", "b", "method")}
         self._retriever = bm25s.BM25(**settings)
         self._retriever.index(self._tokenize(texts, ids=True, show=show), show_progress=show)
 
