@@ -124,6 +124,10 @@ def test_compare_cli_end_to_end_and_resume(tmp_path: Path, tiny_model_path: Path
     assert "| change-only-positive |" in markdown and "gain vs start [95% CI]" in markdown
     assert "Verdict per task across seeds" in markdown and "paired bootstrap" in markdown
     assert "95% CI" in result.output and "verdict" in result.output
+    # BM25 is scored once on the retrieval task alone, as a reference line outside the means
+    reference = json.loads((scores_dir / "bm25.json").read_text())
+    assert list(reference["scores"]) == ["beir"] and reference["per_item"]["beir"]["kind"] == "retrieval"
+    assert f"| beir | {100 * reference['scores']['beir']:.2f} |" in markdown
 
     # a second run finds everything complete: nothing is trained or evaluated again
     timings = (run / "timings.json").read_text()
@@ -292,6 +296,28 @@ def _hand_result() -> CompareResult:
         scores=scores,
         per_item=per_item,
     )
+
+
+def test_report_gives_bm25_a_reference_line_on_retrieval_tasks_only(tmp_path: Path) -> None:
+    result = _hand_result()
+    start = result.per_item[1]["start"]["a"]["ndcg_at_10"]
+    lexical = {query: value - 0.2 for query, value in start.items()}  # the start 0.2 above BM25 on every query
+    result.reference = {
+        "scores": {"a": sum(lexical.values()) / 4},
+        "per_item": {"a": {"kind": "retrieval", "ndcg_at_10": lexical}},
+    }
+    interval = result.start_minus_reference("a")
+    assert (interval.estimate, interval.low, interval.high) == pytest.approx((0.2, 0.2, 0.2))
+    assert result.start_minus_reference("b") is None
+    markdown = markdown_report(result, load_compare_config(_config_stub(tmp_path)))
+    lines = markdown.splitlines()
+    row = next(line for line in lines if line.startswith("| a | "))
+    assert row.startswith(
+        f"| a | {100 * result.reference['scores']['a']:.2f} | {100 * result.scores[1]['start']['a']:.2f} |"
+    )
+    assert row.endswith("+20.00 [+20.00, +20.00] gain |")
+    assert not any(line.startswith("| b | ") for line in lines)  # STS has no BM25 line
+    assert "bm25" not in result.models  # never in a mean or a gain
 
 
 def test_report_states_each_seeds_interval_and_flags_disagreeing_seeds(tmp_path: Path) -> None:

@@ -273,6 +273,7 @@ def test_recipe_step_costs_are_the_measured_ones() -> None:
     assert costs["random-positive"] == costs["xprt"]
     # the structure recipes are change-only-positive-hard's loss on groups of the same shape (4 texts)
     assert costs["structure-positive"] == costs["structure-mixed"] == costs["change-only-positive-hard"]
+    assert costs["lexical-positive-hard"] == costs["change-only-positive-hard"]  # the same loss, other positives
     # no step benchmark: training time relative to change-only-positive in the from-BERT run (seeds 42, 43)
     run_times = _table(_section(RESULTS, "## Run times"), "stage")
     times = {row["stage"]: float(row["wall seconds"]) for row in run_times if row["stage"].startswith("seed")}

@@ -92,6 +92,26 @@ def test_the_gain_has_its_interval_and_a_plain_note_when_it_is_not_a_gain(quicks
     assert note is None or " ".join(note.split()) in printed
 
 
+def test_the_closing_table_shows_bm25_on_the_task_and_the_trained_models_difference(
+    quickstart_run: tuple[Path, Any],
+) -> None:
+    from xprt_st.evaluation.run import evaluate_models
+
+    output, result = quickstart_run
+    summary = _summary(output)
+    # BM25 scored alone on the same task gives the line the quickstart printed beside the two models
+    alone = evaluate_models(["bm25"], ["python-faq"])
+    bm25 = summary["bm25"]["scores"]["python-faq"]
+    assert bm25 == pytest.approx(alone.score("bm25", "python-faq"))
+    over = summary["bm25"]["after_minus_bm25"]["python-faq"]
+    after = summary["scores"]["after change-only-positive-hard"]["python-faq"]
+    assert over["difference"] == pytest.approx(after - bm25, abs=1e-4)  # mteb rounds its main score to 5 digits
+    assert float(over["ci_low"]) <= over["difference"] <= float(over["ci_high"])
+    printed = " ".join(result.output.split())
+    assert f"BM25 (reference) │ {bm25:.4f}" in printed
+    assert f"{over['difference']:+.4f} [{float(over['ci_low']):+.4f}, {float(over['ci_high']):+.4f}]" in printed
+
+
 def test_the_label_free_line_reports_the_held_out_pages_of_this_run(quickstart_run: tuple[Path, Any]) -> None:
     from xprt_st.quickstart import HOLDOUT, LABEL_FREE_NOTE
     from xprt_st.training.label_free import RESULT_FILE

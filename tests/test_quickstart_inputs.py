@@ -111,3 +111,23 @@ def test_a_run_past_one_pass_on_another_corpus_than_its_task_says_both(
     assert summary["notes"]["task_corpus"].startswith(f"--task {task}: 0 of its 3 corpus documents")
     flat = _flat(result.output)
     assert summary["notes"]["passes"] in flat and f"note: {summary['notes']['task_corpus']}" in flat
+
+
+def test_a_recipe_of_lexical_positives_mines_its_own_ranking_and_trains(
+    elsewhere: Path, tmp_path: Path, tiny_model_path: Path
+) -> None:
+    from xprt_st.quickstart import QuickstartConfig
+
+    # the default recipe asks no ranking of its own: its mining fingerprint is what it was
+    assert "rank_by" not in QuickstartConfig(output=tmp_path / "o").mining_fields()
+    corpus, _ = _write_user_data(tmp_path / "user")
+    result = runner.invoke(
+        app, _user_run(corpus, tiny_model_path, "--recipe", "lexical-positive-hard", "--max-steps", "1")
+    )
+    assert result.exit_code == 0, _flat(result.output)
+    stats = json.loads((elsewhere / "out" / "mined" / "stats.json").read_text())
+    assert stats["settings"]["rank_by"] == "bm25" and stats["settings"]["hard_negatives"] == 2
+    assert 0.0 <= stats["positives_not_nearest"] <= 1.0
+    summary = json.loads((elsewhere / "out" / "summary.json").read_text())
+    assert summary["mining"]["positives_not_nearest"] == stats["positives_not_nearest"]
+    assert (elsewhere / "out" / "model" / "modules.json").is_file()

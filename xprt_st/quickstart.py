@@ -26,6 +26,7 @@ from typing import Any
 from xprt_st import quickstart_reuse as reuse
 from xprt_st.errors import XPRTError
 from xprt_st.evaluation.bootstrap import GAIN, interval_fields, paired_interval, retrieval_items
+from xprt_st.evaluation.lexical import BM25
 from xprt_st.evaluation.run import EvaluationReport, evaluate_models
 from xprt_st.fingerprint import FingerprintError
 from xprt_st.mining import mine
@@ -268,10 +269,10 @@ def _run(config: QuickstartConfig, progress: bool, folder: OutputFolder, timer: 
     if tasks:
         folder.record("evaluation")
         with stage(f"evaluate: {', '.join(tasks)}"):
-            report = evaluate_models(
-                [config.model, model_dir],
+            report = evaluate_models(  # BM25 as the reference line: seconds on a task, and the first question
+                [config.model, model_dir, BM25],
                 tasks,
-                labels=["starting model", f"after {config.recipe}"],
+                labels=["starting model", f"after {config.recipe}", BM25],
                 seed=config.seed,
                 cache_dir=output / "evaluation" / "cache",
                 show_progress=False,
@@ -396,15 +397,18 @@ def _summary(report: EvaluationReport | None, stats: dict[str, Any], config: Qui
     config_record = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}
     if report is None:  # a user corpus without a labelled task: the label-free check is the only comparison
         return {"config": config_record, "mining": stats, "scores": {}, "gain": {}, "interval": {}, "gained": None}
-    before, after = report.models
-    scores = {model: {task: report.score(model, task) for task in report.tasks} for model in report.models}
-    intervals = {}
+    before, after = report.models[:2]
+    scores = {model: {task: report.score(model, task) for task in report.tasks} for model in (before, after)}
+    intervals, over_bm25 = {}, {}
     for task in report.tasks:
         per_query = report.per_query.get(task, {})
-        interval = None
+        interval = reference = None
         if before in per_query and after in per_query:
             interval = paired_interval(retrieval_items(per_query[after], per_query[before]))
+        if after in per_query and BM25 in per_query:
+            reference = paired_interval(retrieval_items(per_query[after], per_query[BM25]))
         intervals[task] = interval_fields(interval)
+        over_bm25[task] = interval_fields(reference) | {"difference": None if reference is None else reference.estimate}
     return {
         "config": config_record,
         "mining": stats,
@@ -412,4 +416,9 @@ def _summary(report: EvaluationReport | None, stats: dict[str, Any], config: Qui
         "gain": {task: scores[after][task] - scores[before][task] for task in report.tasks},
         "interval": intervals,
         "gained": all(fields["verdict"] == GAIN for fields in intervals.values()),
+        # the lexical reference (xprt_st.evaluation.lexical): BM25's score and the trained model's difference from it
+        "bm25": {
+            "scores": {task: report.score(BM25, task) for task in report.tasks} if BM25 in report.models else {},
+            "after_minus_bm25": over_bm25,
+        },
     }

@@ -86,8 +86,8 @@ def test_mine_reports_wrong_columns_and_bad_flags(tmp_path, tiny_model_path):
     )
     assert result.exit_code == 2
     assert "no text field 'text'" in result.output and "--text-field" in result.output
-    result = runner.invoke(app, ["mine", str(corpus), "--output", str(tmp_path / "o"), "--rank-by", "bm25", "-q"])
-    assert result.exit_code == 2 and "rank_by='bm25' is not one of" in result.output
+    result = runner.invoke(app, ["mine", str(corpus), "--output", str(tmp_path / "o"), "--rank-by", "lexical", "-q"])
+    assert result.exit_code == 2 and "rank_by='lexical' is not one of" in result.output
 
 
 _NAV_FOOTER = re.compile(

@@ -40,7 +40,10 @@ def _fail(error: Exception) -> typer.Exit:
 def evaluate(
     models: Annotated[
         list[str] | None,
-        typer.Argument(help="Models to compare (names or folders); 'default' = the offline all-MiniLM-L6-v2."),
+        typer.Argument(
+            help="Models to compare (names or folders); 'default' = the offline all-MiniLM-L6-v2; 'bm25' and "
+            "'hybrid:MODEL' (BM25 fused with MODEL by reciprocal ranks) are lexical references for retrieval tasks."
+        ),
     ] = None,
     tasks: Annotated[
         list[str],
@@ -90,7 +93,7 @@ def evaluate(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help=VERBOSE_HELP)] = False,
 ) -> None:
     """Evaluate one or more models side by side through mteb, offline on local data by default."""
-    from xprt_st.cli.common import check_model, check_output_folder, command_logging
+    from xprt_st.cli.common import check_output_folder, command_logging
     from xprt_st.output_folder import COMMAND_NAMES, hold_folder
 
     specs = list(models or ["default"])
@@ -102,7 +105,8 @@ def evaluate(
         resolved = resolve_precision(precision, device, encode_backend)
         check_output_folder(output_dir, "--output")
         for spec in specs:
-            check_model(spec, "MODELS")
+            _check_model_name(spec)
+        _check_lexical_task_specs(specs, tasks)
         _check_heldout_contract(specs, tasks)
         folder = hold_folder(output_dir, "evaluate", "--output")
     except ValueError as error:
@@ -167,6 +171,35 @@ def evaluate(
         _remove_stale_results(folder, list(COMMAND_NAMES["evaluate"][1]), [path.name for path in paths.values()])
     if not quiet:
         console.print("wrote " + ", ".join(str(path) for path in paths.values()), highlight=False, markup=False)
+
+
+def _check_model_name(spec: str) -> None:
+    """A model name of ``evaluate``, checked before work: a dense model, ``bm25``, or ``hybrid:MODEL``."""
+    from xprt_st.cli.common import check_model
+    from xprt_st.evaluation.lexical import check_lexical_spec, is_lexical_spec
+
+    if not is_lexical_spec(spec):
+        check_model(spec, "MODELS")
+        return
+    parsed = check_lexical_spec(spec)
+    if parsed.dense is not None:
+        check_model(parsed.dense, f"MODELS ({spec})")
+
+
+def _check_lexical_task_specs(specs: list[str], tasks: list[str]) -> None:
+    """Refuse ``bm25`` or ``hybrid:MODEL`` with a label-free task before work (the task kinds that need reading, an
+    STS file, are refused by :func:`xprt_st.evaluation.run.check_lexical_tasks` before any model loads)."""
+    from xprt_st.evaluation.catalog import split_task_specs
+    from xprt_st.evaluation.lexical import is_lexical_spec
+    from xprt_st.evaluation.run import is_label_free
+
+    lexical = [spec for spec in specs if is_lexical_spec(spec)]
+    free = [name for name in split_task_specs(tasks) if is_label_free(name)]
+    if lexical and free:
+        raise ValueError(
+            f"{lexical[0]} scores retrieval tasks with labels only; {free[0]} is a label-free task: evaluate it "
+            "with the dense models alone"
+        )
 
 
 def _remove_stale_results(folder: OutputFolder, results: list[str], written: list[str]) -> None:

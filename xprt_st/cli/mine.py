@@ -125,7 +125,9 @@ def mine(
         ),
     ] = None,
     top_k: Annotated[int, typer.Option(help="Related passages per anchor (paper: 4).")] = DEFAULTS.top_k,
-    rank_by: Annotated[str, typer.Option(help="fused (paper) | embedding | tfidf.")] = DEFAULTS.rank_by,
+    rank_by: Annotated[
+        str, typer.Option(help="fused (paper) | embedding | tfidf | bm25 (the lexical score alone, no cosine).")
+    ] = DEFAULTS.rank_by,
     positive: Annotated[str, typer.Option(help="mined (paper) | random (ablation).")] = DEFAULTS.positive,
     pairs: Annotated[str, typer.Option(help="mined | random-span (Contriever-style baseline).")] = DEFAULTS.pairs,
     seed: Annotated[

@@ -195,7 +195,8 @@ def stage_table(rows: list[dict]) -> Table:
 
 
 def _print_scores(summary: dict) -> None:
-    """The closing table: each labelled task's nDCG@10 before and after, the gain and its paired 95% interval."""
+    """The closing table: each labelled task's nDCG@10 before and after, the gain and its paired 95% interval, and
+    BM25's line with the trained model's difference from it (the reference a search team compares with first)."""
     table = Table(title="Retrieval before and after pre-training (nDCG@10)")
     table.add_column("model", style="bold")
     tasks = list(summary["gain"])
@@ -205,6 +206,16 @@ def _print_scores(summary: dict) -> None:
         table.add_row(escape(name), *[f"{scores[task]:.4f}" for task in tasks])
     table.add_row("gain", *[f"{summary['gain'][task]:+.4f}" for task in tasks], style="italic")
     table.add_row("gain, 95% CI", *[_bounds(summary["interval"][task]) for task in tasks], style="italic")
+    reference = summary.get("bm25", {})
+    if reference.get("scores"):
+        table.add_section()
+        table.add_row("BM25 (reference)", *[f"{reference['scores'][task]:.4f}" for task in tasks])
+        over = reference["after_minus_bm25"]
+        cells = [
+            "n/a" if over[task]["difference"] is None else f"{over[task]['difference']:+.4f} {_bounds(over[task])}"
+            for task in tasks
+        ]
+        table.add_row("after - BM25, 95% CI", *cells, style="italic")
     console.print(table)
     note = closing_note(summary)
     if note:

@@ -99,6 +99,7 @@ def markdown_report(result: CompareResult, config: CompareConfig) -> str:
             + ", ".join(per_task)
             + " |"
         )
+    lines += _reference_lines(result)
     lines += _head_to_head(result)
     lines += [
         "",
@@ -111,6 +112,28 @@ def markdown_report(result: CompareResult, config: CompareConfig) -> str:
         lines.append(f"| {model} | " + " | ".join(result.verdict(model, t) for t in result.tasks) + " |")
     lines += ["", READING.format(n=N_RESAMPLES, seed=SEED), ""]
     return "\n".join(lines)
+
+
+def _reference_lines(result: CompareResult) -> list[str]:
+    """BM25's line on each retrieval task (×100) with the start's difference from it: the lexical reference, outside
+    every mean and gain above."""
+    scores = result.reference.get("scores", {})
+    tasks = [task for task in result.tasks if task in scores]
+    if not tasks or not result.seeds:
+        return []
+    start = result.scores[result.seeds[0]][START_LABEL]
+    lines = [
+        "",
+        "### Lexical reference: BM25 on the retrieval tasks (×100; not trained, outside the means)",
+        "",
+        "| task | BM25 | start | start minus BM25 [95% CI] |",
+        "|---|---|---|---|",
+    ]
+    for task in tasks:
+        interval = result.start_minus_reference(task)
+        difference = _cell(interval, start[task] - scores[task]) + (f" {interval.verdict}" if interval else "")
+        lines.append(f"| {task} | {100 * scores[task]:.2f} | {100 * start[task]:.2f} | {difference} |")
+    return lines
 
 
 def _head_to_head(result: CompareResult) -> list[str]:

@@ -13,6 +13,8 @@ if TYPE_CHECKING:
     from xprt_st.evaluation.bootstrap import Interval
 
 START_LABEL = "start"
+REFERENCE_LABEL = "bm25"
+"""The lexical reference scored beside the start on the retrieval tasks (``run/scores/KEY/bm25.json``)."""
 
 
 @dataclass
@@ -27,6 +29,9 @@ class CompareResult:
     per_item: dict[int, dict[str, dict[str, dict[str, Any]]]] = field(default_factory=dict)
     """``per_item[seed][model][task]``: the stored per-item record (:func:`xprt_st.evaluation.bootstrap.paired_items`);
     absent for scores written before per-item scores were kept: their differences have no interval."""
+    reference: dict[str, Any] = field(default_factory=dict)
+    """BM25's stored record (``scores``, ``per_item``) on the retrieval tasks; empty when it was not scored (a run
+    without a retrieval task, or made before the reference was kept). Never part of a mean or a gain."""
     _intervals: dict[tuple[int, str, str | None, str], Interval | None] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -70,6 +75,16 @@ class CompareResult:
                 self._intervals[key] = paired_interval(items[0]) if task is not None else pooled_interval(items)
         return self._intervals[key]
 
+    def start_minus_reference(self, task: str) -> Interval | None:
+        """Paired bootstrap 95% interval of (start - BM25) on one retrieval task; None without both records."""
+        from xprt_st.evaluation.bootstrap import paired_interval, paired_items
+
+        start = next((self.per_item[s].get(START_LABEL, {}) for s in self.seeds), {})
+        lexical = self.reference.get("per_item", {})
+        if task not in start or task not in lexical:
+            return None
+        return paired_interval(paired_items(start[task], lexical[task]))
+
     def verdict(self, model: str, task: str | None = None) -> str:
         """Verdict over the seeds that have ``model`` (gain, loss, no clear difference, seeds disagree, n/a)."""
         from xprt_st.evaluation.bootstrap import seeds_verdict
@@ -106,4 +121,14 @@ def collect_results(run: Path, config: CompareConfig, tasks: list[str]) -> Compa
             scores[seed] = rows
             per_item[seed] = items
             seeds.append(seed)
-    return CompareResult(tasks=tasks, metrics=metrics, models=models, seeds=seeds, scores=scores, per_item=per_item)
+    reference_file = start_file.with_name(f"{REFERENCE_LABEL}.json")
+    reference = json.loads(reference_file.read_text(encoding="utf-8")) if reference_file.is_file() else {}
+    return CompareResult(
+        tasks=tasks,
+        metrics=metrics,
+        models=models,
+        seeds=seeds,
+        scores=scores,
+        per_item=per_item,
+        reference=reference,
+    )

@@ -22,7 +22,7 @@ from xprt_st.compare.config import (
 )
 from xprt_st.compare.corpus import CORPUS_FILE, build_corpus, corpus_problems, mining_settings
 from xprt_st.compare.report import write_report
-from xprt_st.compare.results import START_LABEL, CompareResult, collect_results
+from xprt_st.compare.results import REFERENCE_LABEL, START_LABEL, CompareResult, collect_results
 from xprt_st.compare.reuse import (
     CORPUS,
     check_inputs_unchanged,
@@ -392,6 +392,29 @@ def evaluate_start(config: CompareConfig, run: Path, tasks: Sequence[Any]) -> No
         _record_timing(run, "evaluate start", time.perf_counter() - started)
 
 
+def evaluate_reference(config: CompareConfig, run: Path, tasks: Sequence[Any]) -> None:
+    """Score BM25 (:mod:`xprt_st.evaluation.lexical`) on the retrieval tasks with labels into ``run/scores`` (once):
+    the lexical reference line of the report, kept out of every mean (it has no score on an STS task)."""
+    from xprt_st.evaluation.run import evaluate_models, is_label_free
+    from xprt_st.evaluation.tasks import task_label
+
+    retrieval = [t for t in tasks if t.metadata.type == "Retrieval" and not is_label_free(task_label(t))]
+    reference_file = run / "scores" / config.evaluation_key() / f"{REFERENCE_LABEL}.json"
+    if not retrieval or reference_file.is_file():
+        return
+    started = time.perf_counter()
+    report = evaluate_models([REFERENCE_LABEL], retrieval, labels=[REFERENCE_LABEL], cache_dir=_cache_dir(config, run))
+    payload = {
+        "model": REFERENCE_LABEL,
+        "scores": {task: report.score(REFERENCE_LABEL, task) for task in report.tasks},
+        "metrics": {task: report.metric(task) for task in report.tasks},
+        "per_item": _per_item(report, REFERENCE_LABEL),
+    }
+    reference_file.parent.mkdir(parents=True, exist_ok=True)
+    reference_file.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    _record_timing(run, "evaluate bm25", time.perf_counter() - started)
+
+
 def _cache_dir(config: CompareConfig, run: Path) -> Path:
     return run / "eval-cache" / config.evaluation_key()
 
@@ -494,6 +517,7 @@ def run_compare(
     if not report_only:
         data = prepare_data(config, run, progress=progress)
         evaluate_start(config, run, tasks)
+        evaluate_reference(config, run, tasks)
         for seed in config.seeds:
             for name in config.recipes:
                 if not train_one(config, run, name, seed, data[name], tasks, progress=progress):

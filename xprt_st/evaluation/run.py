@@ -28,6 +28,14 @@ from sentence_transformers import SentenceTransformer
 
 from xprt_st.encode_backend import backend_of, use_encode_backend
 from xprt_st.evaluation.catalog import resolve_tasks
+from xprt_st.evaluation.lexical import (
+    bm25_search,
+    check_lexical_spec,
+    hybrid_search,
+    is_lexical_spec,
+    lexical_label,
+    parse_lexical_spec,
+)
 from xprt_st.evaluation.tasks import PER_PAIR_KEY, PER_QUERY_KEY, task_label
 from xprt_st.models import is_default_model, load_model
 from xprt_st.precision import precision_of, resolve_precision, use_precision
@@ -67,7 +75,11 @@ def model_fingerprint(model: SentenceTransformer) -> str:
 
 
 def model_label(spec: str | Path | SentenceTransformer | None) -> str:
-    """The short name of a model in tables: the default's name, or a path's last component."""
+    """The short name of a model in tables: the default's name, a path's last component, ``bm25``, or ``hybrid:``
+    and its dense model's name."""
+    lexical = parse_lexical_spec(spec)
+    if lexical is not None:
+        return lexical_label(str(spec), None if lexical.dense is None else model_label(lexical.dense))
     if not isinstance(spec, SentenceTransformer) and is_default_model(spec):
         return "all-MiniLM-L6-v2"
     if isinstance(spec, SentenceTransformer):
@@ -316,16 +328,44 @@ def evaluate_model(
 
     ``per_pair``, when given, is filled with each local STS task's per-pair cosine and gold scores.
     """
-    import mteb
     from mteb.models import SentenceTransformerEncoderWrapper
 
     wrapper = SentenceTransformerEncoderWrapper(model)
     key_name = f"xprt-st/{_slug(label)}"
     revision = model_fingerprint(model)
     wrapper.mteb_model_meta = wrapper.mteb_model_meta.model_copy(update={"name": key_name, "revision": revision})
+    return run_mteb(
+        wrapper,
+        tasks,
+        label=label,
+        batch_size=batch_size,
+        cache_dir=cache_dir,
+        overwrite=overwrite,
+        show_progress=show_progress,
+        per_pair=per_pair,
+    )
+
+
+def run_mteb(
+    model: Any,  # noqa: ANN401 (an mteb encoder wrapper or search model: mteb's protocols share no base class)
+    tasks: Sequence[Any],
+    *,
+    label: str,
+    batch_size: int = 32,
+    cache_dir: str | Path | None = None,
+    overwrite: bool = False,
+    show_progress: bool = False,
+    per_pair: dict[str, dict[str, list[float]]] | None = None,
+) -> tuple[list[TaskScore], dict[str, dict[str, float]]]:
+    """Run mteb on an mteb model whose ``mteb_model_meta`` carries its result key (name and revision); return its
+    main scores and per-query nDCG@10 per task label, read the same way for a dense model and a search model."""
+    import mteb
+
+    meta = model.mteb_model_meta
+    key = f"{meta.name}@{meta.revision}"
     cache = mteb.ResultCache(str(cache_dir)) if cache_dir is not None else None
     result = mteb.evaluate(
-        wrapper,
+        model,
         list(tasks),
         cache=cache,
         co2_tracker=False,
@@ -343,12 +383,32 @@ def evaluate_model(
         split_scores = by_name[name].scores[task.metadata.eval_splits[0]]
         main = task.metadata.main_score
         value = sum(float(s[main]) for s in split_scores) / len(split_scores)
-        scores.append(TaskScore(label, task_label(task), main, value, f"{key_name}@{revision}", name))
+        scores.append(TaskScore(label, task_label(task), main, value, key, name))
         if PER_QUERY_KEY in split_scores[0]:
             per_query[task_label(task)] = {qid: float(v) for qid, v in split_scores[0][PER_QUERY_KEY].items()}
         if per_pair is not None and PER_PAIR_KEY in split_scores[0]:
             per_pair[task_label(task)] = split_scores[0][PER_PAIR_KEY]
     return scores, per_query
+
+
+def check_lexical_tasks(specs: Sequence[object], tasks: Sequence[Any]) -> None:
+    """Refuse, before any model loads, a ``bm25`` or ``hybrid:MODEL`` (:mod:`xprt_st.evaluation.lexical`) on a task
+    that is not a retrieval task with labels (an STS task, ``mined:DIR``, ``titles:DIR``).
+
+    Raises:
+        ValueError: naming the model and the task.
+    """
+    lexical = [spec for spec in specs if is_lexical_spec(spec)]
+    if not lexical:
+        return
+    for task in tasks:
+        label = task_label(task)
+        if task.metadata.type != "Retrieval" or is_label_free(label):
+            kind = "a label-free task" if is_label_free(label) else f"a {task.metadata.type} task"
+            raise ValueError(
+                f"{lexical[0]} scores retrieval tasks with labels only; {label} is {kind}: "
+                "evaluate it with the dense models alone"
+            )
 
 
 def evaluate_models(
@@ -372,7 +432,8 @@ def evaluate_models(
     """Evaluate several models on the same tasks, one after the other, into one report.
 
     Args:
-        models: names or paths (None or ``"default"``: the offline default model), or loaded models.
+        models: names or paths (None or ``"default"``: the offline default model), loaded models, or the lexical
+            references ``"bm25"`` and ``"hybrid:MODEL"`` (:mod:`xprt_st.evaluation.lexical`; retrieval tasks only).
         tasks: task specs (see :func:`xprt_st.evaluation.catalog.resolve_tasks`) or mteb task objects.
         labels: names in the table; by default the model's name or folder name (made unique).
         data_dir: folder of the named local tasks (task resolution, for task specs).
@@ -393,6 +454,8 @@ def evaluate_models(
         xprt_st.evaluation.readers.TaskLoadError: a task spec could not be resolved.
         xprt_st.models.ModelLoadError: a model could not be loaded (raised before any evaluation runs
             for that model; earlier models are already evaluated).
+        ValueError: a lexical reference without bm25s, or on a task that is not retrieval with labels (before any
+            model loads).
     """
     if isinstance(tasks, str):
         tasks = [tasks]
@@ -401,33 +464,49 @@ def evaluate_models(
         resolved = iter(resolve_tasks(specs, data_dir, max_queries=max_queries, max_corpus=max_corpus, seed=seed))
         tasks = [next(resolved) if isinstance(task, str) else task for task in tasks]
     models = list(models) or [None]
+    for spec in models:
+        if is_lexical_spec(spec):
+            check_lexical_spec(str(spec))
+    check_lexical_tasks(models, tasks)
     if labels is not None and len(labels) != len(models):
         raise ValueError(f"got {len(labels)} labels for {len(models)} models; give one label per model or none")
     names = unique_labels(list(labels) if labels is not None else [model_label(m) for m in models])
     report = EvaluationReport(models=names, tasks=[task_label(task) for task in tasks])
     report.task_objects = {task_label(task): task for task in tasks}
     for spec, label in zip(models, names, strict=True):
-        on = device if device is not None or encode_backend == "torch" else "cpu"  # other backends run on the CPU
-        model = spec if isinstance(spec, SentenceTransformer) else load_model(spec, device=on)
-        if encode_backend != "torch":
-            if backend_cache is None:
-                raise ValueError(f"encode_backend={encode_backend!r} needs backend_cache, the folder of its exports")
-            model = use_encode_backend(model, encode_backend, Path(backend_cache))
-        resolved = resolve_precision(precision, model.device.type, encode_backend)
-        model = use_precision(model, resolved.precision)
-        report.precision = resolved.record()
+        lexical = parse_lexical_spec(spec)
         logger.info("evaluating %s on %s", label, ", ".join(report.tasks))
         pairs: dict[str, dict[str, list[float]]] = {}
-        scores, per_query = evaluate_model(
-            model,
-            tasks,
-            label=label,
-            batch_size=batch_size,
-            cache_dir=cache_dir,
-            overwrite=overwrite,
-            show_progress=show_progress,
-            per_pair=pairs,
-        )
+        run = {
+            "label": label,
+            "batch_size": batch_size,
+            "cache_dir": cache_dir,
+            "overwrite": overwrite,
+            "show_progress": show_progress,
+            "per_pair": pairs,
+        }
+        if lexical is not None and lexical.kind == "bm25":
+            scores, per_query = run_mteb(bm25_search(), tasks, **run)
+        else:
+            dense = spec if lexical is None else lexical.dense
+            on = device if device is not None or encode_backend == "torch" else "cpu"  # other backends run on the CPU
+            model = dense if isinstance(dense, SentenceTransformer) else load_model(dense, device=on)
+            if encode_backend != "torch":
+                if backend_cache is None:
+                    raise ValueError(
+                        f"encode_backend={encode_backend!r} needs backend_cache, the folder of its exports"
+                    )
+                model = use_encode_backend(model, encode_backend, Path(backend_cache))
+            resolved = resolve_precision(precision, model.device.type, encode_backend)
+            model = use_precision(model, resolved.precision)
+            report.precision = resolved.record()
+            if lexical is None:
+                scores, per_query = evaluate_model(model, tasks, **run)
+            else:
+                search = hybrid_search(
+                    model, key_name=f"xprt-st/{_slug(label)}", dense_revision=model_fingerprint(model)
+                )
+                scores, per_query = run_mteb(search, tasks, **run)
         report.scores.extend(scores)
         for task, values in per_query.items():
             report.per_query.setdefault(task, {})[label] = values

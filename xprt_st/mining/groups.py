@@ -26,8 +26,10 @@ from xprt_st.mining.scoring import (
     reciprocal_rank_fusion,
 )
 
-RankBy = Literal["fused", "embedding", "tfidf"]
-RANK_BY: tuple[str, ...] = ("fused", "embedding", "tfidf")
+RankBy = Literal["fused", "embedding", "tfidf", "bm25"]
+RANK_BY: tuple[str, ...] = ("fused", "embedding", "tfidf", "bm25")
+"""``fused`` (the paper), ``embedding`` and ``tfidf`` (its single-signal ablations), ``bm25`` (the anchor's BM25
+against each passage of its document, :mod:`xprt_st.mining.bm25`: a lexical positive, issue 52)."""
 PAPER_THRESHOLD = 0.825
 """The paper's centrality threshold, set with E5 on FineWeb. Other models put centralities on other
 scales (all-MiniLM-L6-v2: median 0.77 on BBC News, 0.59 on Debian pages), so a corpus-wide run
@@ -52,6 +54,9 @@ class RelatedRanking:
     embedding_scores: list[float]
     tfidf_scores: list[float]
     fused_scores: list[float]
+    nearest: int = -1
+    """The passage the embedding cosine ranks first for this anchor (the start's own nearest passage); the
+    positive ``related[0]`` differs from it only under a ranking other than the embedding's."""
 
     def padded(self, top_k: int) -> list[int]:
         """``related`` repeated at its last entry up to ``top_k`` entries (columns are never empty)."""
@@ -93,22 +98,25 @@ def rank_related(
     rank_by: RankBy = "fused",
     rrf_k: int = RRF_K,
     weights: tuple[float, float] = RRF_WEIGHTS,
+    lexical: np.ndarray | None = None,
 ) -> RelatedRanking:
     """Rank the other passages of the document for ``anchor`` and keep the best ``top_k``.
 
     Ranks are 1-based among the candidates (every passage but the anchor), highest similarity first.
     ``rank_by="fused"`` orders by ``2/(k + r_emb) + 1/(k + r_tfidf)`` (the paper); ``"embedding"`` and
-    ``"tfidf"`` are the paper's single-signal ablations. Ties fall back to the embedding cosine, then
-    to passage order, so the result is deterministic.
+    ``"tfidf"`` are the paper's single-signal ablations; ``"bm25"`` orders by ``lexical[anchor]``, the anchor's
+    BM25 against each passage (:func:`xprt_st.mining.bm25.bm25_matrix`). Ties fall back to the embedding cosine,
+    then to passage order, so the result is deterministic.
     """
-    if rank_by not in RANK_BY:
-        raise ValueError(f"rank_by must be one of {RANK_BY}, got {rank_by!r}")
+    _check_rank_by(rank_by, lexical)
     n = embedding_cosine.shape[0]
     candidates = np.array([j for j in range(n) if j != anchor], dtype=np.int64)
     emb = np.asarray(embedding_cosine[anchor, candidates], dtype=np.float64)
     tfidf = np.asarray(tfidf_cosine[anchor, candidates], dtype=np.float64)
     fused = reciprocal_rank_fusion([descending_ranks(emb), descending_ranks(tfidf)], weights, rrf_k)
-    primary = {"fused": fused, "embedding": emb, "tfidf": tfidf}[rank_by]
+    primary = {"fused": fused, "embedding": emb, "tfidf": tfidf}.get(rank_by)
+    if primary is None:
+        primary = np.asarray(lexical[anchor, candidates], dtype=np.float64)
     # np.lexsort sorts by the last key first; negate for descending order, then index for stability.
     order = np.lexsort((candidates, -emb, -primary))[:top_k]
     return RelatedRanking(
@@ -117,7 +125,15 @@ def rank_related(
         embedding_scores=[float(x) for x in emb[order]],
         tfidf_scores=[float(x) for x in tfidf[order]],
         fused_scores=[float(x) for x in fused[order]],
+        nearest=int(candidates[np.lexsort((candidates, -emb))[0]]),
     )
+
+
+def _check_rank_by(rank_by: str, lexical: np.ndarray | None) -> None:
+    if rank_by not in RANK_BY:
+        raise ValueError(f"rank_by must be one of {RANK_BY}, got {rank_by!r}")
+    if rank_by == "bm25" and lexical is None:
+        raise ValueError("rank_by='bm25' needs lexical, the document's BM25 matrix (xprt_st.mining.bm25.bm25_matrix)")
 
 
 def rank_all_passages(
@@ -125,6 +141,7 @@ def rank_all_passages(
     tfidf_cosine: np.ndarray,
     top_k: int = DEFAULT_TOP_K,
     rank_by: RankBy = "fused",
+    lexical: np.ndarray | None = None,
 ) -> tuple[np.ndarray, list[RelatedRanking]]:
     """Centrality of every passage and its related ranking as if it were an anchor.
 
@@ -134,7 +151,7 @@ def rank_all_passages(
     scores = centrality(embeddings)
     if len(scores) < MIN_PASSAGES:
         return scores, []
-    return scores, rank_every_anchor(cosine_matrix(embeddings), tfidf_cosine, top_k, rank_by)
+    return scores, rank_every_anchor(cosine_matrix(embeddings), tfidf_cosine, top_k, rank_by, lexical=lexical)
 
 
 def rank_every_anchor(
@@ -144,6 +161,7 @@ def rank_every_anchor(
     rank_by: RankBy = "fused",
     rrf_k: int = RRF_K,
     weights: tuple[float, float] = RRF_WEIGHTS,
+    lexical: np.ndarray | None = None,
 ) -> list[RelatedRanking]:
     """:func:`rank_related` for every passage of the document at once, as one array operation per step.
 
@@ -151,8 +169,7 @@ def rank_every_anchor(
     final order are :func:`rank_related`'s formulas applied row-wise (stable sorts, the same
     floating-point operations in the same order), so each ranking equals ``rank_related(i, ...)``.
     """
-    if rank_by not in RANK_BY:
-        raise ValueError(f"rank_by must be one of {RANK_BY}, got {rank_by!r}")
+    _check_rank_by(rank_by, lexical)
     n = embedding_cosine.shape[0]
     candidates = np.broadcast_to(np.arange(n), (n, n))[~np.eye(n, dtype=bool)].reshape(n, n - 1)
     emb = np.take_along_axis(np.asarray(embedding_cosine, dtype=np.float64), candidates, axis=1)
@@ -167,8 +184,11 @@ def rank_every_anchor(
     fused = np.zeros(emb.shape, dtype=np.float64)
     for rank, weight in zip((ranks(emb), ranks(tfidf)), weights, strict=True):
         fused += weight / (rrf_k + rank.astype(np.float64))
-    primary = {"fused": fused, "embedding": emb, "tfidf": tfidf}[rank_by]
+    primary = {"fused": fused, "embedding": emb, "tfidf": tfidf}.get(rank_by)
+    if primary is None:
+        primary = np.take_along_axis(np.asarray(lexical, dtype=np.float64), candidates, axis=1)
     order = np.lexsort((candidates, -emb, -primary), axis=1)[:, :top_k]
+    nearest = np.take_along_axis(candidates, np.lexsort((candidates, -emb), axis=1)[:, :1], axis=1)[:, 0].tolist()
     related = np.take_along_axis(candidates, order, axis=1).tolist()
     emb_top = np.take_along_axis(emb, order, axis=1).tolist()
     tfidf_top = np.take_along_axis(tfidf, order, axis=1).tolist()
@@ -180,6 +200,7 @@ def rank_every_anchor(
             embedding_scores=emb_top[i],
             tfidf_scores=tfidf_top[i],
             fused_scores=fused_top[i],
+            nearest=nearest[i],
         )
         for i in range(n)
     ]
@@ -191,6 +212,7 @@ def document_groups(
     threshold: float = PAPER_THRESHOLD,
     top_k: int = DEFAULT_TOP_K,
     rank_by: RankBy = "fused",
+    lexical: np.ndarray | None = None,
 ) -> DocumentGroups:
     """The groups of one document: every anchor (centrality >= threshold) with its ``top_k`` related passages.
 
@@ -199,8 +221,9 @@ def document_groups(
         tfidf_cosine: ``(n, n)`` TF-IDF cosines computed with corpus-level IDF.
         threshold: minimum centrality of an anchor (paper: 0.825).
         top_k: related passages per anchor (paper: 4); fewer when the document is short.
-        rank_by: ``"fused"`` (paper), ``"embedding"`` or ``"tfidf"`` (ablations).
+        rank_by: ``"fused"`` (paper), ``"embedding"`` or ``"tfidf"`` (ablations), ``"bm25"`` (lexical).
+        lexical: ``(n, n)`` BM25 of the passages (:func:`xprt_st.mining.bm25.bm25_matrix`); needed by ``"bm25"``.
     """
-    scores, rankings = rank_all_passages(embeddings, tfidf_cosine, top_k, rank_by)
+    scores, rankings = rank_all_passages(embeddings, tfidf_cosine, top_k, rank_by, lexical)
     anchors = set(select_anchors(scores, threshold).tolist())
     return DocumentGroups(centrality=scores, groups=[r for r in rankings if r.anchor in anchors])

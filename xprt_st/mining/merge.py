@@ -187,6 +187,8 @@ def merge_part(plan: MergePlan, shard: int, chunk: int) -> dict[str, Any]:
     counts = {"documents_with_groups": 0, "padded_groups": 0, "scored_documents": 0}
     counts |= {"heldout_documents": 0, "heldout_groups": 0, "heldout_passages": 0}
     counts |= {"heldout_titles": 0, "heldout_headings": 0}
+    counts |= {"positives_checked": 0, "positives_not_nearest": 0}
+    stored_nearest = columns.get("nearest") or [None] * n_rows  # None: scored before the nearest passage was kept
 
     def mined_groups(start: int, stop: int, rng: Any, positive: str) -> list[tuple[int, list[int], dict]]:
         found = []
@@ -250,6 +252,10 @@ def merge_part(plan: MergePlan, shard: int, chunk: int) -> dict[str, Any]:
                 in_group[[start + j for j in related]] = True
                 padded = related + [related[-1]] * (top_k - len(related))
                 counts["padded_groups"] += len(related) < top_k
+                nearest = stored_nearest[row]
+                if nearest is not None and nearest >= 0 and config.positive == "mined":
+                    counts["positives_checked"] += 1
+                    counts["positives_not_nearest"] += related[0] != nearest
                 meta = {
                     "label": label,
                     "doc_id": doc_id,

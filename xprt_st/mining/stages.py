@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from xprt_st.mining.bm25 import bm25_idf, bm25_matrices
 from xprt_st.mining.groups import MIN_PASSAGES, rank_all_passages
 from xprt_st.mining.headings import Section, markdown_headings, plain_title, sections
 from xprt_st.mining.html_text import extract_main_text_with_headings
@@ -120,6 +121,7 @@ PASSAGE_SCHEMA = pa.schema(
         ("embedding_scores", pa.list_(pa.float64())),
         ("tfidf_scores", pa.list_(pa.float64())),
         ("fused_scores", pa.list_(pa.float64())),
+        ("nearest", pa.int32()),
         ("headings", HEADINGS_TYPE),
         ("links", LINKS_TYPE),
         ("anchors", ANCHORS_TYPE),
@@ -127,7 +129,8 @@ PASSAGE_SCHEMA = pa.schema(
 )
 """One scored passage: what :func:`score_chunk` gives and what the merge reads. ``headings``, ``links`` and
 ``anchors`` hold the document's title and headings, links and heading anchors on the row of its first passage, and
-are empty on the others."""
+are empty on the others. ``nearest`` is the passage the embedding cosine ranks first for this passage as an anchor
+(-1 without a ranking; null in chunks scored before it was kept)."""
 
 SPLIT_SCHEMA = pa.schema(
     [
@@ -297,11 +300,15 @@ def score_chunk(
         seconds = time.perf_counter() - tick
         sizes = [len(d.passages) for d in scored]
         cosines = tfidf_cosines(scorer.transform(flat), sizes) if flat else []
+        lexical: list[np.ndarray | None] = [None] * len(scored)
+        if rank_by == "bm25" and flat:
+            idf = bm25_idf(scorer.document_frequencies, scorer.passages)
+            lexical = list(bm25_matrices(scorer.counts(flat), sizes, idf))
         offset = 0
         rankings: dict[int, tuple[np.ndarray, list[Any]]] = {}
-        for doc, doc_tfidf in zip(scored, cosines, strict=True):
+        for doc, doc_tfidf, doc_bm25 in zip(scored, cosines, lexical, strict=True):
             n = len(doc.passages)
-            rankings[doc.label] = rank_all_passages(vectors[offset : offset + n], doc_tfidf, top_k, rank_by)
+            rankings[doc.label] = rank_all_passages(vectors[offset : offset + n], doc_tfidf, top_k, rank_by, doc_bm25)
             offset += n
         rows: dict[str, list[Any]] = {name: [] for name in PASSAGE_SCHEMA.names}
         kept = _row_vectors(batch_docs, scored, vectors) if flat else None
@@ -320,6 +327,7 @@ def score_chunk(
                 rows["embedding_scores"].append(ranking.embedding_scores if ranking else [])
                 rows["tfidf_scores"].append(ranking.tfidf_scores if ranking else [])
                 rows["fused_scores"].append(ranking.fused_scores if ranking else [])
+                rows["nearest"].append(ranking.nearest if ranking else -1)
                 rows["headings"].extend(headings_column([doc]) if i == 0 else [[]])
                 rows["links"].extend(links_column([doc]) if i == 0 else [[]])
                 rows["anchors"].extend(anchors_column([doc]) if i == 0 else [[]])

@@ -28,6 +28,13 @@ def sum_counts(counts: Iterable[dict[str, Any]]) -> dict[str, Any]:
     return {**total, **{key: dict(value) for key, value in by_key.items()}}
 
 
+def _share(merged: dict[str, Any], part: str, whole: str) -> float | None:
+    """``merged[part] / merged[whole]`` rounded to 4 places; None when nothing was counted (a random positive,
+    random spans, or chunks scored before the nearest passage was kept)."""
+    total = int(merged.get(whole, 0))
+    return round(int(merged.get(part, 0)) / total, 4) if total else None
+
+
 def build_stats(
     *,
     counts: dict[str, Any],
@@ -58,6 +65,8 @@ def build_stats(
         "anchors": int(merged.get("anchors", 0)) if mined else None,
         "passage_coverage": round(int(merged.get("covered", 0)) / passages, 4) if passages and mined else None,
         "groups_with_padded_related": int(merged.get("padded_groups", 0)),
+        # issue 52's diagnostic: how often the positive is not the passage the start's own cosine ranks first
+        "positives_not_nearest": _share(merged, "positives_not_nearest", "positives_checked"),
         "threshold": round(threshold, 6) if mined and threshold is not None else None,
         "threshold_source": threshold_source(config, threshold),
         "centrality_quantiles": quantiles,
@@ -158,6 +167,7 @@ SUMMARY_KEYS = (
     "threshold",
     "threshold_source",
     "groups_with_padded_related",
+    "positives_not_nearest",
     "duplicate_passages_removed",
     "documents_truncated",
     "characters_over_cap",
@@ -175,7 +185,7 @@ def summary_table(stats: dict[str, Any]) -> Any:
     table.add_column("this run", justify="right")
     table.add_column("paper (100K FineWeb, E5)", justify="right")
     paper = {"document_coverage": "99%", "groups_per_document": "7.0", "passage_coverage": "68%"}
-    percent = {"document_coverage", "passage_coverage"}
+    percent = {"document_coverage", "passage_coverage", "positives_not_nearest"}
     for key in SUMMARY_KEYS:
         value = stats.get(key)
         shown = "-" if value is None else (f"{value:.1%}" if key in percent else str(value))

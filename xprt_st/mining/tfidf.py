@@ -52,6 +52,10 @@ class TfidfScorer:
         self.passages = 0
         """``N``: passages counted so far."""
 
+    def counts(self, passages: Iterable[str]) -> sparse.csr_matrix:
+        """``(n, n_features)`` raw term counts of ``passages`` in the hash columns (what BM25 weighs)."""
+        return self._counts(passages)
+
     def _counts(self, passages: Iterable[str]) -> sparse.csr_matrix:
         counts = self._hasher.transform(passages).tocsr()
         counts.sum_duplicates()
