@@ -576,3 +576,32 @@ def test_structure_figures_are_section_14s() -> None:
     assert f"held-out titles {expected[2]:+.1f} to {expected[3]:+.1f}" in headline
     sp, hard = small_bert["structure-positive"], small_bert["change-only-positive-hard"]
     assert f"({sp:+.2f} against {hard:+.2f})" in headline
+
+
+def test_precision_figures_are_the_benchmarks() -> None:
+    section = _section(RESULTS, "## 16. ")
+    mining = json.loads((BENCH / "precision-mining-nfcorpus-cpu.json").read_text(encoding="utf-8"))
+    agreement = mining["agreement"]
+    rows = {row[""]: row for row in _table(section, "")}
+    assert _number(rows["anchors"]["fp32"].replace(",", "")) == mining["groups"]["fp32"] == agreement["anchors_fp32"]
+    assert _number(rows["anchors"]["bf16"].replace(",", "")) == agreement["anchors_bf16"]
+    assert f"{100 * agreement['anchors_same']:.2f}%" in rows["anchors"]["agreement"]
+    same = agreement["same_given_the_anchor"]
+    assert f"{100 * same['positive']:.2f}%" in rows["positive, given the same anchor"]["agreement"]
+    for column in ("negative_1", "negative_2"):
+        assert f"{100 * same[column]:.2f}%" in rows["hard negative 1 / 2"]["agreement"]
+    seconds = rows["wall seconds (mining and hard negatives)"]
+    assert _number(seconds["fp32"].replace(",", "")) == mining["seconds"]["fp32"]
+    assert f"{mining['speedup']:.2f}x" in seconds["agreement"]
+    assert min(agreement["anchors_same"], same["positive"]) >= 0.99  # the bar the precision's default rests on
+
+    run = json.loads((BENCH / "bench-quickstart-corpus-precision-cpu.json").read_text(encoding="utf-8"))
+    assert run["machine"]["amx"] or run["machine"]["avx512_bf16"]
+    stages = {row["stage"].strip("*"): row for row in _table(section, "stage")}
+    ratios = run["ratios"]
+    for label, key in (("not training", "not_training_cpu_s"), ("whole process", "whole_process_cpu_s")):
+        assert _number(stages[label]["before: CPU s"]) == round(ratios[key]["reference"], 1)
+        assert _number(stages[label]["now: CPU s"]) == round(ratios[key]["code"], 1)
+        assert f"{ratios[key]['ratio']:.2f}" in stages[label]["now / before"]
+    verdicts = {turn: record["tasks"]["nfcorpus-beir"][1] for turn, record in run["verdicts"].items()}
+    assert len(set(verdicts.values())) == 1 and "no clear difference" in section
