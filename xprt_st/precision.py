@@ -1,6 +1,6 @@
 """``--precision auto|fp32|bf16``: which float format runs a model's matrix products, chosen from the hardware.
 
-bf16 autocast halves the cost of an encoder's matrix products where the device computes bf16 natively:
+bf16 autocast cuts the cost of an encoder's matrix products where the device computes bf16 natively:
 CUDA devices that support it, and CPUs with AMX or AVX512-BF16. Elsewhere (most laptops, older
 servers) PyTorch emulates bf16 and autocast runs far slower than fp32, so ``auto`` asks torch what the
 device computes and never guesses from a name. Only the matrix products change: the transformer's
