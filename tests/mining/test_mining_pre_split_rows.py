@@ -27,6 +27,7 @@ The script prints which ``xprt_st`` it imported, so check it is ``/tmp/old``'s.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import hashlib
 import json
@@ -124,7 +125,9 @@ def fingerprint(model, corpus: Path, out: Path, settings: dict) -> dict:
 
     from xprt_st.mining import GroupBuilder, MiningConfig
 
-    config = MiningConfig(threshold_quantile=0.5, batch_size=32, max_passages=40, chunk_size=4, **settings)
+    # the fingerprints are of the fp32 code: mine in fp32 where the code has a precision (older code has none)
+    fp32 = {"precision": "fp32"} if "precision" in {f.name for f in dataclasses.fields(MiningConfig)} else {}
+    config = MiningConfig(threshold_quantile=0.5, batch_size=32, max_passages=40, chunk_size=4, **settings, **fp32)
     stats = GroupBuilder([corpus], out, config, model=model, progress=False).run()
     dataset = datasets.load_from_disk(str(out))
     rows = [json.dumps([row[c] for c in ROW_COLUMNS], ensure_ascii=False) for row in dataset]
