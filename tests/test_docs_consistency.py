@@ -605,3 +605,17 @@ def test_precision_figures_are_the_benchmarks() -> None:
         assert f"{ratios[key]['ratio']:.2f}" in stages[label]["now / before"]
     verdicts = {turn: record["tasks"]["nfcorpus-beir"][1] for turn, record in run["verdicts"].items()}
     assert len(set(verdicts.values())) == 1 and "no clear difference" in section
+
+
+def test_precision_evaluation_figures_are_the_benchmarks() -> None:
+    section = _section(RESULTS, "## 16. ")
+    run = json.loads((BENCH / "precision-evaluation-cpu.json").read_text(encoding="utf-8"))
+    rows = {row["task"]: row for row in _table(section, "task")}
+    for task, fp32 in run["scores"]["fp32"].items():
+        bf16 = run["scores"]["bf16"][task]
+        assert _number(rows[task]["fp32"]) == round(100 * fp32, 2), task
+        assert _number(rows[task]["bf16"]) == round(100 * bf16, 2), task
+        assert abs(bf16 - fp32) < 0.002, task  # the bar under which evaluation's default is auto
+    arguana = json.loads((BENCH / "precision-evaluation-arguana-bf16" / "scores.json").read_text(encoding="utf-8"))
+    assert arguana["precision"] == "bf16"
+    assert _number(rows["arguana"]["bf16"]) == round(100 * arguana["scores"][0]["score"], 2)
