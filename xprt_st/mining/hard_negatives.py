@@ -341,3 +341,58 @@ def add_hard_negatives(
     if filtered > ALL_FILTERED_WARNING * summary["groups"]:
         logger.warning("hard negatives: %s", summary["note"])
     return summary
+
+
+def structure_negatives(
+    folder: Path, rows: dict[str, list[Any]], count: int, model: Any, max_ratio: float, precision: str | None = None
+) -> tuple[list[list[str]], dict[str, Any]]:
+    """``count`` hard negatives per structure group: the anchor's nearest training passages of other documents.
+
+    The anchors (titles, headings) and the training passages of ``folder/passages.parquet`` are embedded with
+    the mining model (``model``: a SentenceTransformer, a name or None for the offline default) in ``precision``;
+    the passages' vectors are mining's stored ones where model, length, precision and texts are the same
+    (:func:`~xprt_st.mining.passage_vectors.fill_passage_vectors`). NV-Retriever's positive-aware filter
+    (``max_ratio``) drops likely false negatives, as for the mined groups
+    (:func:`positive_aware_filter`). A group whose every candidate is filtered keeps its nearest one.
+    """
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from xprt_st.columns import ANCHOR, LABEL, POSITIVE
+    from xprt_st.encode_backend import load_encoder
+    from xprt_st.mining.layout import PASSAGES_FILE, read_stats
+    from xprt_st.mining.layout.embeddings import stored_precision
+    from xprt_st.mining.passage_vectors import fill_passage_vectors
+
+    table = pq.read_table(folder / PASSAGES_FILE, columns=["label", "text", "held_out"])
+    keep = ~np.asarray(table.column("held_out").to_numpy(zero_copy_only=False), dtype=bool)
+    every_text = table.column("text").to_pylist()
+    pool_rows = np.flatnonzero(keep)
+    texts = [every_text[int(row)] for row in pool_rows]
+    labels = np.asarray(table.column("label").to_numpy(), dtype=np.int64)[keep]
+    precision = precision or stored_precision(read_stats(folder) or {})
+    encoder = load_encoder(model, "torch", folder, precision=precision)
+
+    def encode(values: list[str]) -> np.ndarray:
+        return encoder.encode(values, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+
+    dim = (getattr(encoder, "get_embedding_dimension", None) or encoder.get_sentence_embedding_dimension)()
+    pool = np.empty((len(pool_rows), dim), dtype=np.float32)
+    fill_passage_vectors(folder, every_text, pool_rows, encoder, pool, batch_size=32)  # mining's, where they fit
+    queries, positives = encode(rows[ANCHOR]), encode(rows[POSITIVE])
+    query_labels = np.asarray(rows[LABEL], dtype=np.int64)
+    depth = max(4 * count, count + 16)
+    scores, indices = nearest_other_documents(queries, query_labels, pool, labels, depth)
+    positive_scores = np.einsum("qd,qd->q", queries, positives).astype(np.float64)
+    chosen, found = positive_aware_filter(scores, indices, positive_scores, count, max_ratio)
+    filtered = found == 0
+    chosen[filtered] = indices[filtered, :1]
+    summary = {
+        "count": count,
+        "max_ratio": max_ratio,
+        "groups": len(query_labels),
+        "candidate_passages": len(texts),
+        "groups_all_filtered": int(filtered.sum()),
+        "mean_positive_cosine": float(positive_scores.mean()) if len(positive_scores) else None,
+    }
+    return [[texts[int(i)] for i in row] for row in chosen], summary
