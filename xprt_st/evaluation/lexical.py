@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
+from xprt_st.errors import XPRTError
+
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
@@ -64,7 +66,7 @@ INSTALL_HINT = "pip install 'bm25s>=0.3.16' 'PyStemmer>=3.1.0'"
 """The line that installs what ``bm25`` and ``hybrid:MODEL`` need (both are dependencies of xprt-st)."""
 
 
-class LexicalSpecError(ValueError):
+class LexicalSpecError(XPRTError, ValueError):
     """A ``bm25`` or ``hybrid:MODEL`` name that cannot run: its packages are missing, or no dense model is named."""
 
 
