@@ -14,7 +14,9 @@ precision never stands for another's.
 
 from __future__ import annotations
 
+import contextlib
 import types
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -168,3 +170,15 @@ def use_precision(model: SentenceTransformer, precision: str) -> SentenceTransfo
     module.forward = types.MethodType(_bf16_forward, module)
     setattr(module, PRECISION_ATTRIBUTE, precision)
     return model
+
+
+@contextlib.contextmanager
+def applied_precision(model: SentenceTransformer, precision: str) -> Iterator[SentenceTransformer]:
+    """``model`` under ``precision`` (:func:`use_precision`) inside the block, its own precision again after it: for
+    a stage that encodes with a model its caller owns and keeps using (a model given to ``mine(model=...)``)."""
+    before = precision_of(model)
+    use_precision(model, precision)
+    try:
+        yield model
+    finally:
+        use_precision(model, before)

@@ -72,7 +72,7 @@ def test_every_problem_is_reported_with_key_and_valid_values(tmp_path):
     assert "objectve: unknown key (did you mean 'objective'?)" in message
     assert "objective: missing" in message
     assert "training.learnign_rate: unknown key (did you mean 'learning_rate'?)" in message
-    assert "training.precision: 'fp8' is not valid; choose one of fp32, bf16, fp16" in message
+    assert "training.precision: 'fp8' is not valid; choose one of auto, fp32, bf16, fp16" in message
     assert "retention.enabled: must be true or false" in message
     assert len(caught.value.problems) >= 5
 

@@ -427,7 +427,7 @@ def evaluate_models(
     show_progress: bool = False,
     encode_backend: str = "torch",
     backend_cache: str | Path | None = None,
-    precision: str = "fp32",
+    precision: str = "auto",
 ) -> EvaluationReport:
     """Evaluate several models on the same tasks, one after the other, into one report.
 
@@ -448,7 +448,8 @@ def evaluate_models(
         encode_backend: what runs each model's transformer (torch, onnx, openvino: :mod:`xprt_st.encode_backend`);
             a loaded model given in ``models`` is run by it in place.
         backend_cache: the folder that keeps a non-torch backend's exports (``.onnx-cache`` in it); required then.
-        precision: auto, fp32 or bf16 (:mod:`xprt_st.precision`); each model's runs so, the report records it.
+        precision: auto, fp32 or bf16 (:mod:`xprt_st.precision`; auto: bf16 where the device computes it natively,
+            as mining and training do); each model runs so (a loaded model in place), the report records it.
 
     Raises:
         xprt_st.evaluation.readers.TaskLoadError: a task spec could not be resolved.

@@ -43,6 +43,7 @@ class MiningEncoder:
         self._planned = False
         self._checked = False
         self._identity: dict[str, Any] | None = None
+        self._precision = "fp32"
 
     @property
     def model(self) -> Any:
@@ -58,10 +59,11 @@ class MiningEncoder:
                 if self._cache_root is None:
                     raise MiningConfigError(f"encode_backend={self.config.encode_backend!r} needs the mining folder")
                 use_encode_backend(self._model, self.config.encode_backend, self._cache_root)
-            from xprt_st.precision import resolve_precision, use_precision
+            from xprt_st.precision import resolve_precision
 
+            # applied around each encoding only (:meth:`encode`): a model the caller gave stays as it was
             resolved = resolve_precision(self.config.precision, self._model.device.type, self.config.encode_backend)
-            use_precision(self._model, resolved.precision)
+            self._precision = resolved.precision
         return self._model
 
     def prompt_text(self) -> str:
@@ -103,8 +105,10 @@ class MiningEncoder:
         """What the vectors depend on besides the text (:func:`~xprt_st.mining.layout.embeddings.encoder_identity`)."""
         if self._identity is None:
             from xprt_st.mining.layout.embeddings import encoder_identity
+            from xprt_st.precision import applied_precision
 
-            self._identity = encoder_identity(self.model, self.prompt_text())
+            with applied_precision(self.model, self._precision) as model:
+                self._identity = encoder_identity(model, self.prompt_text())
         return self._identity
 
     def plan(self) -> TokenPlan | None:
@@ -131,7 +135,9 @@ class MiningEncoder:
         tokenized again. The first batch of an encoder is also built the text way and compared: at any
         difference the encoder keeps the text path from then on (with a warning).
         """
-        with stage("encode for mining"):
+        from xprt_st.precision import applied_precision
+
+        with stage("encode for mining"), applied_precision(self.model, self._precision):
             return self._encode(passages, token_ids)
 
     def _encode(self, passages: list[str], token_ids: list[np.ndarray | None] | None) -> np.ndarray:
