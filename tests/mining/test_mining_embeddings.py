@@ -25,7 +25,8 @@ def _negatives(folder: Path) -> dict[str, list[str]]:
 def test_hard_negatives_reuse_mining_vectors_and_match_a_fresh_encoding(tmp_path: Path, tiny_model, counted) -> None:
     corpus = _corpus(tmp_path / "c.jsonl", 16)
     out = tmp_path / "mined"
-    mine(corpus, out, model=tiny_model, progress=False, **SETTINGS)
+    # fp32: the stored vectors are compared below with the model's own (fp32) encode
+    mine(corpus, out, model=tiny_model, progress=False, precision="fp32", **SETTINGS)
     record = json.loads((out / "embeddings.json").read_text())
     passages = pq.read_table(out / "passages.parquet").to_pylist()
     stored = np.load(out / "embeddings.npy")
