@@ -33,7 +33,8 @@ TRICKY = [
 
 
 def _encoder(model, **settings) -> MiningEncoder:
-    options = {"max_tokens": 40, "min_tokens": 8, "batch_size": 4, **settings}
+    # fp32: the id path is compared with the model's own (fp32) encode of the text
+    options = {"max_tokens": 40, "min_tokens": 8, "batch_size": 4, "precision": "fp32", **settings}
     return MiningEncoder(MiningConfig(**options), model)
 
 
