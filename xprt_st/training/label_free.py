@@ -41,7 +41,7 @@ from xprt_st.evaluation.label_free import (
     knn_overlap,
     score_model,
 )
-from xprt_st.precision import precision_of, resolve_precision, use_precision
+from xprt_st.precision import applied_precision, resolve_precision
 from xprt_st.stage_timing import stage
 
 if TYPE_CHECKING:
@@ -126,16 +126,14 @@ class LabelFreeEvaluator(BaseEvaluator):
         return metrics
 
     def _score(self, model: SentenceTransformer, stage_name: str = "label-free: trained") -> LabelFreeScore:
-        limit, precision = model.max_seq_length, precision_of(model)
+        limit = model.max_seq_length
         if self.max_seq_length is not None:
             model.max_seq_length = self.max_seq_length
-        use_precision(model, self.precision)
         try:
-            with stage(stage_name):
+            with stage(stage_name), applied_precision(model, self.precision):
                 return score_model(model, self.heldout, self.batch_size)
         finally:
             model.max_seq_length = limit
-            use_precision(model, precision)
 
     def get_config_dict(self) -> dict[str, Any]:
         """The held-out part's size, for the model card."""
