@@ -424,6 +424,20 @@ def test_structure_recipes_need_structure_mining_in_the_config(tmp_path: Path) -
     assert load_compare_config(tmp_path / "c.yaml").recipes == ["structure-positive", "structure-mixed"]
 
 
+def test_a_lexical_recipe_needs_its_ranking_in_the_config(tmp_path: Path) -> None:
+    raw = {"corpus": [{"path": "x.jsonl"}], "tasks": ["stsb"], "recipes": ["lexical-positive-hard", "tsdae"]}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(CompareConfigError) as error:  # before anything is mined: it would train on fused positives
+        load_compare_config(tmp_path / "c.yaml")
+    assert str(error.value).splitlines()[1:] == [
+        "  - recipe lexical-positive-hard: it trains on positives ranked by bm25 but mining.rank_by is 'fused': set "
+        "mining.rank_by: bm25 (one comparison mines once: compare the fused recipes in a folder of their own)"
+    ]
+    raw["mining"] = {"rank_by": "bm25"}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
+    assert load_compare_config(tmp_path / "c.yaml").recipes == ["lexical-positive-hard", "tsdae"]
+
+
 def test_a_corpus_without_structure_pairs_stops_the_structure_recipes_in_one_line_and_keeps_the_mining(
     tmp_path: Path, tiny_model_path: Path
 ) -> None:

@@ -219,6 +219,7 @@ class CompareConfig:
                 vector = trained_vector_problems(recipe.objective.name, recipe.objective.args)
                 problems += [f"recipe {name}: {problem}" for problem in vector]
                 problems += [f"recipe {name}: {problem}" for problem in self._structure_problems(recipe.data.requires)]
+                problems += [f"recipe {name}: {problem}" for problem in self._ranking_problems(recipe.data.requires)]
         if problems:
             given = f" as changed by {', '.join(flags.values())}" if flags else ""
             raise CompareConfigError(
@@ -236,6 +237,17 @@ class CompareConfig:
         if wanted != given:
             return [f"it reads {wanted} hard negatives a structure pair: set mining.structure_hard_negatives: {wanted}"]
         return []
+
+    def _ranking_problems(self, requires: dict[str, str]) -> list[str]:
+        """What a recipe trained on another ranking of related passages (``rank_by: bm25``) needs of ``mining``: a
+        comparison mines once, so its groups must be ranked that way (else it would train on the fused positives)."""
+        wanted, given = requires.get("rank_by"), self.mining.get("rank_by", "fused")
+        if wanted is None or str(wanted) == str(given):
+            return []
+        return [
+            f"it trains on positives ranked by {wanted} but mining.rank_by is {given!r}: set mining.rank_by: {wanted} "
+            f"(one comparison mines once: compare the {given} recipes in a folder of their own)"
+        ]
 
     def recipe_overrides(self, seed: int) -> dict[str, Any]:
         """The dotted overrides applied to every recipe, identical but for nothing: the seed is shared too."""
