@@ -46,7 +46,8 @@ from sentence_transformers.sentence_transformer.losses import MultipleNegativesR
 from torch.profiler import record_function
 
 from xprt_st.columns import GROUP_COLUMNS
-from xprt_st.losses import CrossPassageLoss, RetroMAELoss, WithRetention, XPRTLoss, _vocab
+from xprt_st.losses import CrossPassageLoss, HybridTeacherLoss, RetroMAELoss, WithRetention, XPRTLoss, _vocab
+from xprt_st.losses.hybrid_teacher import corpus_lexicon
 from xprt_st.models import load_model
 
 CONFIGS = (
@@ -64,6 +65,7 @@ CONFIGS = (
     "cross_passage_hard_retention",
     "cross_passage_cached",
     "xprt_hard",
+    "hybrid_teacher_hard",
 )
 PRECISIONS = ("fp32", "bf16")
 DESCRIPTIONS = {
@@ -83,6 +85,8 @@ DESCRIPTIONS = {
     "every recipe trains it (the frozen start's pass over anchors and positives included)",
     "cross_passage_cached": "CrossPassageLoss, 2 hard negatives, GradCache in mini-batches of --mini-batch groups",
     "xprt_hard": "XPRTLoss, all terms, retention on, 2 hard negatives in L_xp: the xprt-hard recipe's loss",
+    "hybrid_teacher_hard": "HybridTeacherLoss, 2 hard negatives, retention on: the hybrid-teacher-hard recipe's loss "
+    "(the start's pass over every column, BM25 of each anchor against the batch's candidates)",
 }
 HARD_NEGATIVES = 2
 """Hard-negative columns of the ``*_hard`` and ``*_cached`` configurations, as the recipes mine them."""
@@ -121,6 +125,9 @@ def build(name: str, model, prediction_ratio: float, mini_batch: int = 8) -> tor
         return CrossPassageLoss(model, hard_negatives=HARD_NEGATIVES, mini_batch_size=mini_batch)
     if name == "xprt_hard":
         return XPRTLoss(model, hard_negatives=HARD_NEGATIVES)
+    if name == "hybrid_teacher_hard":
+        lexicon = corpus_lexicon(passages(2048, words=model.max_seq_length), model)
+        return HybridTeacherLoss(model, lexicon, hard_negatives=HARD_NEGATIVES, hybrid_weight=40.0)
     if name in ("positive_only", "positive_only_retention"):
         retention = 40.0 if name.endswith("retention") else None
         return XPRTLoss(model, cross_weight=0, self_weight=0, mlm_weight=0, unif_weight=0, retention_weight=retention)
@@ -166,7 +173,7 @@ def make_step(
     columns = columns[: len(GROUP_COLUMNS)]
     if name in ("mnrl", "cross_passage"):
         columns = columns[:2]
-    elif name in ("cross_passage_hard", "cross_passage_hard_retention", "cross_passage_cached"):
+    elif name in ("cross_passage_hard", "cross_passage_hard_retention", "cross_passage_cached", "hybrid_teacher_hard"):
         columns = columns[:2] + negatives
     elif name == "xprt_hard":
         columns = columns + negatives

@@ -159,6 +159,11 @@ class Objective:
     extra_columns: Callable[[dict[str, Any]], tuple[str, ...]] | None = None
     """Columns an argument adds after the fixed ones (``hard_negatives: K`` adds ``negative_1 .. negative_K``);
     :meth:`with_args` appends them."""
+    from_data: Callable[[Dataset, SentenceTransformer], dict[str, Any]] | None = None
+    """Loss arguments counted from the training groups, given the model that will train on them (the hybrid
+    teacher's BM25 statistics); never set from a recipe."""
+    data_args: tuple[str, ...] = ()
+    """The names of the arguments ``from_data`` gives."""
 
     def with_args(self, args: dict[str, Any] | None) -> Objective:
         """This objective with the columns its ``args`` add (itself when they add none)."""
@@ -193,7 +198,7 @@ class Objective:
         parameters = inspect.signature(self.resolve_class().__init__).parameters
         if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
             return None
-        reserved = {"self", "model", "teacher", "retention_weight", *self.fixed_args}
+        reserved = {"self", "model", "teacher", "retention_weight", *self.fixed_args, *self.data_args}
         return [name for name in parameters if name not in reserved]
 
 
@@ -316,6 +321,35 @@ register_objective(
 )
 
 
+def _hybrid_teacher_data(dataset: Dataset, model: SentenceTransformer) -> dict[str, Any]:
+    """The hybrid teacher's ``lexicon``: BM25 statistics of every passage the groups hold, each once."""
+    from xprt_st.losses.hybrid_teacher import corpus_lexicon
+
+    texts = [name for name, feature in dataset.features.items() if getattr(feature, "dtype", None) == "string"]
+    return {"lexicon": corpus_lexicon((text for name in texts for text in dataset[name]), model)}
+
+
+register_objective(
+    Objective(
+        name="hybrid-teacher",
+        summary="L_xp + KL toward the fused BM25 + start ranking of each batch's candidates, on the start's scale",
+        loss_class="xprt_st.losses:HybridTeacherLoss",
+        columns=(ANCHOR, POSITIVE),
+        retention_columns=(ANCHOR, POSITIVE),
+        native_retention=True,
+        arg_bounds={
+            "temperature": POSITIVE_NUMBER,
+            "hard_negatives": NON_NEGATIVE,
+            "hybrid_weight": NON_NEGATIVE,
+            "lexical_weight": NON_NEGATIVE,
+        },
+        extra_columns=hard_negative_columns,
+        from_data=_hybrid_teacher_data,
+        data_args=("lexicon",),
+    )
+)
+
+
 def get_objective(name: str) -> Objective:
     """The registered objective ``name`` (KeyError listing the registered ones)."""
     try:
@@ -418,6 +452,7 @@ def build_loss(
     retention_weight: float = 40.0,
     distributed: bool = False,
     retention_columns: tuple[int, int] | None = None,
+    data_args: dict[str, Any] | None = None,
 ) -> nn.Module:
     """Build the loss of objective ``name``, with the retention term toward ``teacher`` when one is given.
 
@@ -428,10 +463,15 @@ def build_loss(
 
     ``retention_columns``: where the retention term's (anchor, positive) text is, when it is not the first two
     columns (:mod:`xprt_st.training.retention_text`); only with a teacher.
+
+    ``data_args``: the arguments :attr:`Objective.from_data` counted from the training groups.
     """
     objective = get_objective(name)
     loss_class = objective.resolve_class()
-    kwargs = {**(args or {}), **objective.fixed_args}
+    missing = [arg for arg in objective.data_args if arg not in (data_args or {})]
+    if missing:
+        raise ValueError(f"objective {name!r} needs {', '.join(missing)} from its training data (Objective.from_data)")
+    kwargs = {**(args or {}), **objective.fixed_args, **(data_args or {})}
     parameters = inspect.signature(loss_class.__init__).parameters
     if distributed and "gather_across_devices" in parameters:
         kwargs.setdefault("gather_across_devices", True)

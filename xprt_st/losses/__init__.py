@@ -9,6 +9,7 @@ from __future__ import annotations
 from xprt_st.losses.cross_passage import CrossPassageLoss
 from xprt_st.losses.decoder import FillInDecoder
 from xprt_st.losses.fill_in import CrossFillInLoss, SelfFillInLoss
+from xprt_st.losses.hybrid_teacher import HybridTeacherLoss
 from xprt_st.losses.mlm import MLMLoss
 from xprt_st.losses.retention import RetentionLoss, WithRetention
 from xprt_st.losses.retromae import RetroMAELoss, sample_enhanced_decoding_mask
@@ -19,6 +20,7 @@ __all__ = [
     "CrossFillInLoss",
     "CrossPassageLoss",
     "FillInDecoder",
+    "HybridTeacherLoss",
     "MLMLoss",
     "RetentionLoss",
     "RetroMAELoss",

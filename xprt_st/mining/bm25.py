@@ -22,6 +22,8 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import sparse
 
+from xprt_st.mining.tfidf import TfidfScorer
+
 BM25_K1 = 1.2
 """Term-frequency saturation (Elasticsearch's default)."""
 BM25_B = 0.75
@@ -77,3 +79,78 @@ def bm25_matrices(
     if bounds[-1] != rows.shape[0]:
         raise ValueError(f"sizes add up to {bounds[-1]} rows, the matrix has {rows.shape[0]}")
     return [bm25_matrix(rows[bounds[d] : bounds[d + 1]], idf, k1, b) for d in range(len(sizes))]
+
+
+def bm25_scores(
+    query_counts: sparse.spmatrix | np.ndarray,
+    passage_counts: sparse.spmatrix | np.ndarray,
+    idf: np.ndarray,
+    average_length: float,
+    k1: float = BM25_K1,
+    b: float = BM25_B,
+) -> np.ndarray:
+    """``(q, p)`` BM25 of every passage for every query, with a corpus's IDF and mean passage length.
+
+    The formula of the module doc (each distinct query term once); unlike :func:`bm25_matrix`, queries and passages
+    are separate sets and ``avgdl`` is given (the corpus's), so a passage's score does not depend on the others
+    scored with it.
+
+    Example:
+        >>> counts = np.array([[1, 1, 0], [2, 0, 0], [0, 0, 3]])
+        >>> np.round(bm25_scores(counts, counts, np.ones(3), counts.sum(axis=1).mean()), 4).tolist()[0]
+        [2.1241, 1.4326, 0.0]
+    """
+    tf = sparse.csr_matrix(passage_counts, dtype=np.float64)
+    lengths = np.asarray(tf.sum(axis=1)).reshape(-1)  # (p,)
+    saturation = k1 * (1.0 - b + b * lengths / max(float(average_length), 1e-12))  # (p,)
+    rows = np.repeat(np.arange(tf.shape[0]), np.diff(tf.indptr))
+    weights = tf.copy()
+    weights.data = np.asarray(idf, dtype=np.float64)[tf.indices] * tf.data * (k1 + 1.0) / (tf.data + saturation[rows])
+    query = sparse.csr_matrix(query_counts, dtype=np.float64)
+    query.data = (query.data > 0).astype(np.float64)  # (q, terms): each distinct term of the query once
+    return np.asarray((query @ weights.T).todense())  # (q, p)
+
+
+class BM25Lexicon:
+    """A corpus's BM25 statistics (document frequencies and mean passage length), to score any texts against.
+
+    What the hybrid teacher (:class:`xprt_st.losses.HybridTeacherLoss`) reads the corpus's words with: fitted once on
+    the corpus's passages, it scores a batch's anchors against its candidates (:meth:`scores`) with the terms,
+    IDF and ``k1``, ``b`` of ``--rank-by bm25`` (the module doc), the mean length taken over the whole corpus.
+
+    Example:
+        >>> lexicon = BM25Lexicon.fit(["the river bank", "a bank loan", "the river flows"])
+        >>> scores = lexicon.scores(["river"], ["the river bank", "a bank loan"])
+        >>> bool(scores[0, 0] > 0 == scores[0, 1])
+        True
+    """
+
+    def __init__(self, scorer: TfidfScorer, average_length: float, k1: float = BM25_K1, b: float = BM25_B) -> None:
+        if not scorer.fitted:
+            raise ValueError("BM25Lexicon needs document frequencies counted over a corpus with words")
+        self.scorer = scorer
+        self.average_length = float(average_length)
+        self.k1 = k1
+        self.b = b
+        self.idf = bm25_idf(scorer.document_frequencies, scorer.passages)
+
+    @classmethod
+    def fit(cls, passages: Sequence[str], k1: float = BM25_K1, b: float = BM25_B) -> BM25Lexicon:
+        """The statistics of ``passages`` (every passage of a corpus, each once)."""
+        scorer = TfidfScorer().fit(passages)
+        lengths = np.asarray(scorer.counts(passages).sum(axis=1)).reshape(-1)
+        return cls(scorer, float(lengths.mean()), k1, b)
+
+    def scores(self, queries: Sequence[str], passages: Sequence[str]) -> np.ndarray:
+        """``(len(queries), len(passages))`` BM25 of each passage for each query."""
+        counts = self.scorer.counts
+        return bm25_scores(counts(queries), counts(passages), self.idf, self.average_length, self.k1, self.b)
+
+    def describe(self) -> dict[str, float | int]:
+        """What a model card records of the lexicon (its size and parameters, not its counts)."""
+        return {
+            "passages": self.scorer.passages,
+            "average_length": round(self.average_length, 2),
+            "k1": self.k1,
+            "b": self.b,
+        }

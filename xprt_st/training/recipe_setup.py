@@ -160,6 +160,10 @@ def trainer_setup(
     teacher = frozen_copy(sentence_model) if retention else None
     retention_text = retention and retention_data is not None and Path(retention_data).resolve() != mined.path.resolve()
     retention_columns = retention_positions(objective.dataset_columns(retention)) if retention_text else None
+    dataset = mined.dataset
+    if objective.prepare is not None:
+        dataset = objective.prepare(dataset, recipe.training.seed)
+    data_args = objective.from_data(dataset, sentence_model) if objective.from_data is not None else None
     loss = build_loss(
         recipe.objective.name,
         sentence_model,
@@ -168,11 +172,8 @@ def trainer_setup(
         retention_weight=recipe.retention.start,
         distributed=world > 1,
         retention_columns=retention_columns,
+        data_args=data_args,
     )
-
-    dataset = mined.dataset
-    if objective.prepare is not None:
-        dataset = objective.prepare(dataset, recipe.training.seed)
     dataset = dataset.select_columns([*objective.dataset_columns(retention), "label"])
     if retention_text:
         dataset = add_retention_text(dataset, retention_data)
