@@ -131,3 +131,18 @@ def test_a_recipe_of_lexical_positives_mines_its_own_ranking_and_trains(
     summary = json.loads((elsewhere / "out" / "summary.json").read_text())
     assert summary["mining"]["positives_not_nearest"] == stats["positives_not_nearest"]
     assert (elsewhere / "out" / "model" / "modules.json").is_file()
+
+
+def test_the_hybrid_teacher_trains_from_the_quickstart_on_the_default_mining(
+    elsewhere: Path, tmp_path: Path, tiny_model_path: Path
+) -> None:
+    corpus, _ = _write_user_data(tmp_path / "user")
+    result = runner.invoke(
+        app, _user_run(corpus, tiny_model_path, "--recipe", "hybrid-teacher-hard", "--max-steps", "1")
+    )
+    assert result.exit_code == 0, _flat(result.output)
+    stats = json.loads((elsewhere / "out" / "mined" / "stats.json").read_text())
+    assert stats["settings"]["rank_by"] == "fused" and stats["settings"]["hard_negatives"] == 2
+    config = json.loads((elsewhere / "out" / "model" / "training_state" / "config.json").read_text())
+    assert config["recipe"]["objective"]["name"] == "hybrid-teacher"
+    assert (elsewhere / "out" / "model" / "modules.json").is_file()

@@ -1,0 +1,180 @@
+"""Issue 52's in-domain comparison at equal compute: each recipe against the start, BM25 and the hybrid.
+
+Reads the score files of ``xprt-st compare`` runs of one corpus (300 steps x 16 groups, seeds 42 and 43, every
+test query, the models read at 128 tokens), all of one configuration but the mining's ranking:
+
+- a fused run (``mining.rank_by`` the default): ``change-only-positive-hard`` and ``hybrid-teacher-hard``;
+- a BM25 run (``mining.rank_by: bm25``): ``lexical-positive-hard``.
+
+Scores the one reference the runs do not: the hybrid (reciprocal-rank fusion of BM25 and the start, ``hybrid:``)
+with the start read at the runs' 128 tokens, in the runs' precision, on the task as their config resolves it; its
+start must equal the runs' own start query by query (checked). Then, per corpus: every model's nDCG@10, its paired
+95% bootstrap interval against the start, the share of the start-to-hybrid gap it closes, each lexical recipe
+against ``change-only-positive-hard`` of the same seed (paired), the share of positives that are not the start's
+nearest passage (``stats.json``), and each training's logged terms at step 10 and at its last step::
+
+    python benchmarks/lexical_comparison.py nfcorpus runs/nfcorpus-fused runs/nfcorpus-bm25 \\
+        --json benchmarks/results/lexical-comparison/nfcorpus.json
+
+A folder given as ``--fused-scores DIR`` replaces the fused run's score files (``DIR/start.json``,
+``DIR/seed-S/RECIPE.json``: an earlier run's records of the same configuration, as ArguAna's section 16 run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from xprt_st.compare.config import load_compare_config, resolve_compare_tasks
+from xprt_st.evaluation.bootstrap import paired_interval, paired_items
+from xprt_st.evaluation.run import evaluate_models
+from xprt_st.models import load_model
+
+SEEDS = (42, 43)
+REFERENCE = "change-only-positive-hard"
+_STEP = re.compile(r"step (\d+)/(\d+): (.*)")
+_TRAINING = re.compile(r"seed (\d+): training (\S+)")
+
+
+def score_files(run: Path) -> Path:
+    """The run's one scores folder (``RUN/scores/KEY``)."""
+    folders = sorted((run / "scores").iterdir()) if (run / "scores").is_dir() else []
+    if len(folders) != 1:
+        raise SystemExit(f"{run}/scores holds {len(folders)} evaluation keys; expected one")
+    return folders[0]
+
+
+def per_item(record: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The task and per-item record of a one-task score file."""
+    (task, items), *rest = record["per_item"].items()
+    if rest:
+        raise SystemExit(f"{record['model']}: scored on {len(rest) + 1} tasks; expected one")
+    return task, items
+
+
+def hybrid_reference(run: Path, start: dict[str, Any]) -> dict[str, Any]:
+    """The hybrid's per-item record at the run's token limit and precision; the start's must equal the run's (both
+    runs of a corpus share every setting but the mining's ranking, which the hybrid does not read)."""
+    config = load_compare_config(run / "compare_config.yaml")
+    with tempfile.TemporaryDirectory() as folder:
+        model = load_model(config.model)
+        model.max_seq_length = config.eval_max_seq_length
+        model.save(folder)
+        report = evaluate_models(
+            [folder, f"hybrid:{folder}"],
+            resolve_compare_tasks(config),
+            labels=["start", "hybrid"],
+            batch_size=config.eval_batch_size,
+            precision=config.evaluation_precision().precision,
+        )
+    (task,) = report.tasks
+    task_name, items = per_item(start)
+    mine = report.per_query[task]["start"]
+    worst = max(abs(mine[query] - items["ndcg_at_10"][query]) for query in items["ndcg_at_10"])
+    if set(mine) != set(items["ndcg_at_10"]) or worst > 1e-6:
+        raise SystemExit(f"the start scored here differs from {run}'s (largest per-query difference {worst:.2g})")
+    return {
+        "model": "hybrid",
+        "per_item": {task_name: {"kind": "retrieval", "ndcg_at_10": report.per_query[task]["hybrid"]}},
+    }
+
+
+def logged_terms(run: Path) -> dict[str, dict[str, dict[str, float]]]:
+    """``{"seed-S/RECIPE": {"10": {"loss": ..., "xp": ...}, "300": {...}}}``: the log's first step-10 and last lines."""
+    found: dict[str, dict[str, dict[str, float]]] = {}
+    current = None
+    log = run / "xprt-st.log"
+    for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if log.is_file() else []:
+        if match := _TRAINING.search(line):
+            current = f"seed-{match.group(1)}/{match.group(2)}"
+        elif (match := _STEP.search(line)) and current is not None:
+            step, last = int(match.group(1)), int(match.group(2))
+            if step in (10, last):
+                terms = dict(pair.split("=", 1) for pair in match.group(3).split() if "=" in pair)
+                found.setdefault(current, {})[str(step)] = {
+                    k: float(v) for k, v in terms.items() if k not in ("learning_rate", "retention_weight")
+                }
+    return found
+
+
+def compare_corpus(
+    name: str, fused: Path, bm25: Path, fused_scores: Path | None = None, hybrid: Path | None = None
+) -> dict[str, Any]:
+    """The corpus's records: references, every recipe's seeds with intervals, positives and logged terms."""
+
+    def read(path: Path) -> dict[str, Any]:
+        return json.loads(path.read_text(encoding="utf-8"))
+
+    fused_folder, bm25_folder = fused_scores or score_files(fused), score_files(bm25)
+    start = read(fused_folder / "start.json")
+    if per_item(read(bm25_folder / "start.json"))[1] != per_item(start)[1]:
+        raise SystemExit("the two runs' starts differ: not the same corpus, task or scoring")
+    hybrid_record = read(hybrid) if hybrid is not None and hybrid.is_file() else hybrid_reference(bm25, start)
+    references = {"start": start, "bm25": read(bm25_folder / "bm25.json"), "hybrid": hybrid_record}
+
+    def mean(record: dict[str, Any]) -> float:
+        values = per_item(record)[1]["ndcg_at_10"].values()
+        return 100 * statistics.fmean(values)
+
+    def against(record: dict[str, Any], reference: dict[str, Any]) -> dict[str, float]:
+        interval = paired_interval(paired_items(per_item(record)[1], per_item(reference)[1]))
+        return {"difference": 100 * interval.difference, "low": 100 * interval.low, "high": 100 * interval.high}
+
+    gap = mean(references["hybrid"]) - mean(start)
+    models: dict[str, dict[str, Any]] = {}
+    for recipe, folder in (
+        (REFERENCE, fused_folder),
+        ("hybrid-teacher-hard", fused_folder),
+        ("lexical-positive-hard", bm25_folder),
+    ):
+        for seed in SEEDS:
+            path = folder / f"seed-{seed}" / f"{recipe}.json"
+            if not path.is_file():
+                continue
+            record = read(path)
+            row = {"score": mean(record), "vs_start": against(record, start)}
+            row["gap_closed"] = row["vs_start"]["difference"] / gap if gap > 0 else None
+            reference = folder_of(fused_folder, seed)
+            if recipe != REFERENCE and reference.is_file():
+                row[f"vs_{REFERENCE}"] = against(record, read(reference))
+            models[f"seed-{seed}/{recipe}"] = row
+    stats = {run.name: read(run / "mined" / "stats.json") for run in (fused, bm25) if (run / "mined").is_dir()}
+    return {
+        "corpus": name,
+        "task": per_item(start)[0],
+        "references": {label: mean(record) for label, record in references.items()},
+        "references_vs_start": {label: against(references[label], start) for label in ("bm25", "hybrid")},
+        "models": models,
+        "positives_not_nearest": {run: value.get("positives_not_nearest") for run, value in stats.items()},
+        "logged_terms": {**logged_terms(fused), **logged_terms(bm25)},
+        "hybrid_record": hybrid_record,
+    }
+
+
+def folder_of(scores: Path, seed: int) -> Path:
+    """The reference recipe's score file of ``seed`` in a scores folder."""
+    return scores / f"seed-{seed}" / f"{REFERENCE}.json"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("corpus", help="the corpus's name in the records")
+    parser.add_argument("fused", type=Path, help="the fused run's folder")
+    parser.add_argument("bm25", type=Path, help="the BM25 run's folder")
+    parser.add_argument("--fused-scores", type=Path, help="score files replacing the fused run's")
+    parser.add_argument("--hybrid", type=Path, help="a hybrid record written before (skips scoring it again)")
+    parser.add_argument("--json", type=Path, required=True)
+    args = parser.parse_args()
+    result = compare_corpus(args.corpus, args.fused, args.bm25, args.fused_scores, args.hybrid)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    print(json.dumps({k: v for k, v in result.items() if k != "hybrid_record"}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
