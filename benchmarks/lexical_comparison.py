@@ -156,6 +156,30 @@ def compare_corpus(
     }
 
 
+def query_shape(task: Path, model_name: str | None, anchors: Path | None) -> dict[str, Any]:
+    """The median length in tokens of the task's test queries and of the mined anchors (``anchors``: a mined folder):
+    what the anchors, the queries of the training, look like against the users' queries."""
+    import gzip
+
+    import datasets
+
+    tokenizer = load_model(model_name).tokenizer
+    judged = {
+        line.split("\t")[0] for line in (task / "qrels" / "test.tsv").read_text(encoding="utf-8").splitlines()[1:]
+    }
+    with gzip.open(task / "queries.jsonl.gz", "rt", encoding="utf-8") as handle:
+        queries = [record["text"] for record in map(json.loads, handle) if record["_id"] in judged]
+
+    def median_tokens(texts: list[str]) -> float:
+        return statistics.median(len(ids) - 2 for ids in tokenizer(texts)["input_ids"])
+
+    shape = {"queries": len(queries), "query_tokens": median_tokens(queries)}
+    if anchors is not None:
+        texts = datasets.load_from_disk(str(anchors))["anchor"]
+        shape["anchor_tokens"] = median_tokens(list(texts[:5000]))
+    return shape
+
+
 def folder_of(scores: Path, seed: int) -> Path:
     """The reference recipe's score file of ``seed`` in a scores folder."""
     return scores / f"seed-{seed}" / f"{REFERENCE}.json"
@@ -168,9 +192,13 @@ def main() -> None:
     parser.add_argument("bm25", type=Path, help="the BM25 run's folder")
     parser.add_argument("--fused-scores", type=Path, help="score files replacing the fused run's")
     parser.add_argument("--hybrid", type=Path, help="a hybrid record written before (skips scoring it again)")
+    parser.add_argument("--task-folder", type=Path, help="the task's BEIR folder: measure its queries' shape")
     parser.add_argument("--json", type=Path, required=True)
     args = parser.parse_args()
     result = compare_corpus(args.corpus, args.fused, args.bm25, args.fused_scores, args.hybrid)
+    if args.task_folder is not None:
+        model = load_compare_config(args.bm25 / "compare_config.yaml").model
+        result["shape"] = query_shape(args.task_folder, model, args.bm25 / "mined")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(json.dumps({k: v for k, v in result.items() if k != "hybrid_record"}, indent=1))
