@@ -126,7 +126,7 @@ def build(name: str, model, prediction_ratio: float, mini_batch: int = 8) -> tor
     if name == "xprt_hard":
         return XPRTLoss(model, hard_negatives=HARD_NEGATIVES)
     if name == "hybrid_teacher_hard":
-        lexicon = corpus_lexicon(passages(2048, words=model.max_seq_length), model)
+        lexicon = corpus_lexicon(passages(1024, words=64), model)  # the counts of a small corpus
         return HybridTeacherLoss(model, lexicon, hard_negatives=HARD_NEGATIVES, hybrid_weight=40.0)
     if name in ("positive_only", "positive_only_retention"):
         retention = 40.0 if name.endswith("retention") else None
