@@ -15,16 +15,17 @@ with ``-v``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
 import sys
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -41,6 +42,8 @@ OWN_LOGGER = "xprt_st"
 
 _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
+
+ConfigT = TypeVar("ConfigT")
 
 OutputPathError = OutputFolderError
 """An output option names a path where no folder can be written, or a folder the command must not write into
@@ -68,6 +71,23 @@ def report_error(
     code = exit_code if exit_code is not None else (error.exit_code if own else 2)
     Console(stderr=True, emoji=False).print(f"[bold red]{heading}:[/bold red] {escape(text)}", highlight=False)
     return typer.Exit(code)
+
+
+def config_from(cls: type[ConfigT], flags: Mapping[str, Any], **changes: Any) -> ConfigT:
+    """The typed config ``cls`` (a dataclass) made from a command's flags: each field takes the flag of its own name
+    (flags and config fields are spelled the same), ``changes`` replace flags first, and flags the config has no field
+    for (``--quiet``, ``--output`` of another config) are left out; the config validates itself when made.
+
+    Example:
+        >>> @dataclasses.dataclass
+        ... class Config:
+        ...     seed: int = 0
+        ...     holdout: float = 0.0
+        >>> config_from(Config, {"seed": 3, "quiet": True}, holdout=0.1)
+        Config(seed=3, holdout=0.1)
+    """
+    names = {field.name for field in dataclasses.fields(cls) if field.init}  # type: ignore[arg-type]
+    return cls(**{name: value for name, value in {**flags, **changes}.items() if name in names})
 
 
 def check_output_folder(path: Path, option: str) -> Path:
