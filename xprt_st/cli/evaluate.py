@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-import yaml
 from rich.console import Console
 from rich.markup import escape
 
@@ -171,6 +171,16 @@ def evaluate(
         _remove_stale_results(folder, list(COMMAND_NAMES["evaluate"][1]), [path.name for path in paths.values()])
     if not quiet:
         console.print("wrote " + ", ".join(str(path) for path in paths.values()), highlight=False, markup=False)
+
+
+def _quiet_or_print(quiet: bool) -> Callable[[str], None]:
+    """Where a library's progress lines go: nowhere with ``--quiet``, else one plain line each on stdout."""
+
+    def say(line: str) -> None:
+        if not quiet:
+            console.print(line, highlight=False, markup=False)
+
+    return say
 
 
 def _check_model_name(spec: str) -> None:
@@ -438,7 +448,9 @@ def finetune_compare(
 
     With --recipe, the model pre-trained into OUTPUT/pretrained is reused by a rerun with the same recipe, overrides,
     mined folder and --model, and refused (naming what differs) with other ones."""
-    from xprt_st.cli.common import check_model, check_output_folder, command_logging
+    flags = dict(locals())  # the options, before any name below joins them
+    from xprt_st.cli.common import check_model, check_output_folder, command_logging, config_from
+    from xprt_st.finetune.run import FinetuneCompareConfig, run_finetune_compare
     from xprt_st.output_folder import hold_folder
 
     try:
@@ -461,77 +473,12 @@ def finetune_compare(
         folder = hold_folder(output_dir, "finetune-compare", "--output", overwrite=overwrite)
     except ValueError as error:
         raise _fail(error) from error
+    config = config_from(FinetuneCompareConfig, flags, pretrain_set=tuple(pretrain_set or ()))
     with command_logging(
         "finetune-compare", output_dir, verbose=verbose, progress=verbose, show_info=verbose, folder=folder
     ):
-        from xprt_st.evaluation.catalog import resolve_beir
-        from xprt_st.evaluation.readers import read_beir_folder, subsample_beir
-        from xprt_st.finetune.folds import beir_train_pairs, plan_folds, query_domains, read_pairs
-        from xprt_st.finetune.pretrained import plan_pretraining, start_pretraining
-        from xprt_st.finetune.run import finetune_compare, pretrain_from_recipe
-
         try:
-            if train_pairs is not None and train_split is not None:
-                raise ValueError("give either --train-pairs or --train-split, not both")
-            if (pretrained is None) == (recipe is None):
-                raise ValueError(
-                    "give either --pretrained MODEL, or --recipe RECIPE with --mined FOLDER to pre-train BASE"
-                )
-            if recipe is not None and mined is None:
-                raise ValueError("--recipe needs --mined, the folder written by xprt-st mine from your corpus")
-            overrides = {}
-            for item in pretrain_set or []:
-                key, sep, value = item.partition("=")
-                if not sep:
-                    raise ValueError(f"--pretrain-set expects KEY=VALUE, got {item!r}")
-                overrides[key.strip()] = yaml.safe_load(value)
-            stage = None if recipe is None else plan_pretraining(folder, recipe, mined, base, overrides)
-            data, label, ignore_identical_ids = resolve_beir(task, data_dir)
-            data = subsample_beir(data, max_queries=max_queries, max_corpus=max_corpus, seed=seed)
-            domains = query_domains(data, domain_field=domain_field, domain_pattern=domain_pattern)
-            pairs = None
-            if train_pairs is not None:
-                pairs = read_pairs(train_pairs, query_field=query_field, positive_field=positive_field)
-            elif train_split is not None:
-                if not Path(task).is_dir():
-                    raise ValueError("--train-split needs --task to be a BEIR folder that holds qrels/<split>.tsv")
-                pairs = beir_train_pairs(read_beir_folder(Path(task), train_split))
-            if pairs is None:  # the folds' own count, before pre-training and before any model loads
-                plan, split_pairs = plan_folds(data, test_fraction=test_fraction, seed=seed)
-                settings.check_pairs(len(split_pairs), plan.source)
-            else:
-                settings.check_pairs(
-                    len(pairs), f"--train-pairs {train_pairs}" if train_pairs else f"--train-split {train_split}"
-                )
-            if stage is not None and stage.reuse and not quiet:
-                console.print(
-                    f"reusing the model pre-trained in {stage.path} (same recipe, overrides, mined folder and --model)",
-                    highlight=False,
-                    markup=False,
-                )
-            elif stage is not None and not stage.reuse:
-                start_pretraining(folder, stage)
-                pretrain_from_recipe(
-                    recipe, mined, base, stage.path, overrides=overrides, progress=verbose, resume=stage.resume,
-                    overwrite=stage.overwrite,
-                )  # fmt: skip
-            if stage is not None:
-                pretrained = str(stage.path)
-            result = finetune_compare(
-                base,
-                pretrained,
-                data,
-                task=label,
-                ignore_identical_ids=ignore_identical_ids,
-                train_pairs=pairs,
-                test_fraction=test_fraction,
-                domains=domains if (domain_field or domain_pattern) else None,
-                settings=settings,
-                output_dir=output_dir,
-                save_models=save_models,
-                device=device,
-                tolerance=tolerance,
-            )
+            result = run_finetune_compare(config, settings, folder, progress=verbose, say=_quiet_or_print(quiet))
         except (ValueError, FileExistsError) as error:
             raise _fail(error) from error
         _remove_stale_results(folder, ["base+ft", "pretrained+ft"], ["base+ft", "pretrained+ft"] if save_models else [])
