@@ -21,7 +21,7 @@ from xprt_st.precision import resolve_precision
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
-    from xprt_st.evaluation.run import EvaluationReport
+    from xprt_st.evaluation.run import EvaluateConfig, EvaluationReport
     from xprt_st.output_folder import OutputFolder
 
 console = Console(emoji=False)
@@ -93,7 +93,8 @@ def evaluate(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help=VERBOSE_HELP)] = False,
 ) -> None:
     """Evaluate one or more models side by side through mteb, offline on local data by default."""
-    from xprt_st.cli.common import check_output_folder, command_logging
+    flags = dict(locals())  # the options, before any name below joins them
+    from xprt_st.cli.common import check_output_folder, command_logging, config_from
     from xprt_st.output_folder import COMMAND_NAMES, hold_folder
 
     specs = list(models or ["default"])
@@ -112,65 +113,71 @@ def evaluate(
     except ValueError as error:
         raise _fail(error) from error
     with command_logging("evaluate", output_dir, verbose=verbose, progress=verbose, show_info=verbose, folder=folder):
-        from xprt_st.evaluation.analysis import overlap_thirds_report, thirds_rich_table, write_thirds_csv
-        from xprt_st.evaluation.catalog import resolve_tasks
-        from xprt_st.evaluation.run import default_cache_dir, evaluate_models
+        from xprt_st.evaluation.run import EvaluateConfig, run_evaluation
 
         if encode_backend != "torch":
             folder.record(CACHE_DIR)
+        config = config_from(
+            EvaluateConfig,
+            flags,
+            models=tuple(specs),
+            tasks=tuple(tasks),
+            label=tuple(label or ()),
+            show_progress=verbose,
+        )
         try:
-            task_objects = resolve_tasks(tasks, data_dir, max_queries=max_queries, max_corpus=max_corpus, seed=seed)
-            report = evaluate_models(
-                specs,
-                task_objects,
-                labels=label or None,
-                batch_size=batch_size,
-                cache_dir=None if no_cache else cache_dir or default_cache_dir(),
-                overwrite=overwrite,
-                device=device,
-                show_progress=verbose,
-                encode_backend=encode_backend,
-                backend_cache=output_dir,
-                precision=resolved.precision,
-            )
+            report = run_evaluation(config)
         except ValueError as error:
             raise _fail(error) from error
         if not quiet:
             console.print(f"precision: {resolved.precision} ({resolved.reason})", highlight=False, markup=False)
-        console.print(report.rich_table())
-        if len(report.models) > 1:
-            differences = report.differences()
-            if differences:
-                console.print(report.differences_table(differences))
-        paths = report.write(output_dir)
-        if overlap_thirds:
-            rows = []
-            for task in report.tasks:
-                if task in report.per_query:
-                    rows.extend(overlap_thirds_report(report, task))
-                elif report.task_objects[task].metadata.type == "Retrieval":
-                    err_console.print(
-                        f"[yellow]--overlap-thirds: skipping {escape(task)} (not a local retrieval task)[/yellow]"
-                    )
-            if rows:
-                console.print(thirds_rich_table(rows))
-                paths["thirds"] = write_thirds_csv(rows, output_dir / "overlap_thirds.csv")
-        encoding = {
-            "device": device,
-            "batch_size": batch_size,
-            "backend": encode_backend,
-            "cache_root": output_dir,
-            "precision": resolved.precision,
-        }
-        drift = _label_free_drift(specs, report.models, tasks, **encoding)
-        drift += _titles_intervals(specs, tasks, report, **encoding)
-        if drift:
-            paths["label_free"] = output_dir / "label_free.json"
-            paths["label_free"].write_text(json.dumps(drift, indent=2) + "\n", encoding="utf-8")
+        paths = _write_report(report, config, resolved.precision, overlap_thirds=overlap_thirds)
         # its own names (COMMAND_NAMES) are exactly what an evaluate run writes: one run's results replace another's
         _remove_stale_results(folder, list(COMMAND_NAMES["evaluate"][1]), [path.name for path in paths.values()])
     if not quiet:
         console.print("wrote " + ", ".join(str(path) for path in paths.values()), highlight=False, markup=False)
+
+
+def _write_report(
+    report: EvaluationReport, config: EvaluateConfig, precision: str, *, overlap_thirds: bool
+) -> dict[str, Path]:
+    """Print the scores (and their differences, with several models), write them to ``config.output_dir``, then
+    the overlap thirds and the label-free lines asked for; return the paths written by name."""
+    from xprt_st.evaluation.analysis import overlap_thirds_report, thirds_rich_table, write_thirds_csv
+
+    output_dir = config.output_dir
+    console.print(report.rich_table())
+    if len(report.models) > 1:
+        differences = report.differences()
+        if differences:
+            console.print(report.differences_table(differences))
+    paths = report.write(output_dir)
+    if overlap_thirds:
+        rows = []
+        for task in report.tasks:
+            if task in report.per_query:
+                rows.extend(overlap_thirds_report(report, task))
+            elif report.task_objects[task].metadata.type == "Retrieval":
+                err_console.print(
+                    f"[yellow]--overlap-thirds: skipping {escape(task)} (not a local retrieval task)[/yellow]"
+                )
+        if rows:
+            console.print(thirds_rich_table(rows))
+            paths["thirds"] = write_thirds_csv(rows, output_dir / "overlap_thirds.csv")
+    specs, tasks = list(config.models), list(config.tasks)
+    encoding = {
+        "device": config.device,
+        "batch_size": config.batch_size,
+        "backend": config.encode_backend,
+        "cache_root": output_dir,
+        "precision": precision,
+    }
+    drift = _label_free_drift(specs, report.models, tasks, **encoding)
+    drift += _titles_intervals(specs, tasks, report, **encoding)
+    if drift:
+        paths["label_free"] = output_dir / "label_free.json"
+        paths["label_free"].write_text(json.dumps(drift, indent=2) + "\n", encoding="utf-8")
+    return paths
 
 
 def _quiet_or_print(quiet: bool) -> Callable[[str], None]:
