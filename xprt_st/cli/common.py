@@ -6,7 +6,7 @@ any :class:`xprt_st.errors.XPRTError` that leaves a command (:mod:`xprt_st.cli`)
 errors whose exit code or wording depends on where it met them.
 
 A command checks its output folder and its models first (:func:`check_output_folder`,
-:func:`check_model`), so a bad path fails in a second with the option's name instead of a traceback
+:func:`xprt_st.models.check_model`), so a bad path fails in a second with the option's name instead of a traceback
 after the work. It then runs inside :func:`command_logging`: xprt-st's own messages and every error
 stay on the terminal, while warnings of the libraries underneath (torch, transformers,
 sentence-transformers, mteb, datasets) go to ``OUTPUT/xprt-st.log``, and to the terminal as well
@@ -102,21 +102,6 @@ def check_output_folder(path: Path, option: str) -> Path:
     if problem is not None:
         raise OutputPathError(problem)
     return Path(path)
-
-
-def check_model(name: str | Path | None, option: str) -> None:
-    """Resolve a model option now (:func:`xprt_st.models.resolve_model_name`), naming the option on failure.
-
-    Raises:
-        xprt_st.models.ModelLoadError: the default is not installed, the folder does not exist, or the
-            name cannot load offline.
-    """
-    from xprt_st.models import ModelLoadError, resolve_model_name
-
-    try:
-        resolve_model_name(name)
-    except ModelLoadError as error:
-        raise ModelLoadError(f"{option}: {error}") from error
 
 
 def _is_own(name: str) -> bool:

@@ -192,8 +192,8 @@ def _quiet_or_print(quiet: bool) -> Callable[[str], None]:
 
 def _check_model_name(spec: str) -> None:
     """A model name of ``evaluate``, checked before work: a dense model, ``bm25``, or ``hybrid:MODEL``."""
-    from xprt_st.cli.common import check_model
     from xprt_st.evaluation.lexical import check_lexical_spec, is_lexical_spec
+    from xprt_st.models import check_model
 
     if not is_lexical_spec(spec):
         check_model(spec, "MODELS")
@@ -456,8 +456,9 @@ def finetune_compare(
     With --recipe, the model pre-trained into OUTPUT/pretrained is reused by a rerun with the same recipe, overrides,
     mined folder and --model, and refused (naming what differs) with other ones."""
     flags = dict(locals())  # the options, before any name below joins them
-    from xprt_st.cli.common import check_model, check_output_folder, command_logging, config_from
+    from xprt_st.cli.common import check_output_folder, command_logging, config_from
     from xprt_st.finetune.run import FinetuneCompareConfig, run_finetune_compare
+    from xprt_st.models import check_model
     from xprt_st.output_folder import hold_folder
 
     try:

@@ -64,8 +64,9 @@ def interpolate(
         --select mined:mined/ --output runs/xprt-mixed
     """
     flags = dict(locals())  # the options, before any name below joins them
-    from xprt_st.cli.common import OutputPathError, check_model, command_logging, config_from
+    from xprt_st.cli.common import OutputPathError, command_logging, config_from
     from xprt_st.interpolate import AlphaError, InterpolateConfig, run_interpolation, start_problem
+    from xprt_st.models import check_model
     from xprt_st.output_folder import hold_folder
 
     # every project error below ends the command with its one line and exit code (xprt_st.cli.common.report_error)

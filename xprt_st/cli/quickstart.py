@@ -100,11 +100,11 @@ def quickstart(
       xprt-st quickstart --corpus my.jsonl --id-field id --task my-beir/ -o out/
     """
     flags = dict(locals())  # the options, before any name below joins them
-    from xprt_st.cli.common import check_model, check_output_folder, command_logging, config_from, report_error
+    from xprt_st.cli.common import check_output_folder, command_logging, config_from, report_error
     from xprt_st.encode_runtime import ExportCacheError
     from xprt_st.mining.config import MiningError
     from xprt_st.mining.reader import CorpusError
-    from xprt_st.models import ModelLoadError
+    from xprt_st.models import ModelLoadError, check_model
     from xprt_st.output_folder import hold_folder
     from xprt_st.quickstart import QuickstartConfig, QuickstartInputError, check_inputs, check_reuse, run_quickstart
     from xprt_st.recipe import load_recipe
