@@ -132,17 +132,16 @@ def train(
     if data is None or output is None:
         console.print("[red]error:[/red] --mined and --output are required to train (or pass --print-recipe)")
         raise typer.Exit(2)
-    model_option = "--model" if model else f"recipe {recipe}: training.model"
     settings = TrainSettings(
         resolved,
         data,
         output,
-        resume,
-        model,
-        progress,
+        resume=resume,
+        model=model,
+        progress=progress,
         fork_from=fork_from,
         overwrite=overwrite,
-        model_option=model_option,
+        model_option="--model" if model else f"recipe {recipe}: training.model",
     )
     main_process = int(os.environ.get("RANK", "0")) == 0  # under torchrun / accelerate launch, one process reports
     with (
