@@ -14,7 +14,7 @@ from rich.markup import escape
 
 from xprt_st.cli.app import app
 from xprt_st.cli.common import report_error
-from xprt_st.encode_backend import CACHE_DIR, OPTION_HELP, check_encode_backend, load_encoder
+from xprt_st.encode_backend import OPTION_HELP, load_encoder
 from xprt_st.precision import OPTION_HELP as PRECISION_HELP
 from xprt_st.precision import resolve_precision
 
@@ -94,48 +94,46 @@ def evaluate(
 ) -> None:
     """Evaluate one or more models side by side through mteb, offline on local data by default."""
     flags = dict(locals())  # the options, before any name below joins them
-    from xprt_st.cli.common import check_output_folder, command_logging, config_from
-    from xprt_st.output_folder import COMMAND_NAMES, hold_folder
+    from xprt_st.cli.common import command_logging, config_from
+    from xprt_st.evaluation.run import EvaluateConfig
+    from xprt_st.pipeline import run_pipeline
+    from xprt_st.pipeline.evaluate import EvaluateStage
 
-    specs = list(models or ["default"])
-    try:
-        from xprt_st.evaluation.catalog import check_sample_sizes
+    specs, labels = tuple(models or ["default"]), tuple(label or ())
+    config = config_from(EvaluateConfig, flags, models=specs, tasks=tuple(tasks), label=labels, show_progress=verbose)
+    written: dict[str, Path] = {}
 
-        check_sample_sizes(max_queries=max_queries, max_corpus=max_corpus)
-        check_encode_backend(encode_backend, device)
-        resolved = resolve_precision(precision, device, encode_backend)
-        check_output_folder(output_dir, "--output")
-        for spec in specs:
-            _check_model_name(spec)
-        _check_lexical_task_specs(specs, tasks)
-        _check_heldout_contract(specs, tasks)
-        folder = hold_folder(output_dir, "evaluate", "--output")
-    except ValueError as error:
-        raise _fail(error) from error
-    with command_logging("evaluate", output_dir, verbose=verbose, progress=verbose, show_info=verbose, folder=folder):
-        from xprt_st.evaluation.run import EvaluateConfig, run_evaluation
+    def present(report: EvaluationReport, folder: OutputFolder) -> None:
+        written.update(_present(report, folder, config, quiet=quiet, overlap_thirds=overlap_thirds))
 
-        if encode_backend != "torch":
-            folder.record(CACHE_DIR)
-        config = config_from(
-            EvaluateConfig,
-            flags,
-            models=tuple(specs),
-            tasks=tuple(tasks),
-            label=tuple(label or ()),
-            show_progress=verbose,
-        )
+    stage = EvaluateStage(config, present, warn=_warn)
+    with command_logging("evaluate", output_dir, verbose=verbose, progress=verbose, show_info=verbose):
         try:
-            report = run_evaluation(config)
+            run_pipeline([stage], output_dir)  # every check first: nothing loaded or written before they pass
         except ValueError as error:
             raise _fail(error) from error
-        if not quiet:
-            console.print(f"precision: {resolved.precision} ({resolved.reason})", highlight=False, markup=False)
-        paths = _write_report(report, config, resolved.precision, overlap_thirds=overlap_thirds)
-        # its own names (COMMAND_NAMES) are exactly what an evaluate run writes: one run's results replace another's
-        _remove_stale_results(folder, list(COMMAND_NAMES["evaluate"][1]), [path.name for path in paths.values()])
     if not quiet:
-        console.print("wrote " + ", ".join(str(path) for path in paths.values()), highlight=False, markup=False)
+        console.print("wrote " + ", ".join(str(path) for path in written.values()), highlight=False, markup=False)
+
+
+def _warn(line: str) -> None:
+    err_console.print(f"[bold yellow]warning:[/bold yellow] {escape(line)}", highlight=False)
+
+
+def _present(
+    report: EvaluationReport, folder: OutputFolder, config: EvaluateConfig, *, quiet: bool, overlap_thirds: bool
+) -> dict[str, Path]:
+    """What evaluate shows and writes while its folder is held: the precision line, the report (:func:`_write_report`),
+    and the removal of an earlier run's results this run did not rewrite; returns the paths written by name."""
+    from xprt_st.output_folder import COMMAND_NAMES
+
+    resolved = resolve_precision(config.precision, config.device, config.encode_backend)
+    if not quiet:
+        console.print(f"precision: {resolved.precision} ({resolved.reason})", highlight=False, markup=False)
+    paths = _write_report(report, config, resolved.precision, overlap_thirds=overlap_thirds)
+    # its own names (COMMAND_NAMES) are exactly what an evaluate run writes: one run's results replace another's
+    _remove_stale_results(folder, list(COMMAND_NAMES["evaluate"][1]), [path.name for path in paths.values()])
+    return paths
 
 
 def _write_report(
@@ -188,35 +186,6 @@ def _quiet_or_print(quiet: bool) -> Callable[[str], None]:
             console.print(line, highlight=False, markup=False)
 
     return say
-
-
-def _check_model_name(spec: str) -> None:
-    """A model name of ``evaluate``, checked before work: a dense model, ``bm25``, or ``hybrid:MODEL``."""
-    from xprt_st.evaluation.lexical import check_lexical_spec, is_lexical_spec
-    from xprt_st.models import check_model
-
-    if not is_lexical_spec(spec):
-        check_model(spec, "MODELS")
-        return
-    parsed = check_lexical_spec(spec)
-    if parsed.dense is not None:
-        check_model(parsed.dense, f"MODELS ({spec})")
-
-
-def _check_lexical_task_specs(specs: list[str], tasks: list[str]) -> None:
-    """Refuse ``bm25`` or ``hybrid:MODEL`` with a label-free task before work (the task kinds that need reading, an
-    STS file, are refused by :func:`xprt_st.evaluation.run.check_lexical_tasks` before any model loads)."""
-    from xprt_st.evaluation.catalog import split_task_specs
-    from xprt_st.evaluation.lexical import is_lexical_spec
-    from xprt_st.evaluation.run import is_label_free
-
-    lexical = [spec for spec in specs if is_lexical_spec(spec)]
-    free = [name for name in split_task_specs(tasks) if is_label_free(name)]
-    if lexical and free:
-        raise ValueError(
-            f"{lexical[0]} scores retrieval tasks with labels only; {free[0]} is a label-free task: evaluate it "
-            "with the dense models alone"
-        )
 
 
 def _remove_stale_results(folder: OutputFolder, results: list[str], written: list[str]) -> None:
@@ -289,31 +258,6 @@ def _titles_intervals(
     return records
 
 
-def _specs_with(tasks: list[str], prefix: str) -> list[str]:
-    """The specs among the ``--tasks`` values that start with ``prefix`` (``mined:``), once each, in order."""
-    from xprt_st.evaluation.catalog import split_task_specs
-
-    return list(dict.fromkeys(name for name in split_task_specs(tasks) if name.startswith(prefix)))
-
-
-def _check_heldout_contract(specs: list[str], tasks: list[str]) -> None:
-    """Refuse a model trained on the held-out documents of a ``mined:DIR`` or ``titles:DIR`` task (both score a
-    mined folder's held-out part); warn of text duplicates (before work)."""
-    from xprt_st.evaluation.label_free import TASK_PREFIX
-    from xprt_st.evaluation.titles import TASK_PREFIX as TITLES_PREFIX
-    from xprt_st.training.heldout_contract import contamination_warning, refuse_overlap
-
-    folders: dict[str, None] = {}
-    for prefix in (TASK_PREFIX, TITLES_PREFIX):
-        for spec in _specs_with(tasks, prefix):
-            refuse_overlap(specs, spec[len(prefix) :], f"evaluate --tasks {spec}")
-            folders[spec[len(prefix) :]] = None
-    for folder in folders:
-        warning = contamination_warning(folder)
-        if warning is not None:
-            err_console.print(f"[bold yellow]warning:[/bold yellow] {escape(warning)}", highlight=False)
-
-
 def _label_free_drift(
     specs: list[str],
     labels: list[str],
@@ -331,9 +275,10 @@ def _label_free_drift(
     xprt-st, with the starting model its ``training_state/`` records; otherwise there is no reference.
     """
     from xprt_st.evaluation.label_free import TASK_PREFIX, compare_to_reference, format_comparison, load_heldout_task
+    from xprt_st.pipeline.evaluate import specs_with
     from xprt_st.training.trainer import TrainingStateError, read_training_config
 
-    mined = _specs_with(tasks, TASK_PREFIX)
+    mined = specs_with(tasks, TASK_PREFIX)
     if not mined:
         return []
     if len(specs) > 1:
