@@ -327,3 +327,75 @@ def _save(
     readme = output / "README.md"
     text = readme.read_text(encoding="utf-8") if readme.is_file() else ""
     readme.write_text(text.rstrip() + ("\n\n" if text else "") + "\n".join(lines) + "\n", encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class InterpolateConfig:
+    """What ``xprt-st interpolate`` does: mix ``start`` and ``trained`` with one ``alpha``, or with the best of
+    ``alphas`` on the label-free task ``select`` (``mined:DIR``), into ``output``.
+
+    Made from the flags of the same names; :meth:`candidates` checks which of the two forms is given.
+    """
+
+    start: str
+    trained: str
+    output: Path
+    alpha: float | None = None
+    alphas: str | None = None
+    select: str | None = None
+    batch_size: int = 32
+    device: str | None = None
+    precision: str = "auto"
+    """Of the ``select`` scoring only: the weights are mixed in fp32."""
+
+    def candidates(self) -> list[float]:
+        """The alphas to mix with: ``[alpha]``, or ``alphas`` parsed (each in [0, 1]).
+
+        Raises:
+            AlphaError: neither or both forms given, ``alphas`` without ``select`` or the other way round, or an
+                alpha outside [0, 1].
+        """
+        if (self.alpha is None) == (self.alphas is None):
+            raise AlphaError("give either --alpha A, or --alphas A1,A2,... with --select mined:DIR")
+        if self.alphas is not None and self.select is None:
+            raise AlphaError("--alphas needs --select mined:DIR, the mined folder whose held-out part picks alpha")
+        if self.select is not None and self.alphas is None:
+            raise AlphaError("--select picks among --alphas; give --alphas 0,0.25,0.5,0.75,1")
+        return [check_alpha(self.alpha)] if self.alpha is not None else parse_alphas(self.alphas or "")
+
+
+def run_interpolation(config: InterpolateConfig, heldout: HeldOut | None = None) -> tuple[float, Selection | None]:
+    """Load both models, mix them (choosing alpha on ``heldout`` when given) and save the result to
+    ``config.output``; return the alpha written and the selection table (None with one alpha).
+
+    Raises:
+        ArchitectureMismatchError: the two models differ in their modules or tensors (before anything is mixed).
+    """
+    from xprt_st.models import load_model
+    from xprt_st.precision import resolve_precision, use_precision
+
+    candidates = config.candidates()
+    start = load_model(config.start, device=config.device)
+    trained = load_model(config.trained, device=config.device)
+    check_same_architecture(start, trained)
+    selection = None
+    if heldout is not None:  # only the label-free scoring encodes
+        for loaded in (start, trained):
+            use_precision(loaded, resolve_precision(config.precision, loaded.device.type).precision)
+        selection, model = select_alpha(
+            start,
+            trained,
+            candidates,
+            heldout,
+            start_name=config.start,
+            trained_name=config.trained,
+            batch_size=config.batch_size,
+        )
+        chosen = selection.chosen.alpha
+    else:
+        chosen = candidates[0]
+        model = interpolate(start, trained, chosen)
+    save_interpolated(
+        model, config.output, start=config.start, trained=config.trained, alpha=chosen, selection=selection
+    )
+    return chosen, selection

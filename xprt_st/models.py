@@ -90,6 +90,18 @@ def resolve_model_name(name: str | Path | None) -> str:
     return text
 
 
+def check_model(name: str | Path | None, option: str) -> None:
+    """Resolve a model option now (:func:`resolve_model_name`, nothing loaded), naming the option on failure.
+
+    Raises:
+        ModelLoadError: the default is not installed, the folder does not exist, or the name cannot load offline.
+    """
+    try:
+        resolve_model_name(name)
+    except ModelLoadError as error:
+        raise ModelLoadError(f"{option}: {error}") from error
+
+
 def model_folder_problem(folder: Path) -> str | None:
     """Why an existing folder cannot load as a model, read from its files alone (nothing is loaded); None when
     nothing is known to be wrong.

@@ -6,7 +6,7 @@ any :class:`xprt_st.errors.XPRTError` that leaves a command (:mod:`xprt_st.cli`)
 errors whose exit code or wording depends on where it met them.
 
 A command checks its output folder and its models first (:func:`check_output_folder`,
-:func:`check_model`), so a bad path fails in a second with the option's name instead of a traceback
+:func:`xprt_st.models.check_model`), so a bad path fails in a second with the option's name instead of a traceback
 after the work. It then runs inside :func:`command_logging`: xprt-st's own messages and every error
 stay on the terminal, while warnings of the libraries underneath (torch, transformers,
 sentence-transformers, mteb, datasets) go to ``OUTPUT/xprt-st.log``, and to the terminal as well
@@ -15,16 +15,17 @@ with ``-v``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
 import sys
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -41,6 +42,8 @@ OWN_LOGGER = "xprt_st"
 
 _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
+
+ConfigT = TypeVar("ConfigT")
 
 OutputPathError = OutputFolderError
 """An output option names a path where no folder can be written, or a folder the command must not write into
@@ -70,6 +73,23 @@ def report_error(
     return typer.Exit(code)
 
 
+def config_from(cls: type[ConfigT], flags: Mapping[str, Any], **changes: Any) -> ConfigT:
+    """The typed config ``cls`` (a dataclass) made from a command's flags: each field takes the flag of its own name
+    (flags and config fields are spelled the same), ``changes`` replace flags first, and flags the config has no field
+    for (``--quiet``, ``--output`` of another config) are left out; the config validates itself when made.
+
+    Example:
+        >>> @dataclasses.dataclass
+        ... class Config:
+        ...     seed: int = 0
+        ...     holdout: float = 0.0
+        >>> config_from(Config, {"seed": 3, "quiet": True}, holdout=0.1)
+        Config(seed=3, holdout=0.1)
+    """
+    names = {field.name for field in dataclasses.fields(cls) if field.init}  # type: ignore[arg-type]
+    return cls(**{name: value for name, value in {**flags, **changes}.items() if name in names})
+
+
 def check_output_folder(path: Path, option: str) -> Path:
     """Fail before any work when ``path`` cannot become (or already is not) a writable folder.
 
@@ -82,21 +102,6 @@ def check_output_folder(path: Path, option: str) -> Path:
     if problem is not None:
         raise OutputPathError(problem)
     return Path(path)
-
-
-def check_model(name: str | Path | None, option: str) -> None:
-    """Resolve a model option now (:func:`xprt_st.models.resolve_model_name`), naming the option on failure.
-
-    Raises:
-        xprt_st.models.ModelLoadError: the default is not installed, the folder does not exist, or the
-            name cannot load offline.
-    """
-    from xprt_st.models import ModelLoadError, resolve_model_name
-
-    try:
-        resolve_model_name(name)
-    except ModelLoadError as error:
-        raise ModelLoadError(f"{option}: {error}") from error
 
 
 def _is_own(name: str) -> bool:

@@ -4,24 +4,24 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-import yaml
 from rich.console import Console
 from rich.markup import escape
 
 from xprt_st.cli.app import app
 from xprt_st.cli.common import report_error
-from xprt_st.encode_backend import CACHE_DIR, OPTION_HELP, check_encode_backend, load_encoder
+from xprt_st.encode_backend import OPTION_HELP, load_encoder
 from xprt_st.precision import OPTION_HELP as PRECISION_HELP
 from xprt_st.precision import resolve_precision
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
-    from xprt_st.evaluation.run import EvaluationReport
+    from xprt_st.evaluation.run import EvaluateConfig, EvaluationReport
     from xprt_st.output_folder import OutputFolder
 
 console = Console(emoji=False)
@@ -93,113 +93,99 @@ def evaluate(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help=VERBOSE_HELP)] = False,
 ) -> None:
     """Evaluate one or more models side by side through mteb, offline on local data by default."""
-    from xprt_st.cli.common import check_output_folder, command_logging
-    from xprt_st.output_folder import COMMAND_NAMES, hold_folder
+    flags = dict(locals())  # the options, before any name below joins them
+    from xprt_st.cli.common import command_logging, config_from
+    from xprt_st.evaluation.run import EvaluateConfig
+    from xprt_st.pipeline import run_pipeline
+    from xprt_st.pipeline.evaluate import EvaluateStage
 
-    specs = list(models or ["default"])
-    try:
-        from xprt_st.evaluation.catalog import check_sample_sizes
+    specs, labels = tuple(models or ["default"]), tuple(label or ())
+    config = config_from(EvaluateConfig, flags, models=specs, tasks=tuple(tasks), label=labels, show_progress=verbose)
+    written: dict[str, Path] = {}
 
-        check_sample_sizes(max_queries=max_queries, max_corpus=max_corpus)
-        check_encode_backend(encode_backend, device)
-        resolved = resolve_precision(precision, device, encode_backend)
-        check_output_folder(output_dir, "--output")
-        for spec in specs:
-            _check_model_name(spec)
-        _check_lexical_task_specs(specs, tasks)
-        _check_heldout_contract(specs, tasks)
-        folder = hold_folder(output_dir, "evaluate", "--output")
-    except ValueError as error:
-        raise _fail(error) from error
-    with command_logging("evaluate", output_dir, verbose=verbose, progress=verbose, show_info=verbose, folder=folder):
-        from xprt_st.evaluation.analysis import overlap_thirds_report, thirds_rich_table, write_thirds_csv
-        from xprt_st.evaluation.catalog import resolve_tasks
-        from xprt_st.evaluation.run import default_cache_dir, evaluate_models
+    def present(report: EvaluationReport, folder: OutputFolder) -> None:
+        written.update(_present(report, folder, config, quiet=quiet, overlap_thirds=overlap_thirds))
 
-        if encode_backend != "torch":
-            folder.record(CACHE_DIR)
+    stage = EvaluateStage(config, present, warn=_warn)
+    with command_logging("evaluate", output_dir, verbose=verbose, progress=verbose, show_info=verbose):
         try:
-            task_objects = resolve_tasks(tasks, data_dir, max_queries=max_queries, max_corpus=max_corpus, seed=seed)
-            report = evaluate_models(
-                specs,
-                task_objects,
-                labels=label or None,
-                batch_size=batch_size,
-                cache_dir=None if no_cache else cache_dir or default_cache_dir(),
-                overwrite=overwrite,
-                device=device,
-                show_progress=verbose,
-                encode_backend=encode_backend,
-                backend_cache=output_dir,
-                precision=resolved.precision,
-            )
+            run_pipeline([stage], output_dir)  # every check first: nothing loaded or written before they pass
         except ValueError as error:
             raise _fail(error) from error
-        if not quiet:
-            console.print(f"precision: {resolved.precision} ({resolved.reason})", highlight=False, markup=False)
-        console.print(report.rich_table())
-        if len(report.models) > 1:
-            differences = report.differences()
-            if differences:
-                console.print(report.differences_table(differences))
-        paths = report.write(output_dir)
-        if overlap_thirds:
-            rows = []
-            for task in report.tasks:
-                if task in report.per_query:
-                    rows.extend(overlap_thirds_report(report, task))
-                elif report.task_objects[task].metadata.type == "Retrieval":
-                    err_console.print(
-                        f"[yellow]--overlap-thirds: skipping {escape(task)} (not a local retrieval task)[/yellow]"
-                    )
-            if rows:
-                console.print(thirds_rich_table(rows))
-                paths["thirds"] = write_thirds_csv(rows, output_dir / "overlap_thirds.csv")
-        encoding = {
-            "device": device,
-            "batch_size": batch_size,
-            "backend": encode_backend,
-            "cache_root": output_dir,
-            "precision": resolved.precision,
-        }
-        drift = _label_free_drift(specs, report.models, tasks, **encoding)
-        drift += _titles_intervals(specs, tasks, report, **encoding)
-        if drift:
-            paths["label_free"] = output_dir / "label_free.json"
-            paths["label_free"].write_text(json.dumps(drift, indent=2) + "\n", encoding="utf-8")
-        # its own names (COMMAND_NAMES) are exactly what an evaluate run writes: one run's results replace another's
-        _remove_stale_results(folder, list(COMMAND_NAMES["evaluate"][1]), [path.name for path in paths.values()])
     if not quiet:
-        console.print("wrote " + ", ".join(str(path) for path in paths.values()), highlight=False, markup=False)
+        console.print("wrote " + ", ".join(str(path) for path in written.values()), highlight=False, markup=False)
 
 
-def _check_model_name(spec: str) -> None:
-    """A model name of ``evaluate``, checked before work: a dense model, ``bm25``, or ``hybrid:MODEL``."""
-    from xprt_st.cli.common import check_model
-    from xprt_st.evaluation.lexical import check_lexical_spec, is_lexical_spec
-
-    if not is_lexical_spec(spec):
-        check_model(spec, "MODELS")
-        return
-    parsed = check_lexical_spec(spec)
-    if parsed.dense is not None:
-        check_model(parsed.dense, f"MODELS ({spec})")
+def _warn(line: str) -> None:
+    err_console.print(f"[bold yellow]warning:[/bold yellow] {escape(line)}", highlight=False)
 
 
-def _check_lexical_task_specs(specs: list[str], tasks: list[str]) -> None:
-    """Refuse ``bm25`` or ``hybrid:MODEL`` with a label-free task before work (the task kinds that need reading, an
-    STS file, are refused by :func:`xprt_st.evaluation.run.check_lexical_tasks` before any model loads)."""
-    from xprt_st.evaluation.catalog import split_task_specs
-    from xprt_st.evaluation.lexical import is_lexical_spec
-    from xprt_st.evaluation.run import is_label_free
+def _present(
+    report: EvaluationReport, folder: OutputFolder, config: EvaluateConfig, *, quiet: bool, overlap_thirds: bool
+) -> dict[str, Path]:
+    """What evaluate shows and writes while its folder is held: the precision line, the report (:func:`_write_report`),
+    and the removal of an earlier run's results this run did not rewrite; returns the paths written by name."""
+    from xprt_st.output_folder import COMMAND_NAMES
 
-    lexical = [spec for spec in specs if is_lexical_spec(spec)]
-    free = [name for name in split_task_specs(tasks) if is_label_free(name)]
-    if lexical and free:
-        raise ValueError(
-            f"{lexical[0]} scores retrieval tasks with labels only; {free[0]} is a label-free task: evaluate it "
-            "with the dense models alone"
-        )
+    resolved = resolve_precision(config.precision, config.device, config.encode_backend)
+    if not quiet:
+        console.print(f"precision: {resolved.precision} ({resolved.reason})", highlight=False, markup=False)
+    paths = _write_report(report, config, resolved.precision, overlap_thirds=overlap_thirds)
+    # its own names (COMMAND_NAMES) are exactly what an evaluate run writes: one run's results replace another's
+    _remove_stale_results(folder, list(COMMAND_NAMES["evaluate"][1]), [path.name for path in paths.values()])
+    return paths
+
+
+def _write_report(
+    report: EvaluationReport, config: EvaluateConfig, precision: str, *, overlap_thirds: bool
+) -> dict[str, Path]:
+    """Print the scores (and their differences, with several models), write them to ``config.output_dir``, then
+    the overlap thirds and the label-free lines asked for; return the paths written by name."""
+    from xprt_st.evaluation.analysis import overlap_thirds_report, thirds_rich_table, write_thirds_csv
+
+    output_dir = config.output_dir
+    console.print(report.rich_table())
+    if len(report.models) > 1:
+        differences = report.differences()
+        if differences:
+            console.print(report.differences_table(differences))
+    paths = report.write(output_dir)
+    if overlap_thirds:
+        rows = []
+        for task in report.tasks:
+            if task in report.per_query:
+                rows.extend(overlap_thirds_report(report, task))
+            elif report.task_objects[task].metadata.type == "Retrieval":
+                err_console.print(
+                    f"[yellow]--overlap-thirds: skipping {escape(task)} (not a local retrieval task)[/yellow]"
+                )
+        if rows:
+            console.print(thirds_rich_table(rows))
+            paths["thirds"] = write_thirds_csv(rows, output_dir / "overlap_thirds.csv")
+    specs, tasks = list(config.models), list(config.tasks)
+    encoding = {
+        "device": config.device,
+        "batch_size": config.batch_size,
+        "backend": config.encode_backend,
+        "cache_root": output_dir,
+        "precision": precision,
+    }
+    drift = _label_free_drift(specs, report.models, tasks, **encoding)
+    drift += _titles_intervals(specs, tasks, report, **encoding)
+    if drift:
+        paths["label_free"] = output_dir / "label_free.json"
+        paths["label_free"].write_text(json.dumps(drift, indent=2) + "\n", encoding="utf-8")
+    return paths
+
+
+def _quiet_or_print(quiet: bool) -> Callable[[str], None]:
+    """Where a library's progress lines go: nowhere with ``--quiet``, else one plain line each on stdout."""
+
+    def say(line: str) -> None:
+        if not quiet:
+            console.print(line, highlight=False, markup=False)
+
+    return say
 
 
 def _remove_stale_results(folder: OutputFolder, results: list[str], written: list[str]) -> None:
@@ -272,31 +258,6 @@ def _titles_intervals(
     return records
 
 
-def _specs_with(tasks: list[str], prefix: str) -> list[str]:
-    """The specs among the ``--tasks`` values that start with ``prefix`` (``mined:``), once each, in order."""
-    from xprt_st.evaluation.catalog import split_task_specs
-
-    return list(dict.fromkeys(name for name in split_task_specs(tasks) if name.startswith(prefix)))
-
-
-def _check_heldout_contract(specs: list[str], tasks: list[str]) -> None:
-    """Refuse a model trained on the held-out documents of a ``mined:DIR`` or ``titles:DIR`` task (both score a
-    mined folder's held-out part); warn of text duplicates (before work)."""
-    from xprt_st.evaluation.label_free import TASK_PREFIX
-    from xprt_st.evaluation.titles import TASK_PREFIX as TITLES_PREFIX
-    from xprt_st.training.heldout_contract import contamination_warning, refuse_overlap
-
-    folders: dict[str, None] = {}
-    for prefix in (TASK_PREFIX, TITLES_PREFIX):
-        for spec in _specs_with(tasks, prefix):
-            refuse_overlap(specs, spec[len(prefix) :], f"evaluate --tasks {spec}")
-            folders[spec[len(prefix) :]] = None
-    for folder in folders:
-        warning = contamination_warning(folder)
-        if warning is not None:
-            err_console.print(f"[bold yellow]warning:[/bold yellow] {escape(warning)}", highlight=False)
-
-
 def _label_free_drift(
     specs: list[str],
     labels: list[str],
@@ -314,9 +275,10 @@ def _label_free_drift(
     xprt-st, with the starting model its ``training_state/`` records; otherwise there is no reference.
     """
     from xprt_st.evaluation.label_free import TASK_PREFIX, compare_to_reference, format_comparison, load_heldout_task
+    from xprt_st.pipeline.evaluate import specs_with
     from xprt_st.training.trainer import TrainingStateError, read_training_config
 
-    mined = _specs_with(tasks, TASK_PREFIX)
+    mined = specs_with(tasks, TASK_PREFIX)
     if not mined:
         return []
     if len(specs) > 1:
@@ -438,7 +400,10 @@ def finetune_compare(
 
     With --recipe, the model pre-trained into OUTPUT/pretrained is reused by a rerun with the same recipe, overrides,
     mined folder and --model, and refused (naming what differs) with other ones."""
-    from xprt_st.cli.common import check_model, check_output_folder, command_logging
+    flags = dict(locals())  # the options, before any name below joins them
+    from xprt_st.cli.common import check_output_folder, command_logging, config_from
+    from xprt_st.finetune.run import FinetuneCompareConfig, run_finetune_compare
+    from xprt_st.models import check_model
     from xprt_st.output_folder import hold_folder
 
     try:
@@ -461,77 +426,12 @@ def finetune_compare(
         folder = hold_folder(output_dir, "finetune-compare", "--output", overwrite=overwrite)
     except ValueError as error:
         raise _fail(error) from error
+    config = config_from(FinetuneCompareConfig, flags, pretrain_set=tuple(pretrain_set or ()))
     with command_logging(
         "finetune-compare", output_dir, verbose=verbose, progress=verbose, show_info=verbose, folder=folder
     ):
-        from xprt_st.evaluation.catalog import resolve_beir
-        from xprt_st.evaluation.readers import read_beir_folder, subsample_beir
-        from xprt_st.finetune.folds import beir_train_pairs, plan_folds, query_domains, read_pairs
-        from xprt_st.finetune.pretrained import plan_pretraining, start_pretraining
-        from xprt_st.finetune.run import finetune_compare, pretrain_from_recipe
-
         try:
-            if train_pairs is not None and train_split is not None:
-                raise ValueError("give either --train-pairs or --train-split, not both")
-            if (pretrained is None) == (recipe is None):
-                raise ValueError(
-                    "give either --pretrained MODEL, or --recipe RECIPE with --mined FOLDER to pre-train BASE"
-                )
-            if recipe is not None and mined is None:
-                raise ValueError("--recipe needs --mined, the folder written by xprt-st mine from your corpus")
-            overrides = {}
-            for item in pretrain_set or []:
-                key, sep, value = item.partition("=")
-                if not sep:
-                    raise ValueError(f"--pretrain-set expects KEY=VALUE, got {item!r}")
-                overrides[key.strip()] = yaml.safe_load(value)
-            stage = None if recipe is None else plan_pretraining(folder, recipe, mined, base, overrides)
-            data, label, ignore_identical_ids = resolve_beir(task, data_dir)
-            data = subsample_beir(data, max_queries=max_queries, max_corpus=max_corpus, seed=seed)
-            domains = query_domains(data, domain_field=domain_field, domain_pattern=domain_pattern)
-            pairs = None
-            if train_pairs is not None:
-                pairs = read_pairs(train_pairs, query_field=query_field, positive_field=positive_field)
-            elif train_split is not None:
-                if not Path(task).is_dir():
-                    raise ValueError("--train-split needs --task to be a BEIR folder that holds qrels/<split>.tsv")
-                pairs = beir_train_pairs(read_beir_folder(Path(task), train_split))
-            if pairs is None:  # the folds' own count, before pre-training and before any model loads
-                plan, split_pairs = plan_folds(data, test_fraction=test_fraction, seed=seed)
-                settings.check_pairs(len(split_pairs), plan.source)
-            else:
-                settings.check_pairs(
-                    len(pairs), f"--train-pairs {train_pairs}" if train_pairs else f"--train-split {train_split}"
-                )
-            if stage is not None and stage.reuse and not quiet:
-                console.print(
-                    f"reusing the model pre-trained in {stage.path} (same recipe, overrides, mined folder and --model)",
-                    highlight=False,
-                    markup=False,
-                )
-            elif stage is not None and not stage.reuse:
-                start_pretraining(folder, stage)
-                pretrain_from_recipe(
-                    recipe, mined, base, stage.path, overrides=overrides, progress=verbose, resume=stage.resume,
-                    overwrite=stage.overwrite,
-                )  # fmt: skip
-            if stage is not None:
-                pretrained = str(stage.path)
-            result = finetune_compare(
-                base,
-                pretrained,
-                data,
-                task=label,
-                ignore_identical_ids=ignore_identical_ids,
-                train_pairs=pairs,
-                test_fraction=test_fraction,
-                domains=domains if (domain_field or domain_pattern) else None,
-                settings=settings,
-                output_dir=output_dir,
-                save_models=save_models,
-                device=device,
-                tolerance=tolerance,
-            )
+            result = run_finetune_compare(config, settings, folder, progress=verbose, say=_quiet_or_print(quiet))
         except (ValueError, FileExistsError) as error:
             raise _fail(error) from error
         _remove_stale_results(folder, ["base+ft", "pretrained+ft"], ["base+ft", "pretrained+ft"] if save_models else [])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -12,7 +12,11 @@ from rich.table import Table
 
 from xprt_st.cli.app import app
 from xprt_st.precision import OPTION_HELP as PRECISION_HELP
-from xprt_st.precision import check_precision, resolve_precision, use_precision
+from xprt_st.precision import check_precision
+
+if TYPE_CHECKING:
+    from xprt_st.evaluation.label_free import HeldOut
+    from xprt_st.interpolate import InterpolateConfig, Selection
 
 console = Console(emoji=False)
 err_console = Console(stderr=True, emoji=False)
@@ -59,30 +63,17 @@ def interpolate(
       xprt-st interpolate default runs/xprt --alphas 0,0.25,0.5,0.75,1 \\
         --select mined:mined/ --output runs/xprt-mixed
     """
-    from xprt_st.cli.common import OutputPathError, check_model, command_logging
-    from xprt_st.evaluation.label_free import TASK_PREFIX, load_heldout_task
-    from xprt_st.interpolate import AlphaError, check_alpha, parse_alphas, start_problem
+    flags = dict(locals())  # the options, before any name below joins them
+    from xprt_st.cli.common import OutputPathError, command_logging, config_from
+    from xprt_st.interpolate import AlphaError, InterpolateConfig, run_interpolation, start_problem
+    from xprt_st.models import check_model
     from xprt_st.output_folder import hold_folder
-    from xprt_st.training.heldout_contract import contamination_warning, refuse_overlap
 
     # every project error below ends the command with its one line and exit code (xprt_st.cli.common.report_error)
-    if (alpha is None) == (alphas is None):
-        raise AlphaError("give either --alpha A, or --alphas A1,A2,... with --select mined:DIR")
-    if alphas is not None and select is None:
-        raise AlphaError("--alphas needs --select mined:DIR, the mined folder whose held-out part picks alpha")
-    if select is not None and alphas is None:
-        raise AlphaError("--select picks among --alphas; give --alphas 0,0.25,0.5,0.75,1")
-    candidates = [check_alpha(alpha)] if alpha is not None else parse_alphas(alphas or "")
+    config = config_from(InterpolateConfig, flags)
+    config.candidates()
     check_precision(precision)
-    heldout = None
-    if select is not None:
-        if not select.startswith(TASK_PREFIX):
-            raise AlphaError(f"--select {select!r}: expected mined:DIR, the folder written by xprt-st mine")
-        heldout = load_heldout_task(select[len(TASK_PREFIX) :])
-        refuse_overlap([start, trained], heldout.path, f"interpolate --select {select}")
-        duplicates = contamination_warning(heldout.path)
-        if duplicates is not None:
-            err_console.print(f"[bold yellow]warning:[/bold yellow] {escape(duplicates)}", highlight=False)
+    heldout = _heldout(config)
     check_model(start, "START")
     check_model(trained, "TRAINED")
     mismatch = start_problem(start, trained)
@@ -95,35 +86,33 @@ def interpolate(
             f"--output {output} already holds a model written by xprt-st interpolate; choose another folder, or "
             "pass --overwrite to replace it"
         )
-
     with command_logging("interpolate", output, verbose=verbose, progress=verbose, show_info=not quiet, folder=folder):
-        from xprt_st.interpolate import check_same_architecture, save_interpolated, select_alpha
-        from xprt_st.interpolate import interpolate as mix
-        from xprt_st.models import load_model
+        chosen, selection = run_interpolation(config, heldout)
+    _print_result(output, chosen, selection)
 
-        start_model = load_model(start, device=device)
-        trained_model = load_model(trained, device=device)
-        check_same_architecture(start_model, trained_model)
-        if heldout is not None:  # only the label-free scoring encodes
-            for loaded in (start_model, trained_model):
-                use_precision(loaded, resolve_precision(precision, loaded.device.type).precision)
-        selection = None
-        if heldout is not None:
-            selection, model = select_alpha(
-                start_model,
-                trained_model,
-                candidates,
-                heldout,
-                start_name=start,
-                trained_name=trained,
-                batch_size=batch_size,
-            )
-            chosen = selection.chosen.alpha
-        else:
-            chosen = candidates[0]
-            model = mix(start_model, trained_model, chosen)
-        save_interpolated(model, output, start=start, trained=trained, alpha=chosen, selection=selection)
 
+def _heldout(config: InterpolateConfig) -> HeldOut | None:
+    """The label-free task of ``--select mined:DIR`` (None without it), refused when either model trained on its
+    held-out documents; a warning when its texts repeat training texts."""
+    from xprt_st.evaluation.label_free import TASK_PREFIX, load_heldout_task
+    from xprt_st.interpolate import AlphaError
+    from xprt_st.training.heldout_contract import contamination_warning, refuse_overlap
+
+    select = config.select
+    if select is None:
+        return None
+    if not select.startswith(TASK_PREFIX):
+        raise AlphaError(f"--select {select!r}: expected mined:DIR, the folder written by xprt-st mine")
+    heldout = load_heldout_task(select[len(TASK_PREFIX) :])
+    refuse_overlap([config.start, config.trained], heldout.path, f"interpolate --select {select}")
+    duplicates = contamination_warning(heldout.path)
+    if duplicates is not None:
+        err_console.print(f"[bold yellow]warning:[/bold yellow] {escape(duplicates)}", highlight=False)
+    return heldout
+
+
+def _print_result(output: Path, chosen: float, selection: Selection | None) -> None:
+    """The selection table (with ``--select``) and the line naming the model written."""
     if selection is not None:
         table = Table(title=f"Label-free nDCG@10 on {escape(selection.task)} (held-out documents)")
         for column in ("alpha", "nDCG@10", "vs start, 95% CI", "10-NN overlap"):

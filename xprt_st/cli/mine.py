@@ -5,14 +5,14 @@ from __future__ import annotations
 import contextlib
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from xprt_st.cli.app import app
-from xprt_st.cli.common import OutputPathError, check_output_folder, command_logging, report_error
+from xprt_st.cli.common import OutputPathError, check_output_folder, command_logging, config_from, report_error
 from xprt_st.encode_backend import OPTION_HELP, check_encode_backend
 from xprt_st.mining.after_merge import AfterMerge
 from xprt_st.mining.config import MiningConfig
@@ -201,6 +201,7 @@ def mine(
     ] = False,
 ) -> None:
     """Turn a document corpus into xPRT training groups (anchor + related passages of the same page)."""
+    flags = dict(locals())  # the options, before any name below joins them
     # Library warnings go to the run's log file when the folder can hold one; a bad --output is left to
     # the miner's own check, which names it before any work.
     check_encode_backend(encode_backend, device)
@@ -214,73 +215,7 @@ def mine(
         contextlib.ExitStack() as held,  # a re-merged folder's lock, from the merge to the last pass that writes
     ):
         try:
-            if threshold is not None and threshold_quantile is not None:
-                raise typer.BadParameter("give --threshold or --threshold-quantile, not both")
-            seed, holdout = _held_out_draw(merge_dir, seed, holdout)
-            stored_run = merge_dir if merge_dir is not None else (None if overwrite else output)
-            after = _after_merge(
-                AfterMerge(
-                    hard_negatives=hard_negatives or 0,
-                    max_ratio=hard_negative_max_ratio,
-                    structure_mix=structure_mix,
-                    seed=seed,
-                    batch_size=batch_size,
-                    encode_backend=encode_backend,
-                    precision=precision,
-                ),
-                hard_negatives is None,
-                structure,
-                pairs,
-                stored_run,
-                merge_dir,
-            )
-            config = MiningConfig(
-                text_field=text_field,
-                id_field=id_field,
-                title_field=title_field,
-                html=html,
-                split=split,
-                model=model,
-                prompt=prompt,
-                prompt_name=prompt_name,
-                device=device,
-                batch_size=batch_size,
-                encode_backend=encode_backend,
-                precision=precision,
-                max_tokens=max_tokens,
-                min_tokens=min_tokens,
-                overlap_tokens=overlap_tokens,
-                max_passages=max_passages,
-                top_k=top_k,
-                rank_by=rank_by,
-                num_shards=num_shards,
-                chunk_size=chunk_size,
-                skip_unreadable=skip_unreadable,
-                threshold=threshold,
-                threshold_quantile=threshold_quantile,
-                positive=positive,
-                pairs=pairs,
-                seed=seed,
-                holdout=holdout,
-            )
-            if merge_dir is not None and (corpus or output is not None or overwrite):
-                raise typer.BadParameter("--merge DIR re-merges a stored run: give no CORPUS, --output or --overwrite")
-            if merge_dir is None and (not corpus or output is None):
-                raise typer.BadParameter("give CORPUS... and --output DIR (or --merge DIR)")
-            settings = MineSettings(
-                config,
-                tuple(corpus or ()),
-                output,
-                merge_dir,
-                engine=engine,
-                shard_index=shard_index,
-                overwrite=overwrite,
-                num_workers=num_workers,
-                ray_address=ray_address,
-                progress=not quiet,
-            )
-            mined = MineStage(settings, say=_say)
-            finished = AfterMergeStage(after, mined, model=model, say=_say)
+            mined, finished = _stages(flags)
             folder = mined.config.folder
             if merge_dir is not None and merge_dir.is_dir():  # else the merge names the missing run
                 held.enter_context(MiningLayout(merge_dir).lock())
@@ -309,6 +244,39 @@ def mine(
             console.print(f"note: {draw_caveat}", highlight=False, markup=False)
         if report:
             console.print(f"report: {write_report(folder)}", markup=False)
+
+
+def _stages(flags: dict[str, Any]) -> tuple[MineStage, AfterMergeStage]:
+    """``xprt-st mine``'s two stages from its flags (:class:`MiningConfig` and :class:`AfterMerge` take the flags of
+    their field names), each flag checked before any work in the order the options are read."""
+    if flags["threshold"] is not None and flags["threshold_quantile"] is not None:
+        raise typer.BadParameter("give --threshold or --threshold-quantile, not both")
+    merge_dir, output, overwrite, corpus = flags["merge_dir"], flags["output"], flags["overwrite"], flags["corpus"]
+    seed, holdout = _held_out_draw(merge_dir, flags["seed"], flags["holdout"])
+    after = _after_merge(
+        config_from(
+            AfterMerge,
+            flags,
+            hard_negatives=flags["hard_negatives"] or 0,
+            max_ratio=flags["hard_negative_max_ratio"],
+            structure=(),
+            structure_mix=flags["structure_mix"],
+            seed=seed,
+        ),
+        flags["hard_negatives"] is None,
+        flags["structure"],
+        flags["pairs"],
+        merge_dir if merge_dir is not None else (None if overwrite else output),
+        merge_dir,
+    )
+    config = config_from(MiningConfig, flags, seed=seed, holdout=holdout)
+    if merge_dir is not None and (corpus or output is not None or overwrite):
+        raise typer.BadParameter("--merge DIR re-merges a stored run: give no CORPUS, --output or --overwrite")
+    if merge_dir is None and (not corpus or output is None):
+        raise typer.BadParameter("give CORPUS... and --output DIR (or --merge DIR)")
+    settings = config_from(MineSettings, flags, mining=config, corpus=tuple(corpus or ()), progress=not flags["quiet"])
+    mined = MineStage(settings, say=_say)
+    return mined, AfterMergeStage(after, mined, model=flags["model"], say=_say)
 
 
 def _say(line: str) -> None:

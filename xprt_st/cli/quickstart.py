@@ -99,12 +99,12 @@ def quickstart(
     On your documents, scored on your BEIR folder and the label-free check:
       xprt-st quickstart --corpus my.jsonl --id-field id --task my-beir/ -o out/
     """
-    from xprt_st.cli.common import check_model, check_output_folder, command_logging, report_error
+    flags = dict(locals())  # the options, before any name below joins them
+    from xprt_st.cli.common import check_output_folder, command_logging, config_from, report_error
     from xprt_st.encode_runtime import ExportCacheError
     from xprt_st.mining.config import MiningError
     from xprt_st.mining.reader import CorpusError
-    from xprt_st.mining.stats import summary_table
-    from xprt_st.models import ModelLoadError
+    from xprt_st.models import ModelLoadError, check_model
     from xprt_st.output_folder import hold_folder
     from xprt_st.quickstart import QuickstartConfig, QuickstartInputError, check_inputs, check_reuse, run_quickstart
     from xprt_st.recipe import load_recipe
@@ -112,24 +112,8 @@ def quickstart(
     progress = not quiet
     try:
         check_encode_backend(encode_backend)
-        config = QuickstartConfig(
-            output=output,
-            model=model,
-            recipe=recipe,
-            max_steps=max_steps,
-            batch_size=batch_size,
-            seed=seed,
-            holdout=holdout,
-            max_documents=max_documents,
-            corpus=tuple(corpus or ()),
-            task=Path(task) if task is not None else None,
-            text_field=text_field,
-            id_field=id_field,
-            title_field=title_field,
-            html=html,
-            encode_backend=encode_backend,
-            precision=precision,
-        )
+        task_folder = Path(task) if task is not None else None
+        config = config_from(QuickstartConfig, flags, corpus=tuple(corpus or ()), task=task_folder)
         check_output_folder(output, "--output")
         check_quickstart_values(max_steps=config.max_steps, batch_size=batch_size, seed=seed)
         check_inputs(config)
@@ -161,6 +145,13 @@ def quickstart(
         raise report_error(error, exit_code=1) from error
     except ModelLoadError as error:  # --model passed the check of its files but did not load; nothing was mined
         raise report_error(error, option="--model") from error
+    _print_summary(summary, startup, output)
+
+
+def _print_summary(summary: dict, startup: dict | None, output: Path) -> None:
+    """What the quickstart ends with: the mining table, the scores, the notes and lines of the checks, the stages."""
+    from xprt_st.mining.stats import summary_table
+
     console.print(summary_table(summary["mining"]))
     if summary["scores"]:
         _print_scores(summary)

@@ -101,11 +101,12 @@ def train(
       torchrun --nproc_per_node 8 -m xprt_st train \\
         --recipe change-only-positive --mined mined/ -o runs/cop
     """
-    from xprt_st.cli.common import check_model, check_output_folder, command_logging
-    from xprt_st.output_folder import command_folder
+    from xprt_st.cli.common import command_logging
+    from xprt_st.pipeline import run_pipeline
+    from xprt_st.pipeline.stages import TrainStage
     from xprt_st.progress_lines import command_progress
     from xprt_st.recipe import load_recipe
-    from xprt_st.training.run import check_output_outside_data, train_recipe
+    from xprt_st.training.run import TrainSettings
 
     progress = not quiet
     console = Console(stderr=True, emoji=False)
@@ -131,28 +132,25 @@ def train(
     if data is None or output is None:
         console.print("[red]error:[/red] --mined and --output are required to train (or pass --print-recipe)")
         raise typer.Exit(2)
-    check_output_folder(output, "--output")
-    check_output_outside_data(output, data)
-    command_folder(output, "train").check()  # files train did not write are refused before any model loads
-    if resume is None and fork_from is None:  # on resume or fork, the checkpoint records the starting model
-        check_model(resolved.training.model, "--model" if model else f"recipe {recipe}: training.model")
+    settings = TrainSettings(
+        resolved,
+        data,
+        output,
+        resume=resume,
+        model=model,
+        progress=progress,
+        fork_from=fork_from,
+        overwrite=overwrite,
+        model_option="--model" if model else f"recipe {recipe}: training.model",
+    )
     main_process = int(os.environ.get("RANK", "0")) == 0  # under torchrun / accelerate launch, one process reports
     with (
         command_logging("train", output, verbose=verbose, progress=progress, show_info=main_process),
         command_progress("train", console, progress and main_process),
     ):
-        folder = train_recipe(
-            resolved,
-            data=data,
-            output=output,
-            resume=resume,
-            model=model,
-            progress=progress,
-            fork_from=fork_from,
-            overwrite=overwrite,
-        )
+        run_pipeline([TrainStage(settings)], output)  # every check of the run first, then the training
     if main_process:
         console.print(
-            f"[green]done:[/green] {escape(str(folder))} loads with SentenceTransformer({escape(repr(str(folder)))})",
+            f"[green]done:[/green] {escape(str(output))} loads with SentenceTransformer({escape(repr(str(output)))})",
             highlight=False,
         )

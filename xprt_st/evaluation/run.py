@@ -514,3 +514,62 @@ def evaluate_models(
         for task, values in pairs.items():
             report.per_pair.setdefault(task, {})[label] = values
     return report
+
+
+@dataclass(frozen=True)
+class EvaluateConfig:
+    """What ``xprt-st evaluate`` scores: ``models`` side by side on ``tasks``, the results written to ``output_dir``.
+
+    Made from the command's flags of the same names; :func:`run_evaluation` runs it.
+    """
+
+    models: tuple[str, ...] = ("default",)
+    """Names or folders, ``default``, ``bm25`` or ``hybrid:MODEL``."""
+    tasks: tuple[str, ...] = ("python-faq",)
+    """Task specs, as :func:`xprt_st.evaluation.catalog.resolve_tasks` reads them."""
+    data_dir: Path | None = None
+    label: tuple[str, ...] = ()
+    """The name of each model in the table (once per model); empty: their names."""
+    max_queries: int | None = None
+    max_corpus: int | None = None
+    seed: int = 0
+    output_dir: Path = Path("xprt-eval")
+    cache_dir: Path | None = None
+    """The mteb result cache; None: :func:`default_cache_dir`."""
+    no_cache: bool = False
+    overwrite: bool = False
+    batch_size: int = 32
+    device: str | None = None
+    encode_backend: str = "torch"
+    precision: str = "auto"
+    show_progress: bool = False
+
+
+def run_evaluation(config: EvaluateConfig) -> EvaluationReport:
+    """Resolve the tasks and score every model on them (:func:`evaluate_models`); a non-torch backend keeps its
+    exports in ``config.output_dir``.
+
+    Raises:
+        ValueError: a task that cannot be resolved, or a model or task that cannot be scored (see
+            :func:`evaluate_models`).
+    """
+    tasks = resolve_tasks(
+        list(config.tasks),
+        config.data_dir,
+        max_queries=config.max_queries,
+        max_corpus=config.max_corpus,
+        seed=config.seed,
+    )
+    return evaluate_models(
+        list(config.models),
+        tasks,
+        labels=list(config.label) or None,
+        batch_size=config.batch_size,
+        cache_dir=None if config.no_cache else config.cache_dir or default_cache_dir(),
+        overwrite=config.overwrite,
+        device=config.device,
+        show_progress=config.show_progress,
+        encode_backend=config.encode_backend,
+        backend_cache=config.output_dir,
+        precision=resolve_precision(config.precision, config.device, config.encode_backend).precision,
+    )

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sentence_transformers import SentenceTransformer
 
@@ -15,6 +16,9 @@ from xprt_st.evaluation.tasks import make_retrieval_task
 from xprt_st.finetune.folds import LabelledPair, plan_folds, restrict_queries
 from xprt_st.finetune.gains import ROLES, compare_gains, domain_counts, domain_means, gain_intervals
 from xprt_st.finetune.result import FinetuneResult, FinetuneSettings
+
+if TYPE_CHECKING:
+    from xprt_st.output_folder import OutputFolder
 
 logger = logging.getLogger(__name__)
 
@@ -197,3 +201,134 @@ def finetune_compare(
     counts = domain_counts(plan.test_query_ids, domains)
     rows = compare_gains(scores, counts, tolerance=tolerance, intervals=gain_intervals(per_query, domains))
     return FinetuneResult(task=task, plan=plan, settings=settings, models=names, rows=rows, per_query=per_query)
+
+
+@dataclass(frozen=True)
+class FinetuneCompareConfig:
+    """What ``xprt-st finetune-compare`` compares: ``base`` and a ``pretrained`` model (or the one ``recipe`` pre-trains
+    from ``base`` on ``mined``), fine-tuned alike on ``task``'s labelled pairs, into ``output_dir``.
+
+    Made from the command's flags of the same names; the fine-tuning itself is a :class:`FinetuneSettings`.
+    """
+
+    pretrained: str | None = None
+    base: str = "default"
+    task: str = "python-faq"
+    """python-faq, arguana (in ``data_dir``), or a BEIR folder."""
+    data_dir: Path | None = None
+    train_pairs: Path | None = None
+    """Labelled pairs (JSONL or TSV); then every task query is a test query."""
+    train_split: str | None = None
+    """``qrels/<SPLIT>.tsv`` of the task folder as training judgements."""
+    query_field: str = "query"
+    positive_field: str = "positive"
+    test_fraction: float = 0.5
+    domain_field: str | None = None
+    domain_pattern: str | None = None
+    recipe: str | None = None
+    mined: Path | None = None
+    pretrain_set: tuple[str, ...] = ()
+    """``KEY=VALUE`` overrides of ``recipe``."""
+    max_queries: int | None = None
+    max_corpus: int | None = None
+    seed: int = 0
+    """Of the folds and the subsampling (the fine-tuning's is :attr:`FinetuneSettings.seed`)."""
+    tolerance: float = 0.0
+    output_dir: Path = Path("xprt-finetune")
+    save_models: bool = False
+    device: str | None = None
+
+    def overrides(self) -> dict[str, Any]:
+        """``pretrain_set`` as recipe overrides, each value read as YAML.
+
+        Raises:
+            ValueError: an item without ``=``.
+        """
+        import yaml
+
+        overrides = {}
+        for item in self.pretrain_set:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise ValueError(f"--pretrain-set expects KEY=VALUE, got {item!r}")
+            overrides[key.strip()] = yaml.safe_load(value)
+        return overrides
+
+
+def _silent(line: str) -> None:
+    del line
+
+
+def run_finetune_compare(
+    config: FinetuneCompareConfig,
+    settings: FinetuneSettings,
+    folder: OutputFolder,
+    *,
+    progress: bool = False,
+    say: Callable[[str], None] = _silent,
+) -> FinetuneResult:
+    """Check the inputs, pre-train with ``config.recipe`` when asked (reusing, resuming or refusing
+    ``OUTPUT/pretrained`` by its fingerprint), then :func:`finetune_compare`; ``folder`` is the held output folder.
+
+    Every input is checked, the folds' pair count included, before any model loads or pre-training starts.
+
+    Raises:
+        ValueError: a bad combination of inputs, too few pairs, or a pre-trained model of other settings.
+    """
+    from xprt_st.evaluation.catalog import resolve_beir
+    from xprt_st.evaluation.readers import read_beir_folder, subsample_beir
+    from xprt_st.finetune.folds import beir_train_pairs, query_domains, read_pairs
+    from xprt_st.finetune.pretrained import plan_pretraining, start_pretraining
+
+    if config.train_pairs is not None and config.train_split is not None:
+        raise ValueError("give either --train-pairs or --train-split, not both")
+    if (config.pretrained is None) == (config.recipe is None):
+        raise ValueError("give either --pretrained MODEL, or --recipe RECIPE with --mined FOLDER to pre-train BASE")
+    if config.recipe is not None and config.mined is None:
+        raise ValueError("--recipe needs --mined, the folder written by xprt-st mine from your corpus")
+    overrides = config.overrides()
+    recipe, mined, base = config.recipe, config.mined, config.base
+    stage = None if recipe is None or mined is None else plan_pretraining(folder, recipe, mined, base, overrides)
+    data, label, ignore_identical_ids = resolve_beir(config.task, config.data_dir)
+    data = subsample_beir(data, max_queries=config.max_queries, max_corpus=config.max_corpus, seed=config.seed)
+    domains = query_domains(data, domain_field=config.domain_field, domain_pattern=config.domain_pattern)
+    pairs = None
+    if config.train_pairs is not None:
+        pairs = read_pairs(config.train_pairs, query_field=config.query_field, positive_field=config.positive_field)
+    elif config.train_split is not None:
+        if not Path(config.task).is_dir():
+            raise ValueError("--train-split needs --task to be a BEIR folder that holds qrels/<split>.tsv")
+        pairs = beir_train_pairs(read_beir_folder(Path(config.task), config.train_split))
+    if pairs is None:  # the folds' own count, before pre-training and before any model loads
+        plan, split_pairs = plan_folds(data, test_fraction=config.test_fraction, seed=config.seed)
+        settings.check_pairs(len(split_pairs), plan.source)
+    else:
+        source = f"--train-pairs {config.train_pairs}" if config.train_pairs else f"--train-split {config.train_split}"
+        settings.check_pairs(len(pairs), source)
+    pretrained = config.pretrained
+    if stage is not None and stage.reuse:
+        say(f"reusing the model pre-trained in {stage.path} (same recipe, overrides, mined folder and --model)")
+    elif stage is not None and recipe is not None and mined is not None:
+        start_pretraining(folder, stage)
+        pretrain_from_recipe(
+            recipe, mined, base, stage.path, overrides=overrides, progress=progress, resume=stage.resume,
+            overwrite=stage.overwrite,
+        )  # fmt: skip
+    if stage is not None:
+        pretrained = str(stage.path)
+    assert pretrained is not None  # one of --pretrained and --recipe, checked above
+    return finetune_compare(
+        base,
+        pretrained,
+        data,
+        task=label,
+        ignore_identical_ids=ignore_identical_ids,
+        train_pairs=pairs,
+        test_fraction=config.test_fraction,
+        domains=domains if (config.domain_field or config.domain_pattern) else None,
+        settings=settings,
+        output_dir=config.output_dir,
+        save_models=config.save_models,
+        device=config.device,
+        tolerance=config.tolerance,
+    )

@@ -1,9 +1,11 @@
-"""The stages the commands are made of: mining (all shards, or one, then the merge) and the chain after the merge.
+"""The stages the commands are made of: mining (all shards, or one, then the merge), the chain after the merge, and
+training.
 
 ``xprt-st mine`` is ``run_pipeline([MineStage, AfterMergeStage])``; neither has a fingerprint of its own, since mining
 keeps its own record of what made a folder (its manifest, refused with ``MiningConfigError`` when the settings
 differ) and the chain after the merge reuses what ``stats.json`` says is there
-(:func:`xprt_st.mining.after_merge.has_hard_negatives`).
+(:func:`xprt_st.mining.after_merge.has_hard_negatives`). ``xprt-st train`` is ``run_pipeline([TrainStage])``: its
+``check()`` is every check of the run before a model loads (:func:`xprt_st.training.run.check_training`).
 """
 
 from __future__ import annotations
@@ -11,12 +13,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xprt_st.mining.after_merge import AfterMerge, finish_mining
 from xprt_st.mining.config import MiningConfig
 from xprt_st.mining.engines.base import ShardResult
 from xprt_st.mining.layout import MiningLayout, read_stats
+
+if TYPE_CHECKING:  # training loads torch and transformers: imported when a TrainStage checks, not for mining
+    from xprt_st.training.run import TrainPlan, TrainSettings
 
 
 def _silent(line: str) -> None:
@@ -170,3 +175,41 @@ class AfterMergeStage:
                 self.mined.config.folder, self.config, model=self.model, stats=self.mined.stats, say=self.say
             )
         return {"groups": self.stats.get("groups")}
+
+
+class TrainStage:
+    """Train a recipe on a mined folder into the run folder (:func:`xprt_st.training.run.run_training`).
+
+    :meth:`check` runs every check that needs no model (output folder, starting model, resume and fork
+    checkpoints, the mined data, the held-out contract) and keeps what it found for :meth:`run`.
+    """
+
+    name = "train"
+    folder = ""
+
+    def __init__(self, config: TrainSettings) -> None:
+        self.config = config
+        self.plan: TrainPlan | None = None
+
+    def fingerprint(self) -> None:
+        """None: a run folder keeps its own record of what made it, and train keeps its own rule for it. A
+        checkpoint records the recipe, the data's identity and the processes, and a resume that differs is
+        refused naming each difference (:func:`xprt_st.training.run.check_resume_inputs`). A finished run is
+        refused without ``--resume`` (a resume with a larger ``--max-steps`` trains further), and ``--overwrite``
+        always trains again. Neither is a reuse by an equal fingerprint."""
+        return None
+
+    def check(self) -> None:
+        """Every check of the run before a model loads (:func:`xprt_st.training.run.check_training`)."""
+        from xprt_st.training.run import check_training
+
+        self.plan = check_training(self.config)
+
+    def run(self, folder: Path) -> dict[str, Any]:
+        """Take the run folder and train (``folder``, the pipeline's output, is the configured one)."""
+        from xprt_st.training.run import check_training, run_training
+
+        del folder
+        plan = self.plan if self.plan is not None else check_training(self.config)
+        output = run_training(plan)
+        return {"model": str(output), "trained": plan.finished is None}

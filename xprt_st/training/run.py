@@ -18,6 +18,7 @@ import logging
 import math
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +27,13 @@ from transformers import TrainerCallback
 from xprt_st.columns import LABEL
 from xprt_st.fingerprint import flattened
 from xprt_st.mining.layout import HELDOUT_DIR
+from xprt_st.models import check_model
 from xprt_st.objectives import get_objective
 from xprt_st.output_folder import OutputFolder, OutputFolderError, command_folder
 from xprt_st.precision import ResolvedPrecision, resolve_precision
 from xprt_st.recipe import Recipe
 from xprt_st.training.checkpoints import checkpoint_folders, checkpoint_problem, unusable_checkpoints_message
-from xprt_st.training.data import STATS_FILE
+from xprt_st.training.data import STATS_FILE, MinedData
 from xprt_st.training.fork import check_fork, same_model, trainer_class
 from xprt_st.training.heldout_contract import RECORD_KEY, check_start, run_record
 from xprt_st.training.label_free import finish
@@ -216,6 +218,116 @@ def finished_message(output: Path, checkpoint: Path, recipe: Recipe) -> str | No
     )
 
 
+@dataclass(frozen=True)
+class TrainSettings:
+    """One training run: the recipe, the mined folder it trains on, the run folder, and how the run starts
+    (fresh, ``resume`` or ``fork_from``); what :func:`check_training` checks and :func:`run_training` trains.
+
+    The arguments of :func:`train_recipe`, with ``model_option``: the option to blame for the starting model, which
+    is then resolved (nothing loaded) before any work; None leaves it to the load (the Python API).
+    """
+
+    recipe: Recipe
+    data: Path
+    output: Path
+    resume: str | Path | None = None
+    model: str | None = None
+    progress: bool = True
+    callbacks: tuple[TrainerCallback, ...] = ()
+    fork_from: str | Path | None = None
+    retention_data: str | Path | None = None
+    overwrite: bool = False
+    model_option: str | None = None
+
+
+@dataclass(frozen=True)
+class TrainPlan:
+    """What :func:`check_training` found before any model loads, for :func:`run_training`: the recipe with its
+    precision resolved, the checkpoint to resume or fork from, the starting model and the mined data."""
+
+    settings: TrainSettings
+    recipe: Recipe
+    precision: ResolvedPrecision
+    starting_model: str | None
+    mined: MinedData | None
+    """None when there is nothing to train (:attr:`finished`)."""
+    checkpoint: Path | None = None
+    recorded: dict[str, Any] = field(default_factory=dict)
+    """The resumed checkpoint's training config (empty without ``resume``)."""
+    fork: Path | None = None
+    finished: str | None = None
+    """Why resuming trains nothing (:func:`finished_message`): the run is finished; None otherwise."""
+
+
+def check_training(settings: TrainSettings) -> TrainPlan:
+    """Every check of a training run that needs no model: the output folder (a writable path outside the mined
+    folder, holding no files ``train`` did not write, no earlier run unless resumed or ``overwrite``), the starting
+    model's name, the resume or fork checkpoint and what it records (data, recipe values, processes, starting model),
+    the mined data (columns, enough rows) and the held-out contract. Nothing is written and no model is loaded.
+
+    Raises:
+        xprt_st.errors.XPRTError: the first problem, naming the option to blame (``OutputFolderError``,
+            ``TrainingStateError``, ``ModelLoadError``, the data and held-out errors).
+    """
+    output, data, recipe = settings.output, settings.data, settings.recipe
+    resume, fork_from, model = settings.resume, settings.fork_from, settings.model
+    folder = command_folder(output, "train")
+    folder.check_path()
+    check_output_outside_data(output, data)
+    folder.check()  # files train did not write are refused before any model loads
+    if settings.model_option is not None and resume is None and fork_from is None:  # else the checkpoint records it
+        check_model(model or recipe.training.model, settings.model_option)
+    if settings.overwrite and (resume is not None or fork_from is not None):
+        raise TrainingStateError(
+            "--overwrite deletes the run in --output and starts again; it cannot be combined with --resume or "
+            "--fork-from"
+        )
+    recipe, precision = resolved_precision(recipe)
+    if fork_from is not None and resume is not None:
+        raise TrainingStateError("--fork-from starts a new run from another run's checkpoint; it cannot --resume")
+    checkpoint = resolve_checkpoint(output, resume)
+    starting_model, fork, recorded = model or recipe.training.model, None, {}
+    if fork_from is not None:
+        fork, starting_model = check_fork(fork_from, recipe, model)
+    elif checkpoint is not None:
+        recorded = read_training_config(checkpoint)
+        if model is not None and not same_model(model, recorded["starting_model"]):
+            raise TrainingStateError(
+                f"{checkpoint} was trained from {recorded['starting_model']!r}, not {model!r}; "
+                "drop --model to resume (the retention teacher must be the original starting model)"
+            )
+        starting_model = recorded["starting_model"]
+        finished = finished_message(output, checkpoint, recipe)
+        if finished is not None:  # nothing to train: the data is not read again
+            return TrainPlan(settings, recipe, precision, starting_model, None, checkpoint, recorded, finished=finished)
+    if checkpoint is None and not settings.overwrite:  # --overwrite deletes the earlier run when it takes the folder
+        _check_fresh_output(output)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    mined = load_recipe_data(recipe, data, world)
+    if checkpoint is not None:
+        check_resume_inputs(checkpoint, recorded, recipe, mined.path, mined.stats, world)
+    # the held-out contract: what this run trains on, its start's and trunk's included (a later check reads it)
+    if (Path(mined.path) / HELDOUT_DIR).is_dir():
+        check_start(mined.path, (starting_model, fork_from), keep_best=recipe.training.keep_best)
+    return TrainPlan(settings, recipe, precision, starting_model, mined, checkpoint, recorded, fork)
+
+
+def run_training(plan: TrainPlan) -> Path:
+    """Take the run folder and train what :func:`check_training` planned; return the run folder.
+
+    The folder is taken through :func:`xprt_st.output_folder.command_folder`: one run at a time (a second gets the
+    holder's pid, host and start); ``overwrite`` deletes what an earlier ``train`` wrote. Under torchrun the first
+    process holds it for all.
+    """
+    settings = plan.settings
+    folder = command_folder(settings.output, "train", overwrite=settings.overwrite)
+    if int(os.environ.get("RANK", "0")) != 0:
+        folder.check()
+        return _train(plan, folder=None)
+    with folder:
+        return _train(plan, folder=folder)
+
+
 def train_recipe(
     recipe: Recipe,
     data: str | Path,
@@ -255,20 +367,19 @@ def train_recipe(
     Returns:
         The output folder, which loads with ``SentenceTransformer(str(output))``.
     """
-    output = Path(output)
-    check_output_outside_data(output, Path(data))
-    if overwrite and (resume is not None or fork_from is not None):
-        raise TrainingStateError(
-            "--overwrite deletes the run in --output and starts again; it cannot be combined with --resume or "
-            "--fork-from"
-        )
-    folder = command_folder(output, "train", overwrite=overwrite)
-    arguments = (recipe, data, output, resume, model, progress, callbacks, fork_from, retention_data)
-    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun the first process holds the folder for all
-        folder.check()
-        return _train_recipe(*arguments, folder=None)
-    with folder:
-        return _train_recipe(*arguments, folder=folder)
+    settings = TrainSettings(
+        recipe,
+        Path(data),
+        Path(output),
+        resume=resume,
+        model=model,
+        progress=progress,
+        callbacks=tuple(callbacks),
+        fork_from=fork_from,
+        retention_data=retention_data,
+        overwrite=overwrite,
+    )
+    return run_training(check_training(settings))
 
 
 def resolved_precision(recipe: Recipe) -> tuple[Recipe, ResolvedPrecision]:
@@ -282,54 +393,18 @@ def resolved_precision(recipe: Recipe) -> tuple[Recipe, ResolvedPrecision]:
     return dataclasses.replace(recipe, training=training), resolved
 
 
-def _train_recipe(
-    recipe: Recipe,
-    data: str | Path,
-    output: Path,
-    resume: str | Path | None,
-    model: str | None,
-    progress: bool,
-    callbacks: Sequence[TrainerCallback],
-    fork_from: str | Path | None,
-    retention_data: str | Path | None,
-    folder: OutputFolder | None,
-) -> Path:
-    """:func:`train_recipe` once the output folder is held (``folder``; None on the processes that do not hold it)."""
-    recipe, precision = resolved_precision(recipe)
+def _train(plan: TrainPlan, folder: OutputFolder | None) -> Path:
+    """:func:`run_training` once the output folder is held (``folder``; None on the processes that do not hold it)."""
+    settings, recipe, precision, checkpoint = plan.settings, plan.recipe, plan.precision, plan.checkpoint
+    output, mined, fork = settings.output, plan.mined, plan.fork
     logger.info("precision: %s (%s)", precision.precision, precision.reason)
-    if fork_from is not None and resume is not None:
-        raise TrainingStateError("--fork-from starts a new run from another run's checkpoint; it cannot --resume")
-    checkpoint = resolve_checkpoint(output, resume)
-    starting_model = model or recipe.training.model
-    fork = None
-    if fork_from is not None:
-        fork, starting_model = check_fork(fork_from, recipe, model)
-        _check_fresh_output(output)
-    elif checkpoint is not None:
-        recorded = read_training_config(checkpoint)
-        if model is not None and not same_model(model, recorded["starting_model"]):
-            raise TrainingStateError(
-                f"{checkpoint} was trained from {recorded['starting_model']!r}, not {model!r}; "
-                "drop --model to resume (the retention teacher must be the original starting model)"
-            )
-        starting_model = recorded["starting_model"]
-        finished = finished_message(output, checkpoint, recipe)
-        if finished is not None:
-            logger.warning("%s", finished)
-            return output
-        if recorded.get("recipe", {}).get("name") not in (None, recipe.name):
-            logger.warning("resuming a %r checkpoint with recipe %r", recorded["recipe"]["name"], recipe.name)
-    else:
-        _check_fresh_output(output)
-
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    mined = load_recipe_data(recipe, data, world)
+    if plan.finished is not None or mined is None:
+        logger.warning("%s", plan.finished)
+        return output
     if checkpoint is not None:
-        check_resume_inputs(checkpoint, recorded, recipe, mined.path, mined.stats, world)
-    # the held-out contract: what this run trains on, its start's and trunk's included (a later check reads it)
-    ancestors = (starting_model, fork_from)
-    if (Path(mined.path) / HELDOUT_DIR).is_dir():
-        check_start(mined.path, ancestors, keep_best=recipe.training.keep_best)
+        if plan.recorded.get("recipe", {}).get("name") not in (None, recipe.name):
+            logger.warning("resuming a %r checkpoint with recipe %r", plan.recorded["recipe"]["name"], recipe.name)
+    ancestors = (plan.starting_model, settings.fork_from)
     documents = run_record(mined.path, mined.dataset.unique(LABEL), ancestors=ancestors)
 
     # The same setup a Python script gets from trainer_setup (docs/training.md, "From Python").
@@ -337,10 +412,10 @@ def _train_recipe(
         recipe,
         mined,
         output,
-        model=starting_model,
-        progress=progress,
-        callbacks=callbacks,
-        retention_data=retention_data,
+        model=plan.starting_model,
+        progress=settings.progress,
+        callbacks=settings.callbacks,
+        retention_data=settings.retention_data,
     )
     setup.training_metadata[RECORD_KEY] = documents
     setup.training_metadata["precision_reason"] = precision.reason
