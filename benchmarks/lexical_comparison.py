@@ -94,7 +94,7 @@ def logged_terms(run: Path) -> dict[str, dict[str, dict[str, float]]]:
             current = f"seed-{match.group(1)}/{match.group(2)}"
         elif (match := _STEP.search(line)) and current is not None:
             step, last = int(match.group(1)), int(match.group(2))
-            if step in (10, last):
+            if step in (10, last) and "loss=" in match.group(3):  # a training line, not the evaluation's
                 terms = dict(pair.split("=", 1) for pair in match.group(3).split() if "=" in pair)
                 found.setdefault(current, {})[str(step)] = {
                     k: float(v) for k, v in terms.items() if k not in ("learning_rate", "retention_weight")
@@ -114,7 +114,10 @@ def compare_corpus(
     start = read(fused_folder / "start.json")
     if per_item(read(bm25_folder / "start.json"))[1] != per_item(start)[1]:
         raise SystemExit("the two runs' starts differ: not the same corpus, task or scoring")
-    hybrid_record = read(hybrid) if hybrid is not None and hybrid.is_file() else hybrid_reference(bm25, start)
+    if hybrid is not None and hybrid.is_file():  # this script's own output of an earlier call, or the record alone
+        hybrid_record = read(hybrid).get("hybrid_record", read(hybrid))
+    else:
+        hybrid_record = hybrid_reference(bm25, start)
     references = {"start": start, "bm25": read(bm25_folder / "bm25.json"), "hybrid": hybrid_record}
 
     def mean(record: dict[str, Any]) -> float:
@@ -123,7 +126,7 @@ def compare_corpus(
 
     def against(record: dict[str, Any], reference: dict[str, Any]) -> dict[str, float]:
         interval = paired_interval(paired_items(per_item(record)[1], per_item(reference)[1]))
-        return {"difference": 100 * interval.difference, "low": 100 * interval.low, "high": 100 * interval.high}
+        return {"difference": 100 * interval.estimate, "low": 100 * interval.low, "high": 100 * interval.high}
 
     gap = mean(references["hybrid"]) - mean(start)
     models: dict[str, dict[str, Any]] = {}
@@ -191,7 +194,7 @@ def main() -> None:
     parser.add_argument("fused", type=Path, help="the fused run's folder")
     parser.add_argument("bm25", type=Path, help="the BM25 run's folder")
     parser.add_argument("--fused-scores", type=Path, help="score files replacing the fused run's")
-    parser.add_argument("--hybrid", type=Path, help="a hybrid record written before (skips scoring it again)")
+    parser.add_argument("--hybrid", type=Path, help="this script's JSON of the corpus written before: its hybrid")
     parser.add_argument("--task-folder", type=Path, help="the task's BEIR folder: measure its queries' shape")
     parser.add_argument("--json", type=Path, required=True)
     args = parser.parse_args()

@@ -274,6 +274,9 @@ def test_recipe_step_costs_are_the_measured_ones() -> None:
     # the structure recipes are change-only-positive-hard's loss on groups of the same shape (4 texts)
     assert costs["structure-positive"] == costs["structure-mixed"] == costs["change-only-positive-hard"]
     assert costs["lexical-positive-hard"] == costs["change-only-positive-hard"]  # the same loss, other positives
+    # the hybrid teacher: measured at the recipes' training shape (16 groups x 64 tokens), its own run
+    hybrid = _json("bench-losses-hybrid-cpu.json")["results"]["hybrid_teacher_hard"]["cpu_ratio"]
+    assert costs["hybrid-teacher-hard"] == round(hybrid, 1)
     # no step benchmark: training time relative to change-only-positive in the from-BERT run (seeds 42, 43)
     run_times = _table(_section(RESULTS, "## Run times"), "stage")
     times = {row["stage"]: float(row["wall seconds"]) for row in run_times if row["stage"].startswith("seed")}
