@@ -188,6 +188,34 @@ def folder_of(scores: Path, seed: int) -> Path:
     return scores / f"seed-{seed}" / f"{REFERENCE}.json"
 
 
+def _cell(row: dict[str, float]) -> str:
+    return f"{row['difference']:+.2f} [{row['low']:+.2f}, {row['high']:+.2f}]"
+
+
+def table(result: dict[str, Any]) -> list[str]:
+    """The corpus's rows of docs/results.md section 17: references, then each recipe's seeds, gap share and head to
+    head against change-only-positive-hard (nDCG@10 x100)."""
+    references = result["references"]
+    lines = [
+        "| model | seed 42: nDCG@10, vs start [95% CI] | seed 43: nDCG@10, vs start [95% CI] | share of the "
+        "start-to-hybrid gap closed | vs change-only-positive-hard, seeds 42 / 43 |",
+        "|---|---|---|---|---|",
+        f"| start | {references['start']:.2f} | | | |",
+    ]
+    for label in ("bm25", "hybrid"):
+        lines.append(f"| {label} | {references[label]:.2f}, {_cell(result['references_vs_start'][label])} | | | |")
+    for recipe in (REFERENCE, "lexical-positive-hard", "hybrid-teacher-hard"):
+        rows = [result["models"].get(f"seed-{seed}/{recipe}") for seed in SEEDS]
+        if not any(rows):
+            continue
+        seeds = [f"{row['score']:.2f}, {_cell(row['vs_start'])}" if row else "not run" for row in rows]
+        shares = [row["gap_closed"] for row in rows if row and row["gap_closed"] is not None]
+        share = f"{statistics.fmean(shares):+.0%}" if shares else "no gap (the hybrid is not above the start)"
+        versus = " / ".join(_cell(row[f"vs_{REFERENCE}"]) if row and f"vs_{REFERENCE}" in row else "-" for row in rows)
+        lines.append(f"| `{recipe}` | {seeds[0]} | {seeds[1]} | {share} | {versus if recipe != REFERENCE else ''} |")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("corpus", help="the corpus's name in the records")
@@ -204,7 +232,7 @@ def main() -> None:
         result["shape"] = query_shape(args.task_folder, model, args.bm25 / "mined")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    print(json.dumps({k: v for k, v in result.items() if k != "hybrid_record"}, indent=1))
+    print("\n".join(table(result)))
 
 
 if __name__ == "__main__":

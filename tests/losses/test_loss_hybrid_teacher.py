@@ -93,3 +93,23 @@ def test_bad_weights_are_refused(tiny_model) -> None:
     lexicon = BM25Lexicon.fit(PASSAGES)
     with pytest.raises(ValueError, match="hybrid_weight"):
         HybridTeacherLoss(tiny_model, lexicon, hybrid_weight=-1.0)
+
+
+def test_retention_reads_its_own_columns_when_given(tiny_model, group_batch) -> None:
+    """As xprt-st compare trains it: the mined (anchor, positive) in two columns after the loss's own."""
+    tiny_model.eval()
+    features, labels = group_batch(tiny_model)
+    lexicon = corpus_lexicon(PASSAGES, tiny_model)
+    loss = HybridTeacherLoss(tiny_model, lexicon, retention_columns=(2, 3))
+    with torch.no_grad():
+        tiny_model[0].auto_model.embeddings.word_embeddings.weight.mul_(1.5)  # the student moves from its start
+    own = HybridTeacherLoss(tiny_model, lexicon, teacher=loss.teacher)
+    columns = [dict(column) for column in features[:4]]
+    terms = loss(columns, labels)
+    same_text = own([dict(column) for column in features[:2]], labels)
+    other_text = own([dict(column) for column in features[2:4]], labels)
+    assert terms["xp"].item() == pytest.approx(same_text["xp"].item(), rel=1e-5)
+    assert terms["retention"].item() == pytest.approx(other_text["retention"].item(), rel=1e-5)
+    assert terms["retention"].item() != pytest.approx(same_text["retention"].item(), rel=1e-3)
+    with pytest.raises(ValueError, match="retention_columns"):
+        HybridTeacherLoss(tiny_model, lexicon, hard_negatives=2, retention_columns=(2, 3))

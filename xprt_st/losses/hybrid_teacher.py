@@ -112,6 +112,7 @@ class HybridTeacherLoss(nn.Module):
         hard_negatives: int = 0,
         hybrid_weight: float = 1.0,
         lexical_weight: float = 1.0,
+        retention_columns: tuple[int, int] | None = None,
     ) -> None:
         r"""
         ``L_xp`` plus a hybrid teacher: each anchor's distribution over the batch's candidates (every positive and
@@ -159,6 +160,10 @@ class HybridTeacherLoss(nn.Module):
                 and candidates of every anchor in the hybrid term.
             hybrid_weight: :math:`\lambda_{hyb}`; 0 leaves ``L_xp`` and retention.
             lexical_weight: :math:`w`, BM25's weight in the fusion; 0 makes the teacher the start alone.
+            retention_columns: None (default): ``L_ret`` reads the (anchor, positive) columns. Two column positions
+                after the loss's own: ``L_ret`` reads those instead (``xprt-st compare`` puts the mined pair there so
+                every recipe of a comparison gets the same retention text, as
+                :class:`~xprt_st.losses.WithRetention` does).
 
         References:
             - Wang et al. 2022, GPL: Generative Pseudo Labeling for Unsupervised Domain Adaptation of Dense Retrieval.
@@ -209,13 +214,17 @@ class HybridTeacherLoss(nn.Module):
         self.hard_negatives = int(hard_negatives)
         self.hybrid_weight = float(hybrid_weight)
         self.lexical_weight = float(lexical_weight)
+        needed = 2 + self.hard_negatives
+        if retention_columns is not None and (len(retention_columns) != 2 or min(retention_columns) < needed):
+            raise ValueError(f"retention_columns must be two column positions after the loss's {needed}")
+        self.retention_columns = None if retention_columns is None else tuple(int(i) for i in retention_columns)
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None) -> dict[str, Tensor]:
-        features = list(sentence_features)
+        columns = list(sentence_features)
         needed = 2 + self.hard_negatives
-        if len(features) < needed:
+        if len(columns) < needed:
             raise ValueError(f"HybridTeacherLoss needs anchor, positive and {self.hard_negatives} negative columns")
-        features = features[:needed]
+        features = columns[:needed]
         student = list(embed_columns(self.model, features, separate_first=False))
         teacher = teacher_embeddings(self.teacher, features)
         negatives = torch.stack(student[2:], dim=1) if self.hard_negatives else None
@@ -233,13 +242,19 @@ class HybridTeacherLoss(nn.Module):
                 self.temperature, self.lexical_weight,
             )  # fmt: skip
         if self.retention:
-            weight = self.retention_weight
-            terms["retention"] = (
-                weight * retention_loss(student[0], student[1], teacher[0], teacher[1], self.temperature)
-                if weight
-                else student[0].new_zeros(())
-            )
+            terms["retention"] = self._retention(columns, student, teacher)
         return terms
+
+    def _retention(self, columns: list[dict[str, Tensor]], student: list[Tensor], teacher: list[Tensor]) -> Tensor:
+        """The weighted ``L_ret`` on the (anchor, positive) pair, or on ``retention_columns`` when given."""
+        if not self.retention_weight:
+            return student[0].new_zeros(())
+        if self.retention_columns is not None:
+            pair = [columns[position] for position in self.retention_columns]
+            student = list(embed_columns(self.model, pair, separate_first=False))
+            teacher = teacher_embeddings(self.teacher, pair)
+        loss = retention_loss(student[0], student[1], teacher[0], teacher[1], self.temperature)
+        return self.retention_weight * loss
 
     def _texts(self, columns: Sequence[dict[str, Tensor]]) -> list[str]:
         """The columns' texts as their token ids say (special tokens and padding dropped), column after column."""
@@ -253,6 +268,7 @@ class HybridTeacherLoss(nn.Module):
             "hybrid_weight": self.hybrid_weight,
             "lexical_weight": self.lexical_weight,
             "lexicon": self.lexicon.describe(),
+            "retention_columns": self.retention_columns,
         }
 
     @property
