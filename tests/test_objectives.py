@@ -67,7 +67,14 @@ def test_what_the_registry_accepts_the_loss_builds(name: str, arg: str, tiny_mod
         context = CONTEXT.get(arg, {}) if OBJECTIVES[name].arg_rules is not None else {}
         args, problems = bind_args(name, {**context, arg: value})
         assert problems == [], (arg, value)
-        build_loss(name, tiny_model, args)
+        build_loss(name, tiny_model, args, data_args=_data_args(name))
+
+
+def _data_args(name: str) -> dict[str, object] | None:
+    """The arguments an objective counts from its training groups, from two passages (the hybrid teacher's BM25)."""
+    from xprt_st.mining.bm25 import BM25Lexicon
+
+    return {"lexicon": BM25Lexicon.fit(["a first passage", "another one"])} if OBJECTIVES[name].data_args else None
 
 
 @pytest.mark.parametrize(("name", "arg"), sorted(LOSS_CHECKED))
@@ -75,7 +82,7 @@ def test_what_the_loss_refuses_the_registry_refuses_first(name: str, arg: str, t
     bound = OBJECTIVES[name].arg_bounds[arg]
     for value in _outside(bound):
         with pytest.raises(ValueError):
-            build_loss(name, tiny_model, {arg: value})
+            build_loss(name, tiny_model, {arg: value}, data_args=_data_args(name))
         loss_class = OBJECTIVES[name].loss_class.split(":")[1]
         expected = f"objective.args.{arg}: {value!r} is out of range; {loss_class} accepts a number {bound.describe()}"
         assert bind_args(name, {arg: value})[1] == [expected]
