@@ -622,3 +622,17 @@ def test_precision_evaluation_figures_are_the_benchmarks() -> None:
     arguana = json.loads((BENCH / "precision-evaluation-arguana-bf16" / "scores.json").read_text(encoding="utf-8"))
     assert arguana["precision"] == "bf16"
     assert _number(rows["arguana"]["bf16"]) == round(100 * arguana["scores"][0]["score"], 2)
+
+
+def test_the_lexical_comparison_tables_are_the_records() -> None:
+    """docs/results.md section 17's rows are what benchmarks/lexical_comparison.py makes of its own records."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("lexical_comparison", REPO / "benchmarks" / "lexical_comparison.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    section = _section(RESULTS, "## 17. ")
+    for corpus in ("nfcorpus", "python-docs"):
+        for row in module.table(_json(f"lexical-comparison/{corpus}.json")):
+            assert row in section, row

@@ -139,7 +139,7 @@ class HybridTeacherLoss(nn.Module):
         - The scale: the fused ranking is put back on the start's own spread at the student's temperature, so at
           step 0 the teacher is as sharp as the start and differs from it only where BM25 reorders the candidates.
           A teacher on another scale (temperature 1 against the student's 0.05) flattens the student's
-          similarities; it lost 3 points on a biomedical corpus (issue 52).
+          similarities.
         - The fusion is a z-score sum inside the batch's candidates, not the reciprocal-rank fusion over the corpus
           that ``hybrid:MODEL`` evaluates with: RRF's scores carry no scale to distil, and a batch holds 16 to 48
           candidates, not the corpus.
