@@ -58,16 +58,9 @@ def bm25_matrix(
         [[2.1241, 1.4326, 0.0], [1.0621, 1.4326, 0.0], [0.0, 0.0, 1.4808]]
     """
     rows = sparse.csr_matrix(counts)
-    columns, local = np.unique(rows.indices, return_inverse=True)  # the document's own columns: its words only
-    tf = sparse.csr_matrix(
-        (rows.data.astype(np.float64), local.reshape(-1), rows.indptr), shape=(rows.shape[0], len(columns))
-    ).toarray()  # (n, m)
-    lengths = tf.sum(axis=1)  # (n,)
+    lengths = np.asarray(rows.sum(axis=1)).reshape(-1)  # (n,): the document's own mean length is its avgdl
     average = float(lengths.mean()) if len(lengths) and lengths.mean() > 0 else 1.0
-    saturation = k1 * (1.0 - b + b * lengths / average)  # (n,)
-    weights = np.asarray(idf, dtype=np.float64)[columns][None, :] * tf * (k1 + 1.0) / (tf + saturation[:, None])
-    query = (tf > 0).astype(np.float64)  # (n, m): each distinct term of the querying passage once
-    return query @ weights.T  # (n, n)
+    return bm25_scores(rows, rows, idf, average, k1, b)
 
 
 def bm25_matrices(
@@ -100,15 +93,21 @@ def bm25_scores(
         >>> np.round(bm25_scores(counts, counts, np.ones(3), counts.sum(axis=1).mean()), 4).tolist()[0]
         [2.1241, 1.4326, 0.0]
     """
-    tf = sparse.csr_matrix(passage_counts, dtype=np.float64)
-    lengths = np.asarray(tf.sum(axis=1)).reshape(-1)  # (p,)
-    saturation = k1 * (1.0 - b + b * lengths / max(float(average_length), 1e-12))  # (p,)
-    rows = np.repeat(np.arange(tf.shape[0]), np.diff(tf.indptr))
-    weights = tf.copy()
-    weights.data = np.asarray(idf, dtype=np.float64)[tf.indices] * tf.data * (k1 + 1.0) / (tf.data + saturation[rows])
-    query = sparse.csr_matrix(query_counts, dtype=np.float64)
-    query.data = (query.data > 0).astype(np.float64)  # (q, terms): each distinct term of the query once
-    return np.asarray((query @ weights.T).todense())  # (q, p)
+    queries, passages = sparse.csr_matrix(query_counts), sparse.csr_matrix(passage_counts)
+    # only the columns either side holds: dense arrays of a few hundred words, not of every hash column
+    columns, local = np.unique(np.concatenate([queries.indices, passages.indices]), return_inverse=True)
+    local = local.reshape(-1)
+    width = len(columns)
+    query = sparse.csr_matrix(
+        (queries.data, local[: len(queries.indices)], queries.indptr), shape=(queries.shape[0], width)
+    ).toarray()
+    tf = sparse.csr_matrix(
+        (passages.data.astype(np.float64), local[len(queries.indices) :], passages.indptr),
+        shape=(passages.shape[0], width),
+    ).toarray()  # (p, m)
+    saturation = k1 * (1.0 - b + b * tf.sum(axis=1) / max(float(average_length), 1e-12))  # (p,)
+    weights = np.asarray(idf, dtype=np.float64)[columns][None, :] * tf * (k1 + 1.0) / (tf + saturation[:, None])
+    return (query > 0).astype(np.float64) @ weights.T  # (q, p): each distinct term of the query once
 
 
 class BM25Lexicon:
