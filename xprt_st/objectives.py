@@ -325,8 +325,8 @@ def _hybrid_teacher_data(dataset: Dataset, model: SentenceTransformer) -> dict[s
     """The hybrid teacher's ``lexicon``: BM25 statistics of every passage the groups hold, each once."""
     from xprt_st.losses.hybrid_teacher import corpus_lexicon
 
-    texts = [name for name, feature in dataset.features.items() if getattr(feature, "dtype", None) == "string"]
-    return {"lexicon": corpus_lexicon((text for name in texts for text in dataset[name]), model)}
+    columns = [name for name, feature in dataset.features.items() if getattr(feature, "dtype", None) == "string"]
+    return {"lexicon": corpus_lexicon((text for name in columns for text in dataset[name]), model)}
 
 
 register_objective(
