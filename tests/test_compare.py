@@ -242,6 +242,12 @@ def test_data_variants_follow_the_recipes_requirements() -> None:
         {"positive": "random", "pairs": "mined"},
     )
     assert data_variant({"pairs": "random-span"})[0] == "pairs-random-span"
+    # query-shaped groups with hard negatives get a folder of their own, not the mined groups' hard-negatives-2
+    assert data_variant({"pairs": "inverse-cloze", "hard_negatives": "2"}) == (
+        "pairs-inverse-cloze-hard-negatives-2",
+        {"positive": "mined", "pairs": "inverse-cloze", "hard_negatives": "2"},
+    )
+    assert data_variant({"pairs": "mined", "hard_negatives": "2"})[0] == "hard-negatives-2"
 
 
 def test_gain_and_spread_by_hand(tmp_path: Path) -> None:

@@ -274,6 +274,7 @@ def test_recipe_step_costs_are_the_measured_ones() -> None:
     # the structure recipes are change-only-positive-hard's loss on groups of the same shape (4 texts)
     assert costs["structure-positive"] == costs["structure-mixed"] == costs["change-only-positive-hard"]
     assert costs["lexical-positive-hard"] == costs["change-only-positive-hard"]  # the same loss, other positives
+    assert costs["inverse-cloze-hard"] == costs["change-only-positive-hard"]  # the same loss, shorter anchors
     # the hybrid teacher: measured at the recipes' training shape (16 groups x 64 tokens), its own run
     hybrid = _json("bench-losses-hybrid-cpu.json")["results"]["hybrid_teacher_hard"]["cpu_ratio"]
     assert costs["hybrid-teacher-hard"] == round(hybrid, 1)

@@ -133,6 +133,20 @@ def test_a_recipe_of_lexical_positives_mines_its_own_ranking_and_trains(
     assert (elsewhere / "out" / "model" / "modules.json").is_file()
 
 
+def test_query_shaped_anchors_train_from_the_quickstart_on_their_own_merge(
+    elsewhere: Path, tmp_path: Path, tiny_model_path: Path
+) -> None:
+    corpus, _ = _write_user_data(tmp_path / "user")
+    result = runner.invoke(
+        app, _user_run(corpus, tiny_model_path, "--recipe", "inverse-cloze-hard", "--max-steps", "1")
+    )
+    assert result.exit_code == 0, _flat(result.output)
+    stats = json.loads((elsewhere / "out" / "mined" / "stats.json").read_text())
+    assert stats["settings"]["pairs"] == "inverse-cloze" and stats["settings"]["hard_negatives"] == 2
+    assert stats["groups"] > 0 and 0.0 <= stats["inverse_cloze"]["positives_own_passage"] <= 1.0
+    assert (elsewhere / "out" / "model" / "modules.json").is_file()
+
+
 def test_the_hybrid_teacher_trains_from_the_quickstart_on_the_default_mining(
     elsewhere: Path, tmp_path: Path, tiny_model_path: Path
 ) -> None:

@@ -78,23 +78,29 @@ class QuickstartConfig:
         return self.precision if self.encode_backend == "torch" else "fp32"
 
     def mining_fields(self) -> dict[str, Any]:
-        """The reading options of ``mine`` for the user's corpus (the shipped pages: HTML with an ``id``), and the
-        ranking of related passages the recipe's data asks for (``rank_by`` in its ``data.requires``) when it is
-        not the default: ``lexical-positive-hard`` mines with ``rank_by: bm25``."""
-        ranking = recipe_ranking(self.recipe)
+        """The reading options of ``mine`` for the user's corpus (the shipped pages: HTML with an ``id``), and what
+        the recipe's data asks of the mining when it is not the default (:func:`recipe_mining`):
+        ``lexical-positive-hard`` mines with ``rank_by: bm25``, ``inverse-cloze-hard`` with ``pairs: inverse-cloze``."""
+        asked = recipe_mining(self.recipe)
         if not self.corpus:
             # the held-out draw hashes the page id, not the install path
-            return {"html": True, "id_field": "id", **ranking}
+            return {"html": True, "id_field": "id", **asked}
         fields: dict[str, Any] = {"html": self.html, "text_field": self.text_field, "id_field": self.id_field}
         if self.title_field is not None:
             fields["title_field"] = self.title_field
-        return fields | ranking
+        return fields | asked
 
 
-def recipe_ranking(recipe: str) -> dict[str, str]:
-    """``{"rank_by": VALUE}`` when ``recipe``'s data requires a ranking other than the paper's fused one, else ``{}``
-    (so the mining fingerprint of a run with any other recipe is what it was before rankings were asked for)."""
+def recipe_mining(recipe: str) -> dict[str, str]:
+    """The mining settings ``recipe``'s data requires beyond the paper's: ``rank_by`` other than fused, ``pairs``
+    inverse-cloze; ``{}`` for the others (so the mining fingerprint of a run with any other recipe is what it was
+    before rankings were asked for)."""
     from xprt_st.recipe import load_recipe
 
-    rank_by = load_recipe(recipe).data.requires.get("rank_by")
-    return {} if rank_by in (None, "fused") else {"rank_by": str(rank_by)}
+    requires = load_recipe(recipe).data.requires
+    asked = {}
+    if requires.get("rank_by") not in (None, "fused"):
+        asked["rank_by"] = str(requires["rank_by"])
+    if requires.get("pairs") == "inverse-cloze":  # a merge setting on the mined anchors, so the quickstart can mine it
+        asked["pairs"] = "inverse-cloze"
+    return asked

@@ -129,7 +129,13 @@ def mine(
         str, typer.Option(help="fused (paper) | embedding | tfidf | bm25 (the lexical score alone, no cosine).")
     ] = DEFAULTS.rank_by,
     positive: Annotated[str, typer.Option(help="mined (paper) | random (ablation).")] = DEFAULTS.positive,
-    pairs: Annotated[str, typer.Option(help="mined | random-span (Contriever-style baseline).")] = DEFAULTS.pairs,
+    pairs: Annotated[
+        str,
+        typer.Option(
+            help="mined | random-span (Contriever-style baseline) | inverse-cloze (a sentence of each anchor as the "
+            "query, the passage of its document its BM25 ranks first as the positive)."
+        ),
+    ] = DEFAULTS.pairs,
     seed: Annotated[
         int | None,
         typer.Option(

@@ -16,8 +16,9 @@ def data_variant(requires: dict[str, str]) -> tuple[str, dict[str, str]]:
     if options["pairs"] == "structure-mixed":  # RUN/mined/structure mixed with the mined groups (same negatives)
         ratio = str(requires.get("structure_mix", "0.5"))
         return f"structure-mixed-{ratio}-{negatives}", {"structure_mix": ratio, "hard_negatives": str(negatives)}
-    if negatives > 0:  # the mined groups plus hard-negative columns (mined positives only)
-        return f"hard-negatives-{negatives}", {**options, "hard_negatives": str(negatives)}
+    if negatives > 0:  # the groups plus hard-negative columns; the mined pairs keep the folder name they always had
+        prefix = "" if options["pairs"] == "mined" else f"pairs-{options['pairs']}-"
+        return f"{prefix}hard-negatives-{negatives}", {**options, "hard_negatives": str(negatives)}
     if options["pairs"] == "random-span":
         return "pairs-random-span", {"positive": "mined", "pairs": "random-span"}
     if options["positive"] == "random":

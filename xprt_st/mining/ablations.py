@@ -22,7 +22,8 @@ from collections.abc import Sequence
 import numpy as np
 
 POSITIVES: tuple[str, ...] = ("mined", "random")
-PAIRS: tuple[str, ...] = ("mined", "random-span")
+PAIRS: tuple[str, ...] = ("mined", "random-span", "inverse-cloze")
+"""``inverse-cloze``: query-shaped anchors (:mod:`xprt_st.mining.inverse_cloze`), the same anchors as ``mined``."""
 
 
 def document_rng(seed: int, label: int) -> np.random.Generator:

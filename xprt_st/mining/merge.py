@@ -33,10 +33,12 @@ import pyarrow.parquet as pq
 
 from xprt_st.columns import ANCHOR, LABEL
 from xprt_st.mining.ablations import document_rng, random_related, random_spans, span_group_count
+from xprt_st.mining.bm25 import bm25_idf
 from xprt_st.mining.config import MiningConfig, MiningConfigError, NoGroupsError
 from xprt_st.mining.duplicates import heldout_contamination
 from xprt_st.mining.groups import MIN_PASSAGES
 from xprt_st.mining.holdout import is_held_out
+from xprt_st.mining.inverse_cloze import inverse_cloze_group
 from xprt_st.mining.layout import (
     DATASET_STATE,
     HELDOUT_DIR,
@@ -135,9 +137,10 @@ def plan_merge(output_dir: str | Path, config: MiningConfig | None = None) -> tu
         fields = {f.name for f in dataclasses.fields(MiningConfig)}
         config = MiningConfig(**{k: v for k, v in stored.items() if k in fields})
     encoded = bool(stored.get("encodes", True))
-    if config.pairs == "mined" and not encoded:
+    if config.pairs != "random-span" and not encoded:
         raise MiningConfigError(
-            f"{output_dir} was mined with pairs='random-span' (nothing encoded); mined groups need a new run"
+            f"{output_dir} was mined with pairs='random-span' (nothing encoded); pairs={config.pairs!r} needs the"
+            " mined anchors: mine the corpus again with an encoder"
         )
     num_shards = int(stored["num_shards"])
     layout.chunks(num_shards)  # every shard complete, or the error that says which to run
@@ -188,6 +191,10 @@ def merge_part(plan: MergePlan, shard: int, chunk: int) -> dict[str, Any]:
     counts |= {"heldout_documents": 0, "heldout_groups": 0, "heldout_passages": 0}
     counts |= {"heldout_titles": 0, "heldout_headings": 0}
     counts |= {"positives_checked": 0, "positives_not_nearest": 0}
+    if config.pairs == "inverse-cloze":  # the query's BM25 against its document's passages: the corpus's frequencies
+        counts |= {"cloze_no_query": 0, "cloze_own_passage": 0, "cloze_removed": 0, "cloze_query_words": 0}
+        lexicon = layout.corpus_frequencies(plan.num_shards)
+        idf = bm25_idf(lexicon.document_frequencies, lexicon.passages)
     stored_nearest = columns.get("nearest") or [None] * n_rows  # None: scored before the nearest passage was kept
 
     def mined_groups(start: int, stop: int, rng: Any, positive: str) -> list[tuple[int, list[int], dict]]:
@@ -244,6 +251,36 @@ def merge_part(plan: MergePlan, shard: int, chunk: int) -> dict[str, Any]:
             count = span_group_count(centralities[start:stop], threshold)  # as many as mined anchors, if scored
             for spans in random_spans(texts[start:stop], top_k, rng, num_groups=count):
                 groups.append((spans, {"label": label, "doc_id": doc_id, "kind": "random-span"}))
+        elif config.pairs == "inverse-cloze":
+            for i, _, _ in mined_groups(start, stop, rng, "mined"):
+                cloze = inverse_cloze_group(texts[start:stop], i, top_k, rng, lexicon.counts, idf)
+                if cloze is None:
+                    counts["cloze_no_query"] += 1
+                    continue
+                row, related = start + i, cloze.related
+                is_anchor[row] = True
+                in_group[[row, *[start + j for j in related]]] = True
+                counts["padded_groups"] += len(related) < top_k
+                counts["cloze_own_passage"] += related[0] == i
+                counts["cloze_removed"] += cloze.removed
+                counts["cloze_query_words"] += len(cloze.query.split())
+                nearest = stored_nearest[row]
+                if nearest is not None and nearest >= 0:
+                    counts["positives_checked"] += 1
+                    counts["positives_not_nearest"] += related[0] != nearest
+                meta = {
+                    "label": label,
+                    "doc_id": doc_id,
+                    "kind": "inverse-cloze",
+                    "anchor_index": i,
+                    "related_indices": related,
+                    "num_related": len(related),
+                    "centrality": float(centralities[row]),
+                    "bm25_scores": cloze.scores,
+                    "sentence_removed": cloze.removed,
+                }
+                shown = cloze.texts + [cloze.texts[-1]] * (top_k - len(related))
+                groups.append(([cloze.query, *shown], meta))
         else:
             for i, related, scores in mined_groups(start, stop, rng, config.positive):
                 row = start + i

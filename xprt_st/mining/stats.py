@@ -51,7 +51,7 @@ def build_stats(
     passages = int(merged.get("passages", 0))
     # the coverages are of the training documents: held-out ones can never have a training group
     trained_on = documents - int(merged.get("heldout_documents", 0))
-    mined = config.pairs == "mined"
+    mined = config.pairs in ("mined", "inverse-cloze")  # query-shaped groups keep the mined anchors
     merge_settings = {name: getattr(config, name) for name in MiningConfig.MERGE_FIELDS}
     stats = {
         "documents": documents,
@@ -81,6 +81,13 @@ def build_stats(
         "encode_seconds": round(float(counts.get("encode_seconds", 0.0)), 3),
         "settings": {**{k: v for k, v in stored.items() if k != INPUTS_KEY}, **merge_settings},
     }
+    if config.pairs == "inverse-cloze":  # what the query-shaped groups are (xprt_st.mining.inverse_cloze)
+        stats["inverse_cloze"] = {
+            "anchors_without_query": int(merged.get("cloze_no_query", 0)),
+            "positives_own_passage": _share(merged, "cloze_own_passage", "groups"),
+            "sentence_removed": _share(merged, "cloze_removed", "groups"),
+            "mean_query_words": round(int(merged.get("cloze_query_words", 0)) / groups, 2) if groups else 0.0,
+        }
     if config.holdout > 0:
         stats["holdout"] = {
             "fraction": config.holdout,

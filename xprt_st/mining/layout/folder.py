@@ -54,6 +54,7 @@ from xprt_st.mining.layout.embeddings import EMBEDDINGS_FILE, EMBEDDINGS_RECORD
 from xprt_st.mining.layout.split import DF_FILE, SPLIT_FILE, SPLIT_ROW_GROUP, SPLIT_STATS_FILE, SplitFolder
 from xprt_st.mining.reader import input_differences, input_identity
 from xprt_st.mining.stages import PASSAGE_SCHEMA
+from xprt_st.mining.tfidf import TfidfScorer
 from xprt_st.output_folder import remove_path
 from xprt_st.paths import output_folder_problem
 
@@ -336,6 +337,19 @@ class MiningLayout:
 
     def unit_split(self, unit: int) -> SplitFolder:
         return SplitFolder(self.output_dir / UNITS_DIR / f"unit-{unit:05d}")
+
+    def corpus_frequencies(self, num_shards: int) -> TfidfScorer:
+        """The corpus's hashed document frequencies (a ``TfidfScorer``): every shard's counts summed, or, after a
+        Ray run, every unit's; what mining scored with."""
+        files = [self.shard_split(i, num_shards).frequencies_path for i in range(num_shards)]
+        if not all(path.is_file() for path in files):
+            files = sorted((self.output_dir / UNITS_DIR).glob(f"unit-*/{DF_FILE}"))
+        if not files:
+            raise FileNotFoundError(f"{self.output_dir} holds no document frequencies: mine it with an encoder first")
+        scorer = TfidfScorer()
+        for path in files:
+            scorer.update(TfidfScorer.load(path))
+        return scorer
 
     def shard_complete(self, shard_index: int, num_shards: int) -> bool:
         return (self.shard_dir(shard_index, num_shards) / COMPLETE).is_file()

@@ -1,0 +1,128 @@
+"""Query-shaped anchors (pairs inverse-cloze): the sentence, its BM25 positive in the document, the same anchors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import datasets
+import numpy as np
+import pytest
+
+from xprt_st.columns import ANCHOR, LABEL, POSITIVE
+from xprt_st.mining import GroupBuilder, MiningConfig, load_passages, merge
+from xprt_st.mining.hard_negatives import add_hard_negatives
+from xprt_st.mining.inverse_cloze import cloze_query, inverse_cloze_group, split_sentences
+from xprt_st.mining.tfidf import N_FEATURES, TfidfScorer
+
+TOPICS = ["river", "violin", "glacier", "tax", "comet", "bakery"]
+
+
+def test_sentences_split_after_end_marks_and_a_query_needs_words_and_a_context() -> None:
+    assert split_sentences("One two. Three four!  Five? six") == ["One two.", "Three four!", "Five?", "six"]
+    assert split_sentences("version 3.11 is out") == ["version 3.11 is out"]  # no space after the dot
+    rng = np.random.default_rng(0)
+    assert cloze_query("A single sentence of many words here.", rng) is None  # nothing would be left
+    assert cloze_query("Too short. Also short.", rng) is None  # no sentence of 4 words
+    drawn = {
+        cloze_query("Tea has much caffeine. Hot. Coffee has more caffeine.", np.random.default_rng(s))
+        for s in range(20)
+    }
+    assert drawn == {
+        ("Tea has much caffeine.", "Hot. Coffee has more caffeine."),
+        ("Coffee has more caffeine.", "Tea has much caffeine. Hot."),
+    }  # "Hot." is never the query
+
+
+def test_the_positive_is_the_passage_bm25_ranks_first_with_hand_computed_scores() -> None:
+    # passage 0's only query-shaped sentence shares every word with passage 1, none with its own context
+    passages = ["alpha beta. gamma delta epsilon zeta.", "gamma delta epsilon zeta eta", "unrelated words only"]
+    counts = TfidfScorer().counts
+    group = inverse_cloze_group(passages, 0, 4, np.random.default_rng(0), counts, np.ones(N_FEATURES), 1.0)
+    assert group is not None and group.query == "gamma delta epsilon zeta."
+    # idf 1; lengths 2, 5, 3, mean 10/3; each of the 4 terms in passage 1 once: 2.2 / (1 + 1.2 * L(5))
+    weight = 2.2 / (1 + 1.2 * (0.25 + 0.75 * 5 / (10 / 3)))
+    assert group.related[0] == 1 and group.scores[0] == pytest.approx(4 * weight)
+    assert sorted(group.related) == [0, 1, 2] and group.scores[1:] == [0.0, 0.0]
+    assert group.texts[group.related.index(0)] == "alpha beta."  # the context: the sentence removed
+    assert group.removed
+    kept = inverse_cloze_group(passages, 0, 4, np.random.default_rng(0), counts, np.ones(N_FEATURES), 0.0)
+    assert kept is not None and not kept.removed and kept.texts[kept.related.index(0)] == passages[0]
+    assert kept.related == group.related  # ranked on the context either way: what is shown does not rank
+    assert inverse_cloze_group(passages, 0, 1, np.random.default_rng(0), counts, np.ones(N_FEATURES)).related == [1]
+
+
+def test_the_own_context_wins_when_its_words_are_the_sentences() -> None:
+    passages = ["The comet tail glows. The comet tail is dust and gas.", "A bakery sells bread and cakes daily."]
+    group = inverse_cloze_group(passages, 0, 4, np.random.default_rng(1), TfidfScorer().counts, np.ones(N_FEATURES))
+    assert group is not None and group.related == [0, 1]
+
+
+def _corpus(path: Path, documents: int = 8) -> Path:
+    rows = []
+    for i in range(documents):
+        topic = TOPICS[i % len(TOPICS)]
+        paragraphs = [
+            f"The {topic} story part {j} of document {i} mentions facts. It tells of {topic} history in depth. "
+            f"Detail number {i * 10 + j} is about {TOPICS[(i + j) % len(TOPICS)]} and more."
+            for j in range(3 + i % 4)
+        ]
+        rows.append(json.dumps({"text": "\n\n".join(paragraphs), "id": f"doc-{i}"}))
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def _config(**overrides) -> MiningConfig:
+    settings = {"max_tokens": 48, "min_tokens": 8, "batch_size": 16, "threshold_quantile": 0.5, "id_field": "id"}
+    return MiningConfig(**{**settings, **overrides})
+
+
+def test_a_re_merge_gives_query_shaped_groups_on_the_mined_anchors(tmp_path, tiny_model) -> None:
+    out = tmp_path / "out"
+    mined = GroupBuilder([_corpus(tmp_path / "corpus.jsonl")], out, _config(), model=tiny_model, progress=False).run()
+    mined_meta = [json.loads(line) for line in (out / "groups_meta.jsonl").read_text().splitlines()]
+
+    stats = merge(out, _config(pairs="inverse-cloze", seed=1))
+    dataset = datasets.load_from_disk(str(out))
+    meta = [json.loads(line) for line in (out / "groups_meta.jsonl").read_text().splitlines()]
+    cloze = stats["inverse_cloze"]
+    assert stats["groups"] + cloze["anchors_without_query"] == mined["groups"] and stats["groups"] > 0
+    assert 0 < cloze["positives_own_passage"] < 1 and 0 < cloze["sentence_removed"] < 1  # both kinds of each
+    mined_anchors = [(m["label"], m["anchor_index"]) for m in mined_meta]
+    assert [(m["label"], m["anchor_index"]) for m in meta] == [
+        a for a in mined_anchors if a in {(m["label"], m["anchor_index"]) for m in meta}
+    ]
+    passages = load_passages(out).to_pandas()
+    text_of = {(r.label, r.passage_index): r.text for r in passages.itertuples()}
+    for row, m in zip(dataset, meta, strict=True):
+        own = text_of[(m["label"], m["anchor_index"])]
+        assert m["kind"] == "inverse-cloze" and row[LABEL] == m["label"]
+        assert row[ANCHOR] in own and len(row[ANCHOR].split()) >= 4 and row[ANCHOR] != own  # a sentence of it
+        first = m["related_indices"][0]
+        if first == m["anchor_index"]:
+            assert (row[ANCHOR] not in row[POSITIVE]) == m["sentence_removed"]
+        else:
+            assert row[POSITIVE] == text_of[(m["label"], first)]
+    shares = [m["related_indices"][0] == m["anchor_index"] for m in meta]
+    assert cloze["positives_own_passage"] == pytest.approx(round(sum(shares) / len(shares), 4))
+    assert cloze["sentence_removed"] == pytest.approx(round(sum(m["sentence_removed"] for m in meta) / len(meta), 4))
+    assert stats["anchors"] == len(meta) and stats["settings"]["pairs"] == "inverse-cloze"
+
+    again = merge(out, _config(pairs="inverse-cloze", seed=1))  # seeded by (seed, label): the same groups
+    assert again == stats and datasets.load_from_disk(str(out))[ANCHOR] == dataset[ANCHOR]
+
+    # the hard negatives are the anchor passage's, found from the query's passage row
+    hard = add_hard_negatives(out, 1, model=tiny_model)
+    assert hard["groups"] == stats["groups"]
+    labels = dict(zip(passages["text"], passages["label"], strict=False))
+    for row in datasets.load_from_disk(str(out)):
+        assert labels.get(row["negative_1"], -1) != row[LABEL]
+
+
+def test_inverse_cloze_needs_the_mined_anchors(tmp_path, tiny_model) -> None:
+    from xprt_st.mining.config import MiningConfigError
+
+    out = tmp_path / "spans"
+    GroupBuilder([_corpus(tmp_path / "c.jsonl")], out, _config(pairs="random-span"), progress=False).run()
+    with pytest.raises(MiningConfigError, match="pairs='inverse-cloze' needs the mined anchors"):
+        merge(out, _config(pairs="inverse-cloze"))
