@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,6 +27,17 @@ from pathlib import Path
 from typing import Any
 
 from xprt_st.errors import XPRTError
+
+
+def file_sha256(path: str | Path) -> str:
+    """The SHA-256 of a file's bytes, read a megabyte at a time: what identifies an input file wherever it lies and
+    whenever it was written (a copy, a fresh clone, another install are the same input)."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
 
 FINGERPRINT_FILE = ".xprt-st-fingerprint.json"
 """Per folder: ``{stage: fingerprint}``, written by the command that owns the folder (see the module)."""

@@ -87,6 +87,22 @@ def test_beir_task_is_an_mteb_retrieval_task_with_argu_ana_rule(beir_folder: Pat
     assert other.metadata.name != task.metadata.name  # a subsample never reuses cached full results
 
 
+def test_a_task_is_named_by_its_bytes_not_where_or_when_they_were_written(
+    beir_folder: Path, beir_writer, tmp_path: Path
+) -> None:
+    import os
+    import shutil
+
+    name = beir_task(beir_folder).metadata.name
+    copy = shutil.copytree(beir_folder, tmp_path / "elsewhere" / beir_folder.name)  # another install or clone
+    for path in Path(copy).rglob("*"):
+        os.utime(path, ns=(1, 1))
+    assert beir_task(copy).metadata.name == name  # its cached scores and a comparison's record still hold
+    judged = [("q-cats", "d-cats", 1), ("q-dogs", "d-dogs", 1), ("q-tea", "d-tea", 1), ("q-weather", "d-rain", 1)]
+    beir_writer(Path(copy), qrels=judged)  # fewer judgements: another task
+    assert beir_task(copy).metadata.name != name
+
+
 def test_sts_layouts(tmp_path: Path, stsb_writer) -> None:
     stsb = read_sts_file(stsb_writer(tmp_path / "sts-test.csv"))
     assert len(stsb) == 6 and stsb.score[0] == pytest.approx(4.8)

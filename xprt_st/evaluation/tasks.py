@@ -21,6 +21,7 @@ from mteb.abstasks.sts import AbsTaskSTS
 from mteb.abstasks.task_metadata import TaskMetadata
 
 from xprt_st.evaluation.readers import BEIRData, STSData
+from xprt_st.fingerprint import file_sha256
 
 RETRIEVAL_MAIN_SCORE = "ndcg_at_10"
 STS_MAIN_SCORE = "cosine_spearman"
@@ -135,7 +136,9 @@ def _fingerprint(*parts: object) -> str:
 
 
 def _file_fingerprint(paths: Sequence[Path]) -> str:
-    return _fingerprint(*[(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in paths])
+    """The files' names and bytes, not where they lie or when they were written: the packaged task in another
+    install, or a data folder copied or cloned again, is the same task (its scores and a comparison's reuse hold)."""
+    return _fingerprint(*[(p.name, p.stat().st_size, file_sha256(p)) for p in paths])
 
 
 def _slug(text: str) -> str:

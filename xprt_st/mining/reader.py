@@ -32,7 +32,6 @@ public names are importable from here too.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import zipfile
 from collections import Counter
@@ -40,6 +39,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from xprt_st.fingerprint import file_sha256
 from xprt_st.mining.duplicates import DUPLICATE_TABLE_SLOTS, DuplicateCounter
 from xprt_st.mining.formats import (
     DEFAULT_MAX_DOCUMENT_CHARS,
@@ -170,7 +170,7 @@ def input_identity(sources: Sequence[str | Path], split: str = "train") -> list[
                     "path": str(path.resolve()),
                     "size": stat.st_size,
                     "mtime_ns": stat.st_mtime_ns,
-                    "sha256": _sha256(path),
+                    "sha256": file_sha256(path),
                 }
             )
     return identity
@@ -204,21 +204,13 @@ def input_differences(stored: list[dict[str, Any]], sources: Sequence[str | Path
         stat = path.stat()
         if stat.st_size != old.get("size"):
             differences.append(f"{path}: {old.get('size')} bytes when mined, {stat.st_size} now")
-        elif stat.st_mtime_ns != old.get("mtime_ns") and _sha256(path) != old.get("sha256"):
+        elif stat.st_mtime_ns != old.get("mtime_ns") and file_sha256(path) != old.get("sha256"):
             differences.append(f"{path}: same size but other content (modified since it was mined)")
     return differences
 
 
 def _input_name(entry: dict[str, Any]) -> str:
     return entry["path"] if "path" in entry else f"dataset {entry['dataset']} (split {entry['split']})"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _looks_like_dataset_name(name: str) -> bool:
