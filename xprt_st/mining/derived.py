@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from xprt_st.mining.layout import STRUCTURE_DIR, STRUCTURE_MIXED_DIR, read_stats
 
@@ -22,16 +23,18 @@ DRAW_KEYS = ("holdout", "seed")
 """The merge settings that decide which documents a mined folder holds out."""
 
 
-def source_folder(folder: str | Path) -> Path | None:
+def source_folder(folder: str | Path, stats: dict[str, Any] | None = None) -> Path | None:
     """The mined folder a derived folder (``DIR/structure``, ``DIR/structure-mixed``, a comparison's mix) was
     written from: its labels are that folder's documents, and its groups follow that folder's held-out draw. None
     for a mined folder itself (or anything else). A derived folder written before it recorded its source is
-    ``DIR/structure`` or ``DIR/structure-mixed``: its parent."""
+    ``DIR/structure`` or ``DIR/structure-mixed``: its parent. ``stats``: the folder's ``stats.json`` when the caller
+    has read it (read here otherwise)."""
     folder = Path(folder)
-    try:
-        stats = read_stats(folder) or {}
-    except ValueError:
-        return None
+    if stats is None:
+        try:
+            stats = read_stats(folder) or {}
+        except ValueError:
+            return None
     source = stats.get(DERIVED_FROM)
     if isinstance(source, str):
         return Path(os.path.normpath(folder / source))
@@ -41,16 +44,18 @@ def source_folder(folder: str | Path) -> Path | None:
     return None
 
 
-def stale_draw_problem(folder: str | Path) -> str | None:
+def stale_draw_problem(folder: str | Path, stats: dict[str, Any] | None = None) -> str | None:
     """Why the derived folder ``folder`` may not be trained on: it was written under another held-out draw than its
     source (:func:`source_folder`) holds now, after a re-merge with another ``--holdout`` or ``--seed``, so it may
-    hold groups of documents the source now holds out. None when the draws agree, or ``folder`` is no derived one."""
+    hold groups of documents the source now holds out. None when the draws agree, or ``folder`` is no derived one.
+    ``stats``: the folder's ``stats.json`` when the caller has read it."""
     folder = Path(folder)
-    source = source_folder(folder)
-    if source is None:
-        return None
     try:
-        own = (read_stats(folder) or {}).get("settings", {})
+        stats = (read_stats(folder) or {}) if stats is None else stats
+        source = source_folder(folder, stats)
+        if source is None:
+            return None
+        own = stats.get("settings", {})
         now = (read_stats(source) or {}).get("settings", {})
     except ValueError:
         return None

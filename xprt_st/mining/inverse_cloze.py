@@ -79,6 +79,24 @@ class ClozeGroup:
     removed: bool
     """Whether the query sentence was removed from the anchor's own passage."""
 
+    def texts_of_group(self, top_k: int) -> list[str]:
+        """The group's training texts: the query, then ``top_k`` related passages (the last repeated, as mined)."""
+        return [self.query, *self.texts, *[self.texts[-1]] * (top_k - len(self.texts))]
+
+    def meta(self, label: int, doc_id: str, anchor: int, centrality: float) -> dict[str, object]:
+        """The group's ``groups_meta.jsonl`` line: the mined group's keys, the BM25 scores and the removal."""
+        return {
+            "label": label,
+            "doc_id": doc_id,
+            "kind": "inverse-cloze",
+            "anchor_index": anchor,
+            "related_indices": self.related,
+            "num_related": len(self.related),
+            "centrality": centrality,
+            "bm25_scores": self.scores,
+            "sentence_removed": self.removed,
+        }
+
 
 def inverse_cloze_group(
     passages: Sequence[str],

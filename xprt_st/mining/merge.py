@@ -268,19 +268,8 @@ def merge_part(plan: MergePlan, shard: int, chunk: int) -> dict[str, Any]:
                 if nearest is not None and nearest >= 0:
                     counts["positives_checked"] += 1
                     counts["positives_not_nearest"] += related[0] != nearest
-                meta = {
-                    "label": label,
-                    "doc_id": doc_id,
-                    "kind": "inverse-cloze",
-                    "anchor_index": i,
-                    "related_indices": related,
-                    "num_related": len(related),
-                    "centrality": float(centralities[row]),
-                    "bm25_scores": cloze.scores,
-                    "sentence_removed": cloze.removed,
-                }
-                shown = cloze.texts + [cloze.texts[-1]] * (top_k - len(related))
-                groups.append(([cloze.query, *shown], meta))
+                meta = cloze.meta(label, doc_id, i, float(centralities[row]))
+                groups.append((cloze.texts_of_group(top_k), meta))
         else:
             for i, related, scores in mined_groups(start, stop, rng, config.positive):
                 row = start + i

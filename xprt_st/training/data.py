@@ -99,8 +99,8 @@ def load_mined(
 
     folder = Path(path)
     stats = read_stats(folder)
-    source = source_folder(folder)
-    stale = stale_draw_problem(folder)
+    source = source_folder(folder, stats)  # the stats read once, not again by each check
+    stale = stale_draw_problem(folder, stats)
     if stale is not None:
         raise MinedDataError(stale)
     try:
