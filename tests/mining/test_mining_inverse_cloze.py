@@ -12,7 +12,7 @@ import pytest
 from xprt_st.columns import ANCHOR, LABEL, POSITIVE
 from xprt_st.mining import GroupBuilder, MiningConfig, load_passages, merge
 from xprt_st.mining.hard_negatives import add_hard_negatives
-from xprt_st.mining.inverse_cloze import cloze_query, inverse_cloze_group, split_sentences
+from xprt_st.mining.inverse_cloze import SPAN_WORDS, cloze_query, inverse_cloze_group, split_sentences
 from xprt_st.mining.tfidf import N_FEATURES, TfidfScorer
 
 TOPICS = ["river", "violin", "glacier", "tax", "comet", "bakery"]
@@ -22,16 +22,21 @@ def test_sentences_split_after_end_marks_and_a_query_needs_words_and_a_context()
     assert split_sentences("One two. Three four!  Five? six") == ["One two.", "Three four!", "Five?", "six"]
     assert split_sentences("version 3.11 is out") == ["version 3.11 is out"]  # no space after the dot
     rng = np.random.default_rng(0)
-    assert cloze_query("A single sentence of many words here.", rng) is None  # nothing would be left
-    assert cloze_query("Too short. Also short.", rng) is None  # no sentence of 4 words
     drawn = {
         cloze_query("Tea has much caffeine. Hot. Coffee has more caffeine.", np.random.default_rng(s))
         for s in range(20)
     }
     assert drawn == {
-        ("Tea has much caffeine.", "Hot. Coffee has more caffeine."),
-        ("Coffee has more caffeine.", "Tea has much caffeine. Hot."),
+        ("Tea has much caffeine.", "Hot. Coffee has more caffeine.", True),
+        ("Coffee has more caffeine.", "Tea has much caffeine. Hot.", True),
     }  # "Hot." is never the query
+    # no sentence beside another: a run of words, the rest its context (one group per anchor, always)
+    words = " ".join(f"w{i}" for i in range(40))  # one long sentence of 40 words: a third is over SPAN_WORDS
+    query, context, sentence = cloze_query(words, rng)
+    assert not sentence and len(query.split()) == SPAN_WORDS and query in words
+    assert sorted(query.split() + context.split()) == sorted(words.split())
+    query, context, sentence = cloze_query("Too short. Also short.", rng)  # 4 words: a query of 4, nothing left
+    assert (query, context, sentence) == ("Too short. Also short.", "Too short. Also short.", False)
 
 
 def test_the_positive_is_the_passage_bm25_ranks_first_with_hand_computed_scores() -> None:
@@ -39,7 +44,7 @@ def test_the_positive_is_the_passage_bm25_ranks_first_with_hand_computed_scores(
     passages = ["alpha beta. gamma delta epsilon zeta.", "gamma delta epsilon zeta eta", "unrelated words only"]
     counts = TfidfScorer().counts
     group = inverse_cloze_group(passages, 0, 4, np.random.default_rng(0), counts, np.ones(N_FEATURES), 1.0)
-    assert group is not None and group.query == "gamma delta epsilon zeta."
+    assert group.query == "gamma delta epsilon zeta." and group.sentence
     # idf 1; lengths 2, 5, 3, mean 10/3; each of the 4 terms in passage 1 once: 2.2 / (1 + 1.2 * L(5))
     weight = 2.2 / (1 + 1.2 * (0.25 + 0.75 * 5 / (10 / 3)))
     assert group.related[0] == 1 and group.scores[0] == pytest.approx(4 * weight)
@@ -47,7 +52,7 @@ def test_the_positive_is_the_passage_bm25_ranks_first_with_hand_computed_scores(
     assert group.texts[group.related.index(0)] == "alpha beta."  # the context: the sentence removed
     assert group.removed
     kept = inverse_cloze_group(passages, 0, 4, np.random.default_rng(0), counts, np.ones(N_FEATURES), 0.0)
-    assert kept is not None and not kept.removed and kept.texts[kept.related.index(0)] == passages[0]
+    assert not kept.removed and kept.texts[kept.related.index(0)] == passages[0]
     assert kept.related == group.related  # ranked on the context either way: what is shown does not rank
     assert inverse_cloze_group(passages, 0, 1, np.random.default_rng(0), counts, np.ones(N_FEATURES)).related == [1]
 
@@ -55,7 +60,7 @@ def test_the_positive_is_the_passage_bm25_ranks_first_with_hand_computed_scores(
 def test_the_own_context_wins_when_its_words_are_the_sentences() -> None:
     passages = ["The comet tail glows. The comet tail is dust and gas.", "A bakery sells bread and cakes daily."]
     group = inverse_cloze_group(passages, 0, 4, np.random.default_rng(1), TfidfScorer().counts, np.ones(N_FEATURES))
-    assert group is not None and group.related == [0, 1]
+    assert group.related == [0, 1]
 
 
 def _corpus(path: Path, documents: int = 8) -> Path:
@@ -81,23 +86,26 @@ def test_a_re_merge_gives_query_shaped_groups_on_the_mined_anchors(tmp_path, tin
     out = tmp_path / "out"
     mined = GroupBuilder([_corpus(tmp_path / "corpus.jsonl")], out, _config(), model=tiny_model, progress=False).run()
     mined_meta = [json.loads(line) for line in (out / "groups_meta.jsonl").read_text().splitlines()]
+    mined_copy = tmp_path / "mined-groups"
+    datasets.load_from_disk(str(out)).save_to_disk(str(mined_copy))
 
     stats = merge(out, _config(pairs="inverse-cloze", seed=1))
     dataset = datasets.load_from_disk(str(out))
     meta = [json.loads(line) for line in (out / "groups_meta.jsonl").read_text().splitlines()]
     cloze = stats["inverse_cloze"]
-    assert stats["groups"] + cloze["anchors_without_query"] == mined["groups"] and stats["groups"] > 0
+    # one group per mined anchor in the mined order: a comparison's retention text (the mined pair) fits row by row
+    assert stats["groups"] == mined["groups"] and dataset[LABEL] == datasets.load_from_disk(str(mined_copy))[LABEL]
+    assert [(m["label"], m["anchor_index"]) for m in meta] == [(m["label"], m["anchor_index"]) for m in mined_meta]
     assert 0 < cloze["positives_own_passage"] < 1 and 0 < cloze["sentence_removed"] < 1  # both kinds of each
-    mined_anchors = [(m["label"], m["anchor_index"]) for m in mined_meta]
-    assert [(m["label"], m["anchor_index"]) for m in meta] == [
-        a for a in mined_anchors if a in {(m["label"], m["anchor_index"]) for m in meta}
-    ]
+    assert cloze["queries_of_words"] == pytest.approx(
+        round(sum(not m["query_is_sentence"] for m in meta) / len(meta), 4)
+    )
     passages = load_passages(out).to_pandas()
     text_of = {(r.label, r.passage_index): r.text for r in passages.itertuples()}
     for row, m in zip(dataset, meta, strict=True):
         own = text_of[(m["label"], m["anchor_index"])]
         assert m["kind"] == "inverse-cloze" and row[LABEL] == m["label"]
-        assert row[ANCHOR] in own and len(row[ANCHOR].split()) >= 4 and row[ANCHOR] != own  # a sentence of it
+        assert row[ANCHOR] in " ".join(own.split()) and len(row[ANCHOR].split()) >= 4  # a piece of its passage
         first = m["related_indices"][0]
         if first == m["anchor_index"]:
             assert (row[ANCHOR] not in row[POSITIVE]) == m["sentence_removed"]

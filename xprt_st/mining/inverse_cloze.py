@@ -15,9 +15,11 @@ What the paper does and this module differs in:
   same-document masking in L_xp, hard negatives from other documents), so a positive from another document would
   be both a positive and a masked-out candidate of another row.
 - **Sentences** are split at ``.``, ``!`` or ``?`` followed by white space (no abbreviation list); a query needs
-  :data:`MIN_QUERY_WORDS` words, and a passage with no such sentence and at least one other sentence gives no group.
-- **The same anchors as the mined groups** (centrality at or above the threshold), so the two differ only in the
-  anchor's shape and where the positive comes from; the random draws are seeded by ``(seed, document label)``.
+  :data:`MIN_QUERY_WORDS` words. A passage with no such sentence beside another (a code listing, a table, one long
+  sentence) gives a run of :data:`SPAN_WORDS` consecutive words instead, about a short query's length.
+- **The same anchors as the mined groups** (centrality at or above the threshold), one group each in the same order,
+  so the two differ only in the anchor's shape and where the positive comes from (and a comparison's retention text,
+  read row by row from the mined groups, fits); the random draws are seeded by ``(seed, document label)``.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from xprt_st.mining.bm25 import bm25_scores
 
 MIN_QUERY_WORDS = 4
 """Words a sentence needs to be a query (shorter ones are headings, list items or cut-off fragments)."""
+SPAN_WORDS = 12
+"""Words of the query cut from a passage without a query-shaped sentence (the Python FAQ's queries: 11 tokens)."""
 REMOVE_PROBABILITY = 0.9
 """How often the query sentence is removed from its own passage when that passage is a related one (ICT's 90%)."""
 
@@ -49,20 +53,27 @@ def split_sentences(text: str) -> list[str]:
     return [piece.strip() for piece in _SENTENCE_END.split(text) if piece.strip()]
 
 
-def cloze_query(passage: str, rng: np.random.Generator, min_words: int = MIN_QUERY_WORDS) -> tuple[str, str] | None:
-    """One sentence of ``passage`` drawn uniformly among those of ``min_words`` or more words, and the passage
-    without it (the context); None when the passage has no such sentence or nothing would be left.
+def cloze_query(passage: str, rng: np.random.Generator, min_words: int = MIN_QUERY_WORDS) -> tuple[str, str, bool]:
+    """The query cut from ``passage``, the passage without it (the context), and whether the query is a sentence.
+
+    A sentence of ``min_words`` or more words, drawn uniformly, when the passage has one and another sentence beside
+    it; else :data:`SPAN_WORDS` consecutive words at a uniform start (a passage that short is both sides whole).
 
     Example:
         >>> cloze_query("Green tea is rich in catechins. It is drunk hot.", np.random.default_rng(0))
-        ('Green tea is rich in catechins.', 'It is drunk hot.')
+        ('Green tea is rich in catechins.', 'It is drunk hot.', True)
     """
     sentences = split_sentences(passage)
     eligible = [i for i, sentence in enumerate(sentences) if len(sentence.split()) >= min_words]
-    if len(sentences) < 2 or not eligible:
-        return None
-    chosen = eligible[int(rng.integers(len(eligible)))]
-    return sentences[chosen], " ".join(s for i, s in enumerate(sentences) if i != chosen)
+    if len(sentences) >= 2 and eligible:
+        chosen = eligible[int(rng.integers(len(eligible)))]
+        return sentences[chosen], " ".join(s for i, s in enumerate(sentences) if i != chosen), True
+    words = passage.split()
+    length = max(min_words, min(SPAN_WORDS, len(words) // 3))
+    if len(words) <= length:
+        return passage, passage, False
+    start = int(rng.integers(len(words) - length + 1))
+    return " ".join(words[start : start + length]), " ".join(words[:start] + words[start + length :]), False
 
 
 @dataclass(slots=True)
@@ -77,7 +88,9 @@ class ClozeGroup:
     removed."""
     scores: list[float]
     removed: bool
-    """Whether the query sentence was removed from the anchor's own passage."""
+    """Whether the query was removed from the anchor's own passage."""
+    sentence: bool
+    """Whether the query is a sentence (else a run of words)."""
 
     def texts_of_group(self, top_k: int) -> list[str]:
         """The group's training texts: the query, then ``top_k`` related passages (the last repeated, as mined)."""
@@ -95,6 +108,7 @@ class ClozeGroup:
             "centrality": centrality,
             "bm25_scores": self.scores,
             "sentence_removed": self.removed,
+            "query_is_sentence": self.sentence,
         }
 
 
@@ -106,8 +120,8 @@ def inverse_cloze_group(
     counts: Callable[[Sequence[str]], sparse.spmatrix],
     idf: np.ndarray,
     remove_probability: float = REMOVE_PROBABILITY,
-) -> ClozeGroup | None:
-    """The query-shaped group of passage ``anchor`` of one document (the module doc); None without a query.
+) -> ClozeGroup:
+    """The query-shaped group of passage ``anchor`` of one document (the module doc).
 
     Args:
         passages: the document's passages.
@@ -118,10 +132,7 @@ def inverse_cloze_group(
         idf: BM25 IDF per hash column (:func:`~xprt_st.mining.bm25.bm25_idf` of the corpus's frequencies).
         remove_probability: how often the sentence is removed from the anchor's own passage.
     """
-    drawn = cloze_query(passages[anchor], rng)
-    if drawn is None:
-        return None
-    query, context = drawn
+    query, context, sentence = cloze_query(passages[anchor], rng)
     removed = bool(rng.random() < remove_probability)
     candidates = [context if i == anchor else text for i, text in enumerate(passages)]
     passage_counts = sparse.csr_matrix(counts(candidates))
@@ -129,4 +140,4 @@ def inverse_cloze_group(
     scores = bm25_scores(counts([query]), passage_counts, idf, average)[0]  # (n,)
     order = np.argsort(-scores, kind="stable")[:top_k]
     shown = [passages[anchor] if i == anchor and not removed else candidates[i] for i in order.tolist()]
-    return ClozeGroup(query, [int(i) for i in order], shown, [float(scores[i]) for i in order], removed)
+    return ClozeGroup(query, [int(i) for i in order], shown, [float(scores[i]) for i in order], removed, sentence)

@@ -192,7 +192,7 @@ def merge_part(plan: MergePlan, shard: int, chunk: int) -> dict[str, Any]:
     counts |= {"heldout_titles": 0, "heldout_headings": 0}
     counts |= {"positives_checked": 0, "positives_not_nearest": 0}
     if config.pairs == "inverse-cloze":  # the query's BM25 against its document's passages: the corpus's frequencies
-        counts |= {"cloze_no_query": 0, "cloze_own_passage": 0, "cloze_removed": 0, "cloze_query_words": 0}
+        counts |= {"cloze_word_span": 0, "cloze_own_passage": 0, "cloze_removed": 0, "cloze_query_words": 0}
         lexicon = layout.corpus_frequencies(plan.num_shards)
         idf = bm25_idf(lexicon.document_frequencies, lexicon.passages)
     stored_nearest = columns.get("nearest") or [None] * n_rows  # None: scored before the nearest passage was kept
@@ -254,9 +254,7 @@ def merge_part(plan: MergePlan, shard: int, chunk: int) -> dict[str, Any]:
         elif config.pairs == "inverse-cloze":
             for i, _, _ in mined_groups(start, stop, rng, "mined"):
                 cloze = inverse_cloze_group(texts[start:stop], i, top_k, rng, lexicon.counts, idf)
-                if cloze is None:
-                    counts["cloze_no_query"] += 1
-                    continue
+                counts["cloze_word_span"] += not cloze.sentence
                 row, related = start + i, cloze.related
                 is_anchor[row] = True
                 in_group[[row, *[start + j for j in related]]] = True

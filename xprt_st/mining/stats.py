@@ -83,7 +83,7 @@ def build_stats(
     }
     if config.pairs == "inverse-cloze":  # what the query-shaped groups are (xprt_st.mining.inverse_cloze)
         stats["inverse_cloze"] = {
-            "anchors_without_query": int(merged.get("cloze_no_query", 0)),
+            "queries_of_words": _share(merged, "cloze_word_span", "groups"),  # no query-shaped sentence to cut
             "positives_own_passage": _share(merged, "cloze_own_passage", "groups"),
             "sentence_removed": _share(merged, "cloze_removed", "groups"),
             "mean_query_words": round(int(merged.get("cloze_query_words", 0)) / groups, 2) if groups else 0.0,
