@@ -134,3 +134,23 @@ def test_inverse_cloze_needs_the_mined_anchors(tmp_path, tiny_model) -> None:
     GroupBuilder([_corpus(tmp_path / "c.jsonl")], out, _config(pairs="random-span"), progress=False).run()
     with pytest.raises(MiningConfigError, match="pairs='inverse-cloze' needs the mined anchors"):
         merge(out, _config(pairs="inverse-cloze"))
+
+
+def test_the_cli_re_merges_a_scored_run_into_query_shaped_groups_with_hard_negatives(tmp_path, tiny_model_path) -> None:
+    from typer.testing import CliRunner
+
+    from xprt_st.cli import app
+
+    out = tmp_path / "mined"
+    runner = CliRunner()
+    mine = ["mine", str(_corpus(tmp_path / "c.jsonl")), "--output", str(out), "--model", str(tiny_model_path)]
+    result = runner.invoke(app, [*mine, "--id-field", "id", "--max-tokens", "48", "--min-tokens", "8", "-q"])
+    assert result.exit_code == 0, result.output
+    mined = json.loads((out / "stats.json").read_text())
+    merge_args = ["mine", "--merge", str(out), "--pairs", "inverse-cloze", "--hard-negatives", "1"]
+    result = runner.invoke(app, [*merge_args, "--model", str(tiny_model_path), "-q"])
+    assert result.exit_code == 0, result.output
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["settings"]["pairs"] == "inverse-cloze" and stats["settings"]["hard_negatives"] == 1
+    assert stats["groups"] == mined["groups"] and "inverse_cloze" in stats
+    assert "negative_1" in datasets.load_from_disk(str(out)).column_names
