@@ -44,7 +44,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 TIMER_FILE = REPO / "xprt_st" / "stage_timing.py"
-WRAPPED = [  # (module, attribute or Class.method, stage): names both the older and this checkout have
+WRAPPED = [  # (module, attribute or Class.method, stage): names both the older and this checkout have (the
+    # quickstart's module: xprt_st/quickstart.py before it was a package, xprt_st/quickstart/run.py since)
     ("xprt_st.quickstart", "run_quickstart", "other"),
     ("xprt_st.quickstart", "mine", "mine"),
     ("xprt_st.mining.engines.local", "GroupBuilder.split_shard", "read corpus"),
@@ -108,6 +109,8 @@ def _wrap(timer: Any, module_name: str, attribute: str, name: str) -> None:
     import importlib
 
     module = importlib.import_module(module_name)
+    if module_name == "xprt_st.quickstart" and hasattr(module, "__path__"):  # the package: its run module
+        module = importlib.import_module("xprt_st.quickstart.run")
     owner, _, method = attribute.rpartition(".")
     target = getattr(module, owner) if owner else module
     original = getattr(target, method)

@@ -112,9 +112,9 @@ def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("work started before the inputs (or the rerun's settings) were checked")
 
     import xprt_st.models
-    import xprt_st.quickstart
+    import xprt_st.quickstart.run
 
-    monkeypatch.setattr(xprt_st.quickstart, "run_quickstart", started)
+    monkeypatch.setattr(xprt_st.quickstart.run, "run_quickstart", started)
     monkeypatch.setattr(xprt_st.models, "load_model", started)
 
 

@@ -55,7 +55,7 @@ def test_a_model_that_fails_to_load_is_one_line_and_the_corrected_command_runs_i
 
 
 def test_the_passes_over_the_mined_groups_and_the_note_past_one_pass() -> None:
-    from xprt_st.quickstart_notes import passes_note, training_passes
+    from xprt_st.quickstart.notes import passes_note, training_passes
 
     assert training_passes(60, 16, 290) == pytest.approx(3.310, abs=1e-3)
     assert passes_note(20, 16, 320) is None and passes_note(5, 16, 320) is None  # one pass, a quarter of one
@@ -65,7 +65,7 @@ def test_the_passes_over_the_mined_groups_and_the_note_past_one_pass() -> None:
 
 
 def test_the_share_of_a_tasks_documents_found_in_the_corpus_by_id_or_text(tmp_path: Path) -> None:
-    from xprt_st.quickstart_notes import corpus_overlap, task_corpus_note, task_corpus_overlap, text_key
+    from xprt_st.quickstart.notes import corpus_overlap, task_corpus_note, task_corpus_overlap, text_key
 
     overlap = corpus_overlap([("a", "one two"), ("b", "three\n four"), ("c", "five")], {"a"}, {text_key("three four")})
     assert overlap == {"documents": 3, "found": 2, "share": 0.6667}

@@ -14,7 +14,8 @@ import xprt_st.mining.hard_negatives as hard_negatives_module
 from tests.test_quickstart_corpus import _write_user_data
 from xprt_st.cli import app
 from xprt_st.mining.after_merge import AfterMerge, finish_mining, has_hard_negatives
-from xprt_st.quickstart import QuickstartConfig, _add_hard_negatives, mine_documents
+from xprt_st.quickstart.config import QuickstartConfig
+from xprt_st.quickstart.run import _add_hard_negatives, mine_documents
 from xprt_st.recipe import load_recipe
 
 

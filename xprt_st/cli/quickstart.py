@@ -14,7 +14,7 @@ from xprt_st.cli.app import app
 from xprt_st.encode_backend import OPTION_HELP, check_encode_backend
 from xprt_st.precision import OPTION_HELP as PRECISION_HELP
 from xprt_st.progress_lines import heartbeat_for
-from xprt_st.quickstart_defaults import DEFAULTS, HOLDOUT, LABEL_FREE_NOTE, closing_note
+from xprt_st.quickstart.defaults import DEFAULTS, HOLDOUT, LABEL_FREE_NOTE, closing_note
 from xprt_st.stage_timing import StageTimer, format_rows, startup_row
 
 console = Console(emoji=False)  # a task or folder named like :m: stays text
@@ -106,7 +106,8 @@ def quickstart(
     from xprt_st.mining.reader import CorpusError
     from xprt_st.models import ModelLoadError, check_model
     from xprt_st.output_folder import hold_folder
-    from xprt_st.quickstart import QuickstartConfig, QuickstartInputError, check_inputs, check_reuse, run_quickstart
+    from xprt_st.quickstart.config import QuickstartConfig
+    from xprt_st.quickstart.run import QuickstartInputError, check_inputs, check_reuse, run_quickstart
     from xprt_st.recipe import load_recipe
 
     progress = not quiet

@@ -25,7 +25,7 @@ from xprt_st.fingerprint import (
 from xprt_st.output_folder import OutputFolder
 
 if TYPE_CHECKING:
-    from xprt_st.quickstart_config import QuickstartConfig
+    from xprt_st.quickstart.config import QuickstartConfig
 
 MINED, MODEL = "mined", "model"
 

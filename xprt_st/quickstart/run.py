@@ -23,7 +23,6 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from xprt_st import quickstart_reuse as reuse
 from xprt_st.errors import XPRTError
 from xprt_st.evaluation.bootstrap import GAIN, interval_fields, paired_interval, retrieval_items
 from xprt_st.evaluation.lexical import BM25
@@ -33,8 +32,9 @@ from xprt_st.mining import mine
 from xprt_st.mining.after_merge import AfterMerge, finish_mining, has_hard_negatives
 from xprt_st.mining.config import MiningConfigError
 from xprt_st.output_folder import OutputFolder, command_folder
-from xprt_st.quickstart_config import QuickstartConfig
-from xprt_st.quickstart_defaults import (
+from xprt_st.quickstart import reuse
+from xprt_st.quickstart.config import QuickstartConfig
+from xprt_st.quickstart.defaults import (
     DEFAULTS,
     HOLDOUT,
     LABEL_FREE_NOTE,
@@ -44,7 +44,7 @@ from xprt_st.quickstart_defaults import (
     closing_note,
     corpus_steps,
 )
-from xprt_st.quickstart_notes import passes_note, task_corpus_note, task_corpus_overlap, training_passes
+from xprt_st.quickstart.notes import passes_note, task_corpus_note, task_corpus_overlap, training_passes
 from xprt_st.recipe import Recipe, load_recipe
 from xprt_st.stage_timing import StageTimer, stage, timing
 from xprt_st.training import train_recipe
@@ -68,7 +68,7 @@ __all__ = [
     "titles_summary",
 ]
 
-PACKAGED_DATA = Path(__file__).resolve().parent / "data"
+PACKAGED_DATA = Path(__file__).resolve().parents[1] / "data"
 QUICKSTART_CORPUS = PACKAGED_DATA / "python-docs-pages.jsonl.gz"
 
 
@@ -146,7 +146,7 @@ def run_quickstart(
 
     ``folder`` is the held output folder (the CLI takes it before any work); without it the folder is taken here. A
     rerun into the same folder reuses ``mined/`` and ``model/`` only when they were made with the same settings
-    (:mod:`xprt_st.quickstart_reuse`), and stops before any work otherwise.
+    (:mod:`xprt_st.quickstart.reuse`), and stops before any work otherwise.
 
     Returns:
         ``{"mining": stats, "scores": {model: {task: score}}, "gain": {task: after - before},
@@ -299,7 +299,7 @@ def run_notes(config: QuickstartConfig, groups: int) -> tuple[dict[str, str], di
 
     ``passes`` when the steps make more than one pass over the ``groups`` mined groups; ``task_corpus`` when
     ``--task`` ranks mostly other documents than the ``--corpus`` trained on. The overlap (``summary.json``'s
-    ``task_corpus_overlap``) is None without both. See :mod:`xprt_st.quickstart_notes`.
+    ``task_corpus_overlap``) is None without both. See :mod:`xprt_st.quickstart.notes`.
     """
     notes: dict[str, str] = {}
     passes = passes_note(int(config.max_steps or 0), config.batch_size, groups)

@@ -1,5 +1,5 @@
 """The quickstart's settings: one dataclass, below both the run (:mod:`xprt_st.quickstart`) and the reuse rule
-(:mod:`xprt_st.quickstart_reuse`), so neither imports the other's floor back."""
+(:mod:`xprt_st.quickstart.reuse`), so neither imports the other's floor back."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from xprt_st.precision import resolve_precision
-from xprt_st.quickstart_defaults import DEFAULTS, HOLDOUT
+from xprt_st.quickstart.defaults import DEFAULTS, HOLDOUT
 
 __all__ = ["QuickstartConfig"]
 
@@ -25,7 +25,7 @@ class QuickstartConfig:
     threshold_quantile: float | None = DEFAULTS.threshold_quantile
     max_steps: int | None = None
     """Training steps; None: ``DEFAULTS.max_steps`` on the shipped pages, and with ``corpus``
-    :func:`~xprt_st.quickstart_defaults.corpus_steps` of the mined groups (``DEFAULTS.corpus_max_steps``, at most
+    :func:`~xprt_st.quickstart.defaults.corpus_steps` of the mined groups (``DEFAULTS.corpus_max_steps``, at most
     one pass), set once mining has counted them."""
     batch_size: int = DEFAULTS.batch_size
     learning_rate: float = DEFAULTS.learning_rate

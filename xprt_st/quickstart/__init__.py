@@ -1,0 +1,56 @@
+"""The quickstart: mine, pre-train briefly and evaluate before and after, offline, on shipped data or a user's.
+
+- :mod:`~xprt_st.quickstart.config`: :class:`QuickstartConfig`, the run's settings;
+- :mod:`~xprt_st.quickstart.defaults`: the defaults and closing notes (read by the CLI without loading torch);
+- :mod:`~xprt_st.quickstart.notes`: what its figures mean (pure);
+- :mod:`~xprt_st.quickstart.reuse`: which stages a rerun into the same folder may reuse;
+- :mod:`~xprt_st.quickstart.run`: the run itself (:func:`run_quickstart`).
+
+Each name below is imported from its module on first use, so ``from xprt_st.quickstart.defaults import DEFAULTS``
+(the CLI's ``--help``) loads no model code.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+_HOMES = {
+    "QuickstartConfig": "config",
+    **dict.fromkeys(
+        (
+            "DEFAULTS",
+            "HOLDOUT",
+            "LABEL_FREE_NOTE",
+            "LOSS_NOTE",
+            "NO_GAIN_NOTE",
+            "QuickstartDefaults",
+            "closing_note",
+            "corpus_steps",
+        ),
+        "defaults",
+    ),
+    **dict.fromkeys(
+        (
+            "PACKAGED_DATA",
+            "QUICKSTART_CORPUS",
+            "QuickstartInputError",
+            "after_merge",
+            "check_inputs",
+            "check_reuse",
+            "label_free_summary",
+            "mine_documents",
+            "run_quickstart",
+            "titles_summary",
+        ),
+        "run",
+    ),
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> object:
+    """The public name ``name`` from the module that defines it (imported then, not with the package)."""
+    if name in _HOMES:
+        return getattr(import_module(f"xprt_st.quickstart.{_HOMES[name]}"), name)
+    raise AttributeError(f"module 'xprt_st.quickstart' has no attribute {name!r}")
