@@ -3,7 +3,8 @@
 Reads the score files of ``xprt-st compare`` runs of one corpus (300 steps x 16 groups, seeds 42 and 43, every
 test query, the models read at 128 tokens), all of one configuration but the mining's ranking:
 
-- a fused run (``mining.rank_by`` the default): ``change-only-positive-hard`` and ``hybrid-teacher-hard``;
+- a fused run (``mining.rank_by`` the default): ``change-only-positive-hard``, ``hybrid-teacher-hard`` and
+  ``inverse-cloze-hard`` (its query-shaped groups re-merged from the same mining);
 - a BM25 run (``mining.rank_by: bm25``): ``lexical-positive-hard``.
 
 Scores the one reference the runs do not: the hybrid (reciprocal-rank fusion of BM25 and the start, ``hybrid:``)
@@ -16,8 +17,9 @@ nearest passage (``stats.json``), and each training's logged terms at step 10 an
     python benchmarks/lexical_comparison.py nfcorpus runs/nfcorpus-fused runs/nfcorpus-bm25 \\
         --json benchmarks/results/lexical-comparison/nfcorpus.json
 
-A folder given as ``--fused-scores DIR`` replaces the fused run's score files (``DIR/start.json``,
-``DIR/seed-S/RECIPE.json``: an earlier run's records of the same configuration, as ArguAna's section 16 run).
+A folder given as ``--fused-scores DIR`` holds the start's and ``change-only-positive-hard``'s score files
+(``DIR/start.json``, ``DIR/seed-S/RECIPE.json``: an earlier run's records of the same configuration, as ArguAna's
+section 16 run); the fused run's own start must equal it query by query.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from xprt_st.models import load_model
 
 SEEDS = (42, 43)
 REFERENCE = "change-only-positive-hard"
+CLOZE_DATA = "pairs-inverse-cloze-hard-negatives-2"
+"""The fused run's data folder of ``inverse-cloze-hard`` (``xprt_st.compare.variants.data_variant``)."""
 _STEP = re.compile(r"step (\d+)/(\d+): (.*)")
 _TRAINING = re.compile(r"seed (\d+): training (\S+)")
 
@@ -110,10 +114,12 @@ def compare_corpus(
     def read(path: Path) -> dict[str, Any]:
         return json.loads(path.read_text(encoding="utf-8"))
 
-    fused_folder, bm25_folder = fused_scores or score_files(fused), score_files(bm25)
-    start = read(fused_folder / "start.json")
-    if per_item(read(bm25_folder / "start.json"))[1] != per_item(start)[1]:
-        raise SystemExit("the two runs' starts differ: not the same corpus, task or scoring")
+    fused_folder, bm25_folder = score_files(fused), score_files(bm25)
+    reference_folder = fused_scores or fused_folder
+    start = read(reference_folder / "start.json")
+    for folder in (fused_folder, bm25_folder):
+        if per_item(read(folder / "start.json"))[1] != per_item(start)[1]:
+            raise SystemExit(f"{folder}'s start is not {reference_folder}'s: not the same corpus, task or scoring")
     if hybrid is not None and hybrid.is_file():  # this script's own output of an earlier call, or the record alone
         hybrid_record = read(hybrid).get("hybrid_record", read(hybrid))
     else:
@@ -131,8 +137,9 @@ def compare_corpus(
     gap = mean(references["hybrid"]) - mean(start)
     models: dict[str, dict[str, Any]] = {}
     for recipe, folder in (
-        (REFERENCE, fused_folder),
+        (REFERENCE, reference_folder),
         ("hybrid-teacher-hard", fused_folder),
+        ("inverse-cloze-hard", fused_folder),
         ("lexical-positive-hard", bm25_folder),
     ):
         for seed in SEEDS:
@@ -142,11 +149,14 @@ def compare_corpus(
             record = read(path)
             row = {"score": mean(record), "vs_start": against(record, start)}
             row["gap_closed"] = row["vs_start"]["difference"] / gap if gap > 0 else None
-            reference = folder_of(fused_folder, seed)
+            reference = folder_of(reference_folder, seed)
             if recipe != REFERENCE and reference.is_file():
                 row[f"vs_{REFERENCE}"] = against(record, read(reference))
             models[f"seed-{seed}/{recipe}"] = row
     stats = {run.name: read(run / "mined" / "stats.json") for run in (fused, bm25) if (run / "mined").is_dir()}
+    cloze = fused / "data" / CLOZE_DATA
+    if (cloze / "stats.json").is_file():  # the query-shaped groups: their positives and what their queries are
+        stats[f"{fused.name}/{CLOZE_DATA}"] = read(cloze / "stats.json")
     return {
         "corpus": name,
         "task": per_item(start)[0],
@@ -154,14 +164,16 @@ def compare_corpus(
         "references_vs_start": {label: against(references[label], start) for label in ("bm25", "hybrid")},
         "models": models,
         "positives_not_nearest": {run: value.get("positives_not_nearest") for run, value in stats.items()},
+        "inverse_cloze": {run: value["inverse_cloze"] for run, value in stats.items() if "inverse_cloze" in value},
         "logged_terms": {**logged_terms(fused), **logged_terms(bm25)},
         "hybrid_record": hybrid_record,
     }
 
 
-def query_shape(task: Path, model_name: str | None, anchors: Path | None) -> dict[str, Any]:
-    """The median length in tokens of the task's test queries and of the mined anchors (``anchors``: a mined folder):
-    what the anchors, the queries of the training, look like against the users' queries."""
+def query_shape(task: Path, model_name: str | None, anchors: Path | None, cloze: Path | None = None) -> dict[str, Any]:
+    """The median length in tokens of the task's test queries, of the mined anchors (``anchors``: a mined folder) and
+    of the query-shaped anchors (``cloze``: their data folder): what the training's queries look like against the
+    users'."""
     import gzip
 
     import datasets
@@ -180,6 +192,8 @@ def query_shape(task: Path, model_name: str | None, anchors: Path | None) -> dic
     if anchors is not None:
         texts = datasets.load_from_disk(str(anchors))["anchor"]
         shape["anchor_tokens"] = median_tokens(list(texts[:5000]))
+    if cloze is not None and cloze.is_dir():
+        shape["cloze_query_tokens"] = median_tokens(list(datasets.load_from_disk(str(cloze))["anchor"][:5000]))
     return shape
 
 
@@ -204,7 +218,7 @@ def table(result: dict[str, Any]) -> list[str]:
     ]
     for label in ("bm25", "hybrid"):
         lines.append(f"| {label} | {references[label]:.2f}, {_cell(result['references_vs_start'][label])} | | | |")
-    for recipe in (REFERENCE, "lexical-positive-hard", "hybrid-teacher-hard"):
+    for recipe in (REFERENCE, "lexical-positive-hard", "inverse-cloze-hard", "hybrid-teacher-hard"):
         rows = [result["models"].get(f"seed-{seed}/{recipe}") for seed in SEEDS]
         if not any(rows):
             continue
@@ -229,7 +243,7 @@ def main() -> None:
     result = compare_corpus(args.corpus, args.fused, args.bm25, args.fused_scores, args.hybrid)
     if args.task_folder is not None:
         model = load_compare_config(args.bm25 / "compare_config.yaml").model
-        result["shape"] = query_shape(args.task_folder, model, args.bm25 / "mined")
+        result["shape"] = query_shape(args.task_folder, model, args.bm25 / "mined", args.fused / "data" / CLOZE_DATA)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print("\n".join(table(result)))
