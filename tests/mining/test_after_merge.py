@@ -51,7 +51,7 @@ def test_mine_and_the_quickstart_write_the_same_groups_and_hard_negatives(
         seed=43,
     )
     mined = tmp_path / "quickstart" / "mined"
-    mine_documents(config, [str(corpus)], mined, progress=False)
+    mine_documents(config, [str(corpus)], mined, progress=False, mining_fields=config.mining_fields())
     _add_hard_negatives(mined, load_recipe(config.recipe), config)
 
     out = tmp_path / "mine"

@@ -107,7 +107,7 @@ def quickstart(
     from xprt_st.models import ModelLoadError, check_model
     from xprt_st.output_folder import hold_folder
     from xprt_st.quickstart.config import QuickstartConfig
-    from xprt_st.quickstart.run import QuickstartInputError, check_inputs, check_reuse, run_quickstart
+    from xprt_st.quickstart.run import QuickstartInputError, check_inputs, plan_quickstart, run_quickstart
     from xprt_st.recipe import load_recipe
 
     progress = not quiet
@@ -124,7 +124,7 @@ def quickstart(
     except ValueError as error:  # a bad value of an option (project errors end in the command class's handler)
         raise report_error(error) from error
     try:  # a stage of an earlier run made with other settings, or a model/ the quickstart never wrote
-        check_reuse(config, folder)
+        plan = plan_quickstart(config, folder)
     except QuickstartInputError:
         folder.release(record=False)
         raise
@@ -137,7 +137,7 @@ def quickstart(
             command_logging("quickstart", output, verbose=verbose, progress=progress, show_info=verbose, folder=folder),
             heartbeat_for(timer, console, progress),
         ):
-            summary = run_quickstart(config, progress=progress, folder=folder, timer=timer)
+            summary = run_quickstart(config, progress=progress, folder=folder, timer=timer, plan=plan)
     # Found once work began, what was mined is kept (exit 1): no groups, fewer groups than one step, a bad record
     # past the first, an output folder that cannot be written.
     except CorpusError as error:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,23 +59,21 @@ class QuickstartConfig:
     what ran; a non-torch ``encode_backend`` encodes in fp32 (:attr:`encoding_precision`)."""
     precision_reason: str = ""
     """Why ``precision`` is what it is (the device's bf16 support, or the value asked for); set with it."""
+    encoding_precision: str = field(init=False, default="fp32")
+    """The precision of the stages that only encode: :attr:`precision` on torch, fp32 on ONNX Runtime or OpenVINO
+    (their exports run fp32); set with :attr:`precision`."""
 
     def __post_init__(self) -> None:
         if not self.precision_reason:  # a copy (dataclasses.replace) keeps the resolution it was made with
             resolved = resolve_precision(self.precision)
             self.precision, self.precision_reason = resolved.precision, resolved.reason
+        self.encoding_precision = self.precision if self.encode_backend == "torch" else "fp32"
         if self.max_steps is None and not self.corpus:
             self.max_steps = DEFAULTS.max_steps
         if self.task is not None:
             self.tasks = (str(self.task),)
         elif self.corpus:
             self.tasks = ()
-
-    @property
-    def encoding_precision(self) -> str:
-        """The precision of the stages that only encode: :attr:`precision` on torch, fp32 on ONNX Runtime or OpenVINO
-        (their exports run fp32)."""
-        return self.precision if self.encode_backend == "torch" else "fp32"
 
     def mining_fields(self) -> dict[str, Any]:
         """The reading options of ``mine`` for the user's corpus (the shipped pages: HTML with an ``id``), and what

@@ -34,14 +34,16 @@ OLDER_KEYS = tuple(f"recipe_values.{key}" for key in NOT_SHAPING)
 prose, so a folder made from another checkout or install is still the same run."""
 
 
-def mining_fingerprint(config: QuickstartConfig, sources: Sequence[str | Path]) -> dict[str, Any]:
-    """What decides ``mined/``: the corpus (files and sizes, or the shipped pages and how many), how it is read,
-    the mining model, the held-out fraction and the seed that draws it, the threshold, the token limit and the
-    precision (resolved: a bf16 mining is not an fp32 one)."""
+def mining_fingerprint(
+    config: QuickstartConfig, sources: Sequence[str | Path], mining_fields: dict[str, Any]
+) -> dict[str, Any]:
+    """What decides ``mined/``: the corpus (files and sizes, or the shipped pages and how many), how it is read
+    (``mining_fields``: :meth:`QuickstartConfig.mining_fields`), the mining model, the held-out fraction and the seed
+    that draws it, the threshold, the token limit and the precision (resolved: a bf16 mining is not an fp32 one)."""
     return {
         "corpus": corpus_identity(sources),
         "max_documents": config.max_documents,
-        **config.mining_fields(),
+        **mining_fields,
         "model": config.model,
         "holdout": config.holdout,
         "seed": config.seed,
@@ -70,15 +72,19 @@ def training_fingerprint(config: QuickstartConfig) -> dict[str, Any]:
     }
 
 
-def check_reuse(config: QuickstartConfig, folder: OutputFolder, sources: Sequence[str | Path]) -> None:
+def check_reuse(output: Path, folder: OutputFolder, fingerprints: dict[str, dict[str, Any]]) -> None:
     """Refuse, before any work, a rerun that would reuse a stage made with other settings, or one it did not write.
+
+    Args:
+        output: the run folder.
+        folder: the held run folder (its manifest says which stages the quickstart wrote).
+        fingerprints: each stage's (:data:`MINED`, :data:`MODEL`) fingerprint now.
 
     Raises:
         FingerprintError: one line naming the stage folder, each difference (old -> new) and the ways on.
     """
-    output = Path(config.output)
     own = folder.own()
-    for stage, fingerprint in ((MINED, mining_fingerprint(config, sources)), (MODEL, training_fingerprint(config))):
+    for stage, fingerprint in fingerprints.items():
         if stage in own:
             check_stage(output, stage, fingerprint, "-o", ignore=OLDER_KEYS)
         elif (output / stage).exists() or (output / stage).is_symlink():

@@ -19,7 +19,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,10 +60,12 @@ __all__ = [
     "QuickstartConfig",
     "QuickstartDefaults",
     "QuickstartInputError",
+    "QuickstartPlan",
     "check_inputs",
     "closing_note",
     "corpus_steps",
     "label_free_summary",
+    "plan_quickstart",
     "run_quickstart",
     "titles_summary",
 ]
@@ -74,6 +76,40 @@ QUICKSTART_CORPUS = PACKAGED_DATA / "python-docs-pages.jsonl.gz"
 
 class QuickstartInputError(XPRTError, ValueError):
     """A user corpus or task given to the quickstart cannot be used; the message names the option and the file."""
+
+
+@dataclass(frozen=True)
+class QuickstartPlan:
+    """What a checked run does, worked out once before any work: its documents, how mining reads them, and the
+    fingerprint of each stage it records (and a rerun compares)."""
+
+    config: QuickstartConfig
+    sources: list[str | Path]
+    """The documents mined, as given: the user's corpus, or the shipped pages."""
+    mining_fields: dict[str, Any]
+    """:meth:`QuickstartConfig.mining_fields`."""
+    fingerprints: dict[str, dict[str, Any]]
+    """Each stage's fingerprint (``mined``, ``model``; :mod:`xprt_st.quickstart.reuse`)."""
+
+
+def plan_quickstart(config: QuickstartConfig, folder: OutputFolder) -> QuickstartPlan:
+    """The run's plan, once a rerun's reuse of ``folder`` is checked (after :func:`check_inputs`).
+
+    Raises:
+        QuickstartInputError: a stage of ``folder`` was made with other settings, or not by the quickstart; one line
+            naming ``--output``, the stage and the ways on (``--overwrite`` or a new ``-o``).
+    """
+    sources = list(config.corpus) if config.corpus else [QUICKSTART_CORPUS]
+    fields = config.mining_fields()
+    fingerprints = {
+        reuse.MINED: reuse.mining_fingerprint(config, sources, fields),
+        reuse.MODEL: reuse.training_fingerprint(config),
+    }
+    try:
+        reuse.check_reuse(Path(config.output), folder, fingerprints)
+    except FingerprintError as error:
+        raise QuickstartInputError(f"--output {config.output}: {error}") from error
+    return QuickstartPlan(config, sources, fields, fingerprints)
 
 
 def check_inputs(config: QuickstartConfig) -> None:
@@ -141,12 +177,15 @@ def run_quickstart(
     progress: bool = True,
     folder: OutputFolder | None = None,
     timer: StageTimer | None = None,
+    plan: QuickstartPlan | None = None,
 ) -> dict[str, Any]:
     """Mine the shipped corpus, train ``config.recipe`` briefly, evaluate before and after.
 
     ``folder`` is the held output folder (the CLI takes it before any work); without it the folder is taken here. A
     rerun into the same folder reuses ``mined/`` and ``model/`` only when they were made with the same settings
-    (:mod:`xprt_st.quickstart.reuse`), and stops before any work otherwise.
+    (:mod:`xprt_st.quickstart.reuse`), and stops before any work otherwise. ``plan``: the run's checked plan
+    (:func:`plan_quickstart` on ``folder``, after :func:`check_inputs`), as the CLI makes it before its first line;
+    without it both checks run here.
 
     Returns:
         ``{"mining": stats, "scores": {model: {task: score}}, "gain": {task: after - before},
@@ -159,34 +198,19 @@ def run_quickstart(
         without it): per stage its wall and CPU seconds and whether it reused an encoding, ``other`` being the
         time between stages (checks, loading the recipe, writing files).
     """
-    check_inputs(config)
+    if plan is None:
+        check_inputs(config)
     timer = StageTimer() if timer is None else timer
     with timing(timer), timer.stage("other"):
         if folder is None:
             with command_folder(config.output, "quickstart") as held:
-                return _run(config, progress, held, timer)
-        return _run(config, progress, folder, timer)
+                return _run(plan or plan_quickstart(config, held), progress, held, timer)
+        return _run(plan or plan_quickstart(config, folder), progress, folder, timer)
 
 
-def quickstart_sources(config: QuickstartConfig) -> list[str | Path]:
-    """The documents the quickstart mines, as given: the user's corpus, or the shipped pages."""
-    return list(config.corpus) if config.corpus else [QUICKSTART_CORPUS]
-
-
-def check_reuse(config: QuickstartConfig, folder: OutputFolder) -> None:
-    """Refuse, before any work, a rerun that would reuse a stage made with other settings (one line naming each
-    difference and the ways on: ``--overwrite`` or a new ``-o``) or a ``mined/``/``model/`` it did not write.
-
-    Raises:
-        QuickstartInputError: naming ``--output`` and the stage.
-    """
-    try:
-        reuse.check_reuse(config, folder, quickstart_sources(config))
-    except FingerprintError as error:
-        raise QuickstartInputError(f"--output {config.output}: {error}") from error
-
-
-def mine_documents(config: QuickstartConfig, corpus: list[str | Path], mined: Path, progress: bool) -> dict[str, Any]:
+def mine_documents(
+    config: QuickstartConfig, corpus: list[str | Path], mined: Path, progress: bool, mining_fields: dict[str, Any]
+) -> dict[str, Any]:
     """Mine ``corpus`` into ``mined`` with the quickstart's settings (what ``xprt-st mine`` writes given the same
     options); the hard negatives a recipe reads follow in :func:`_add_hard_negatives`.
 
@@ -198,7 +222,7 @@ def mine_documents(config: QuickstartConfig, corpus: list[str | Path], mined: Pa
             return mine(
                 corpus,
                 mined,
-                **config.mining_fields(),
+                **mining_fields,
                 holdout=config.holdout,
                 model=config.model,
                 threshold_quantile=config.threshold_quantile,
@@ -214,17 +238,17 @@ def mine_documents(config: QuickstartConfig, corpus: list[str | Path], mined: Pa
         ) from error
 
 
-def _run(config: QuickstartConfig, progress: bool, folder: OutputFolder, timer: StageTimer) -> dict[str, Any]:
-    """:func:`run_quickstart` once the output folder is held."""
-    check_reuse(config, folder)
+def _run(plan: QuickstartPlan, progress: bool, folder: OutputFolder, timer: StageTimer) -> dict[str, Any]:
+    """:func:`run_quickstart` once the output folder is held and the plan checked."""
+    config = plan.config
     output = Path(config.output)
     mined = output / "mined"
-    corpus = quickstart_sources(config)
-    reuse.start_stage(config, folder, reuse.MINED, reuse.mining_fingerprint(config, corpus))
+    corpus = plan.sources
+    reuse.start_stage(config, folder, reuse.MINED, plan.fingerprints[reuse.MINED])
     if not config.corpus and config.max_documents is not None:
         folder.record("corpus-subset.jsonl")
         corpus = [_first_documents(QUICKSTART_CORPUS, config.max_documents, output / "corpus-subset.jsonl")]
-    stats = mine_documents(config, corpus, mined, progress)
+    stats = mine_documents(config, corpus, mined, progress, plan.mining_fields)
     model_dir = output / "model"
     trained = (model_dir / "modules.json").is_file()
     groups = int(stats.get("groups", 0))
@@ -235,7 +259,6 @@ def _run(config: QuickstartConfig, progress: bool, folder: OutputFolder, timer: 
             f"(--batch-size); give more documents or --batch-size {max(2, groups)} (the same --output reuses "
             "the mining)"
         )
-    config_given = config  # the fingerprint records the steps as given; their default follows from mined/
     if config.max_steps is None:  # a user corpus without --max-steps: the default, at most one pass
         config = replace(config, max_steps=corpus_steps(groups, config.batch_size))
         if config.max_steps < DEFAULTS.corpus_max_steps:
@@ -257,11 +280,12 @@ def _run(config: QuickstartConfig, progress: bool, folder: OutputFolder, timer: 
         },
     )
     _add_hard_negatives(mined, recipe, config)
-    notes, overlap = run_notes(config, groups)
+    notes, overlap = run_notes(config, groups, plan.mining_fields)
     if "passes" in notes:
         logger.warning("%s", notes["passes"])
     if not trained:
-        reuse.start_stage(config, folder, reuse.MODEL, reuse.training_fingerprint(config_given))
+        # the fingerprint records the steps as given (None: the default that follows from mined/)
+        reuse.start_stage(config, folder, reuse.MODEL, plan.fingerprints[reuse.MODEL])
         with stage("train"):
             train_recipe(recipe, data=mined, output=model_dir, progress=progress)
     tasks = list(config.tasks)
@@ -294,7 +318,9 @@ def _run(config: QuickstartConfig, progress: bool, folder: OutputFolder, timer: 
     return summary
 
 
-def run_notes(config: QuickstartConfig, groups: int) -> tuple[dict[str, str], dict[str, Any] | None]:
+def run_notes(
+    config: QuickstartConfig, groups: int, mining_fields: dict[str, Any]
+) -> tuple[dict[str, str], dict[str, Any] | None]:
     """The notes on what the run's figures mean (``summary.json``'s ``notes``), and the task's corpus overlap.
 
     ``passes`` when the steps make more than one pass over the ``groups`` mined groups; ``task_corpus`` when
@@ -307,7 +333,7 @@ def run_notes(config: QuickstartConfig, groups: int) -> tuple[dict[str, str], di
         notes["passes"] = passes
     overlap = None
     if config.corpus and config.task is not None:
-        overlap = task_corpus_overlap(config.task, list(config.corpus), config.mining_fields())
+        overlap = task_corpus_overlap(config.task, list(config.corpus), mining_fields)
         other = task_corpus_note(str(config.task), overlap)
         if other is not None:
             notes["task_corpus"] = other
