@@ -12,7 +12,7 @@ with the start read at the runs' 128 tokens, in the runs' precision, on the task
 start must equal the runs' own start query by query (checked). Then, per corpus: every model's nDCG@10, its paired
 95% bootstrap interval against the start, the share of the start-to-hybrid gap it closes, each lexical recipe
 against ``change-only-positive-hard`` of the same seed (paired), the share of positives that are not the start's
-nearest passage (``stats.json``), and each training's logged terms at step 10 and at its last step::
+nearest passage (``stats.json``), and each model's logged terms at step 10 and at its last step::
 
     python benchmarks/lexical_comparison.py nfcorpus runs/nfcorpus-fused runs/nfcorpus-bm25 \\
         --json benchmarks/results/lexical-comparison/nfcorpus.json
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import tempfile
 from pathlib import Path
@@ -41,8 +40,6 @@ SEEDS = (42, 43)
 REFERENCE = "change-only-positive-hard"
 CLOZE_DATA = "pairs-inverse-cloze-hard-negatives-2"
 """The fused run's data folder of ``inverse-cloze-hard`` (``xprt_st.compare.variants.data_variant``)."""
-_STEP = re.compile(r"step (\d+)/(\d+): (.*)")
-_TRAINING = re.compile(r"seed (\d+): training (\S+)")
 
 
 def score_files(run: Path) -> Path:
@@ -89,20 +86,22 @@ def hybrid_reference(run: Path, start: dict[str, Any]) -> dict[str, Any]:
 
 
 def logged_terms(run: Path) -> dict[str, dict[str, dict[str, float]]]:
-    """``{"seed-S/RECIPE": {"10": {"loss": ..., "xp": ...}, "300": {...}}}``: the log's first step-10 and last lines."""
+    """``{"seed-S/RECIPE": {"10": {"loss": ..., "xp": ...}, "300": {...}}}``: each model's logged terms at step 10 and
+    at its last step, from its own last checkpoint's ``trainer_state.json`` (the run's shared log interleaves the
+    lines of processes that trained at once)."""
     found: dict[str, dict[str, dict[str, float]]] = {}
-    current = None
-    log = run / "xprt-st.log"
-    for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if log.is_file() else []:
-        if match := _TRAINING.search(line):
-            current = f"seed-{match.group(1)}/{match.group(2)}"
-        elif (match := _STEP.search(line)) and current is not None:
-            step, last = int(match.group(1)), int(match.group(2))
-            if step in (10, last) and "loss=" in match.group(3):  # a training line, not the evaluation's
-                terms = dict(pair.split("=", 1) for pair in match.group(3).split() if "=" in pair)
-                found.setdefault(current, {})[str(step)] = {
-                    k: float(v) for k, v in terms.items() if k not in ("learning_rate", "retention_weight")
-                }
+    for model in sorted(run.glob("seed-*/*/")):
+        states = sorted(model.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
+        if not states:
+            continue
+        history = [e for e in json.loads(states[-1].read_text(encoding="utf-8"))["log_history"] if "loss" in e]
+        last = max(entry["step"] for entry in history)
+        skip = ("learning_rate", "retention_weight", "grad_norm", "epoch", "step")
+        found[f"{model.parent.name}/{model.name}"] = {
+            str(entry["step"]): {k: round(float(v), 4) for k, v in entry.items() if k not in skip}
+            for entry in history
+            if entry["step"] in (10, last)
+        }
     return found
 
 
