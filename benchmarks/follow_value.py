@@ -24,6 +24,7 @@ import ast
 import dataclasses
 import json
 import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -202,7 +203,8 @@ def main() -> None:
     if package != (args.root / "xprt_st").resolve():
         raise SystemExit(f"imported {package}, not the checkout {args.root}")
     graph = import_graph(package)
-    results: dict[str, Any] = {"root": str(args.root)}
+    head = subprocess.run(["git", "-C", str(args.root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    results: dict[str, Any] = {"commit": head.stdout.strip() or None}
     with tempfile.TemporaryDirectory() as scratch:
         tmp = Path(scratch)
         model, text = tiny_model(tmp / "tiny"), corpus(tmp / "corpus.jsonl")
