@@ -60,8 +60,8 @@ def cloze_query(passage: str, rng: np.random.Generator, min_words: int = MIN_QUE
     it; else :data:`SPAN_WORDS` consecutive words at a uniform start (a passage that short is both sides whole).
 
     Example:
-        >>> cloze_query("Green tea is rich in catechins. It is drunk hot.", np.random.default_rng(0))
-        ('Green tea is rich in catechins.', 'It is drunk hot.', True)
+        >>> cloze_query("Green tea is rich in catechins. Drink it hot.", np.random.default_rng(0))
+        ('Green tea is rich in catechins.', 'Drink it hot.', True)
     """
     sentences = split_sentences(passage)
     eligible = [i for i, sentence in enumerate(sentences) if len(sentence.split()) >= min_words]
