@@ -634,6 +634,6 @@ def test_the_lexical_comparison_tables_are_the_records() -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     section = _section(RESULTS, "## 17. ")
-    for corpus in ("nfcorpus", "python-docs"):
+    for corpus in ("nfcorpus", "python-docs", "arguana"):
         for row in module.table(_json(f"lexical-comparison/{corpus}.json")):
             assert row in section, row

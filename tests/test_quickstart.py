@@ -60,7 +60,7 @@ def test_summary_has_mining_stats_two_scored_models_and_their_gain(quickstart_ru
     assert summary["config"]["max_documents"] == MAX_DOCUMENTS
     assert summary["config"]["max_steps"] == MAX_STEPS
     scores = summary["scores"]
-    assert list(scores) == ["starting model", "after change-only-positive-hard"]
+    assert list(scores) == ["starting model", "after hybrid-teacher-hard"]
     for model_scores in scores.values():
         assert set(model_scores) == {"python-faq"}
         assert 0.0 <= model_scores["python-faq"] <= 1.0
@@ -104,7 +104,7 @@ def test_the_closing_table_shows_bm25_on_the_task_and_the_trained_models_differe
     bm25 = summary["bm25"]["scores"]["python-faq"]
     assert bm25 == pytest.approx(alone.score("bm25", "python-faq"))
     over = summary["bm25"]["after_minus_bm25"]["python-faq"]
-    after = summary["scores"]["after change-only-positive-hard"]["python-faq"]
+    after = summary["scores"]["after hybrid-teacher-hard"]["python-faq"]
     assert over["difference"] == pytest.approx(after - bm25, abs=1e-4)  # mteb rounds its main score to 5 digits
     assert float(over["ci_low"]) <= over["difference"] <= float(over["ci_high"])
     printed = " ".join(result.output.split())

@@ -73,7 +73,7 @@ def test_quickstart_runs_the_whole_loop_on_a_user_corpus_and_beir_folder(
     assert summary["mining"]["documents"] + heldout.get("heldout_documents", 0) <= 24
     assert summary["mining"]["groups"] > 0
     # the closing table on the user's task, every query scored, with the paired interval
-    assert list(summary["scores"]) == ["starting model", "after change-only-positive-hard"]
+    assert list(summary["scores"]) == ["starting model", "after hybrid-teacher-hard"]
     assert all(set(scores) == {"helpdesk-beir"} for scores in summary["scores"].values())
     before, after = (summary["scores"][name]["helpdesk-beir"] for name in summary["scores"])
     assert summary["gain"]["helpdesk-beir"] == pytest.approx(after - before, abs=1e-12)
@@ -289,7 +289,7 @@ def test_an_output_folder_mined_from_other_documents_is_named_and_kept(
 def test_a_user_corpus_trains_the_sweeps_best_step_count_and_the_demo_stays_short() -> None:
     from xprt_st.quickstart import DEFAULTS, QuickstartConfig, corpus_steps
 
-    assert (DEFAULTS.recipe, DEFAULTS.max_steps, DEFAULTS.corpus_max_steps) == ("change-only-positive-hard", 20, 300)
+    assert (DEFAULTS.recipe, DEFAULTS.max_steps, DEFAULTS.corpus_max_steps) == ("hybrid-teacher-hard", 20, 300)
     assert QuickstartConfig().max_steps == 20
     assert QuickstartConfig(corpus=("my.jsonl",)).max_steps is None  # set from the mined groups
     assert QuickstartConfig(corpus=("my.jsonl",), max_steps=7).max_steps == 7

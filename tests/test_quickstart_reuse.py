@@ -63,7 +63,7 @@ def _changed(root: Path, option: str, tiny_model_path: Path) -> tuple[str, str, 
         corpus, _ = _write_user_data(root / "second")
         return str(corpus), "mined", f"--corpus {(root / 'user' / 'helpdesk.jsonl').resolve()} ("
     new, stage, old = {
-        "--recipe": ("self-only", "model", "change-only-positive-hard"),
+        "--recipe": ("self-only", "model", "hybrid-teacher-hard"),
         "--max-steps": ("2", "model", "1"),
         "--holdout": ("0.5", "mined", "0.3"),
         "--seed": ("7", "mined", "42"),
@@ -109,7 +109,7 @@ def test_a_rerun_with_the_same_settings_reuses_the_model_without_training(
     result = CliRunner().invoke(app, _args(options))
     assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
     stages = json.loads((root / "out" / FINGERPRINT_FILE).read_text())
-    assert set(stages) == {"mined", "model"} and stages["model"]["recipe"] == "change-only-positive-hard"
+    assert set(stages) == {"mined", "model"} and stages["model"]["recipe"] == "hybrid-teacher-hard"
     manifest = json.loads((root / "out" / MANIFEST_FILE).read_text())
     assert {"mined", "model", "summary.json"} <= set(manifest["files"])
 
