@@ -7,7 +7,8 @@ along that trip is a *stay* (consecutive calls inside one module are one stay); 
 *return* is a stay in a module already visited; a *climb back up* is a call from a module into one that imports it
 (directly or not, read from the source as ``tests/test_layering.py`` does): a lower layer calling an upper one.
 
-Two trips, on a tiny random BERT and a 12-document corpus (nothing from a hub; the checkout given by ``--root``)::
+Two trips, on a tiny random BERT (``bench_mining_scale.build_model``) and a 12-document corpus (nothing from a hub;
+the checkout given by ``--root``)::
 
     python benchmarks/follow_value.py --json benchmarks/results/follow-value.json            # this checkout
     python benchmarks/follow_value.py --root /tmp/old-checkout --json /tmp/old.json         # another commit's
@@ -137,28 +138,6 @@ def summarise(trip: list[tuple[str, str, str]], graph: dict[str, set[str]], star
     }
 
 
-def tiny_model(folder: Path) -> Path:
-    """A 2-layer, 32-wide random BERT with the offline default's vocabulary (as the tests' fixture)."""
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    from xprt_st.models import resolve_model_name
-
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_name(None))
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=128,
-    )
-    torch.manual_seed(0)
-    BertModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 def corpus(path: Path) -> Path:
     topics = ["river", "violin", "glacier", "tax", "comet", "bakery"]
     rows = []
@@ -197,6 +176,8 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(args.root))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from bench_mining_scale import build_model  # the tiny random BERT of the mining benchmarks
+
     import xprt_st
 
     package = Path(xprt_st.__file__).resolve().parent
@@ -207,7 +188,7 @@ def main() -> None:
     results: dict[str, Any] = {"commit": head.stdout.strip() or None}
     with tempfile.TemporaryDirectory() as scratch:
         tmp = Path(scratch)
-        model, text = tiny_model(tmp / "tiny"), corpus(tmp / "corpus.jsonl")
+        model, text = build_model(tmp / "tiny"), corpus(tmp / "corpus.jsonl")
         mined = tmp / "mined"
         mine = ["mine", str(text), "--output", str(mined), "--model", str(model), "--id-field", "id", "--quiet"]
         follow(package, [*mine, "--max-tokens", "32", "--min-tokens", "8"], lambda v: False)
