@@ -1,4 +1,4 @@
-"""The quickstart's settings: one dataclass, below both the run (:mod:`xprt_st.quickstart`) and the reuse rule
+"""The quickstart's settings: one dataclass, below both the run (:mod:`xprt_st.quickstart.run`) and the reuse rule
 (:mod:`xprt_st.quickstart.reuse`), so neither imports the other's floor back."""
 
 from __future__ import annotations

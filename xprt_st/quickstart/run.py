@@ -32,7 +32,6 @@ from xprt_st.mining import mine
 from xprt_st.mining.after_merge import AfterMerge, finish_mining, has_hard_negatives
 from xprt_st.mining.config import MiningConfigError
 from xprt_st.output_folder import OutputFolder, command_folder
-from xprt_st.quickstart import reuse
 from xprt_st.quickstart.config import QuickstartConfig
 from xprt_st.quickstart.defaults import (
     DEFAULTS,
@@ -45,6 +44,7 @@ from xprt_st.quickstart.defaults import (
     corpus_steps,
 )
 from xprt_st.quickstart.notes import passes_note, task_corpus_note, task_corpus_overlap, training_passes
+from xprt_st.quickstart.reuse import MINED, MODEL, check_reuse, mining_fingerprint, start_stage, training_fingerprint
 from xprt_st.recipe import Recipe, load_recipe
 from xprt_st.stage_timing import StageTimer, stage, timing
 from xprt_st.training import train_recipe
@@ -102,11 +102,11 @@ def plan_quickstart(config: QuickstartConfig, folder: OutputFolder) -> Quickstar
     sources = list(config.corpus) if config.corpus else [QUICKSTART_CORPUS]
     fields = config.mining_fields()
     fingerprints = {
-        reuse.MINED: reuse.mining_fingerprint(config, sources, fields),
-        reuse.MODEL: reuse.training_fingerprint(config),
+        MINED: mining_fingerprint(config, sources, fields),
+        MODEL: training_fingerprint(config),
     }
     try:
-        reuse.check_reuse(Path(config.output), folder, fingerprints)
+        check_reuse(Path(config.output), folder, fingerprints)
     except FingerprintError as error:
         raise QuickstartInputError(f"--output {config.output}: {error}") from error
     return QuickstartPlan(config, sources, fields, fingerprints)
@@ -244,7 +244,7 @@ def _run(plan: QuickstartPlan, progress: bool, folder: OutputFolder, timer: Stag
     output = Path(config.output)
     mined = output / "mined"
     corpus = plan.sources
-    reuse.start_stage(config, folder, reuse.MINED, plan.fingerprints[reuse.MINED])
+    start_stage(config, folder, MINED, plan.fingerprints[MINED])
     if not config.corpus and config.max_documents is not None:
         folder.record("corpus-subset.jsonl")
         corpus = [_first_documents(QUICKSTART_CORPUS, config.max_documents, output / "corpus-subset.jsonl")]
@@ -285,7 +285,7 @@ def _run(plan: QuickstartPlan, progress: bool, folder: OutputFolder, timer: Stag
         logger.warning("%s", notes["passes"])
     if not trained:
         # the fingerprint records the steps as given (None: the default that follows from mined/)
-        reuse.start_stage(config, folder, reuse.MODEL, plan.fingerprints[reuse.MODEL])
+        start_stage(config, folder, MODEL, plan.fingerprints[MODEL])
         with stage("train"):
             train_recipe(recipe, data=mined, output=model_dir, progress=progress)
     tasks = list(config.tasks)
