@@ -154,3 +154,20 @@ def test_the_cli_re_merges_a_scored_run_into_query_shaped_groups_with_hard_negat
     assert stats["settings"]["pairs"] == "inverse-cloze" and stats["settings"]["hard_negatives"] == 1
     assert stats["groups"] == mined["groups"] and "inverse_cloze" in stats
     assert "negative_1" in datasets.load_from_disk(str(out)).column_names
+
+
+def test_query_runs_across_line_breaks_still_get_their_passages_hard_negatives(tmp_path, tiny_model) -> None:
+    # lines of 3 words and no sentence end: every query is a run of 4+ words across a line break, so it is no
+    # substring of its passage as stored (the Python docs' passages keep their line breaks)
+    rows = []
+    for i in range(8):
+        lines = [f"{TOPICS[(i + j) % len(TOPICS)]} word{j} doc{i}" for j in range(12)]
+        rows.append(json.dumps({"text": "\n".join(lines), "id": f"doc-{i}"}))
+    corpus = tmp_path / "lines.jsonl"
+    corpus.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    GroupBuilder([corpus], out, _config(max_tokens=24), model=tiny_model, progress=False).run()
+    merge(out, _config(pairs="inverse-cloze", max_tokens=24))
+    first = datasets.load_from_disk(str(out))[0][ANCHOR]
+    assert not any(first in text for text in load_passages(out).to_pandas()["text"])  # the case this test is for
+    assert add_hard_negatives(out, 1, model=tiny_model)["groups"] > 0

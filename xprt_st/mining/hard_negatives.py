@@ -251,8 +251,10 @@ def add_hard_negatives(
     if len(dataset) != len(anchor_rows):
         raise ValueError(f"{folder}: {len(dataset)} groups but {len(anchor_rows)} lines of groups_meta.jsonl")
     texts = table.column("text")
-    # a query-shaped anchor (pairs inverse-cloze) is a sentence of its passage: its negatives are the passage's
-    if len(dataset) and dataset[0][ANCHOR] not in texts[int(anchor_rows[0])].as_py():
+    # a query-shaped anchor (pairs inverse-cloze) is a piece of its passage, a run of words joined by single spaces:
+    # its negatives are the passage's
+    words = " ".join
+    if len(dataset) and words(dataset[0][ANCHOR].split()) not in words(texts[int(anchor_rows[0])].as_py().split()):
         raise ValueError(f"{folder}: groups_meta.jsonl does not match the dataset's anchors; merge the folder again")
 
     pool_rows = np.flatnonzero(~held_out)
