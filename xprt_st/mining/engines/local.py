@@ -167,13 +167,10 @@ class GroupBuilder(Engine):
         A shard whose counts are missing is split here first (its split file is written atomically
         and reused by its own job), so one job per shard still scores with corpus-wide IDF.
         """
-        scorer = TfidfScorer()
         for index in range(self.num_shards):
-            folder = self.layout.shard_split(index, self.num_shards)
-            if not folder.frequencies_path.is_file():
+            if not self.layout.shard_split(index, self.num_shards).frequencies_path.is_file():
                 self.split_shard(index)
-            scorer.update(TfidfScorer.load(folder.frequencies_path))
-        return scorer
+        return self.layout.corpus_frequencies(self.num_shards)
 
     def merge(self) -> dict[str, Any]:
         """Build the dataset, side files and ``stats.json`` from the complete shards; see :func:`merge`."""
