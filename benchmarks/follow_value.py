@@ -2,10 +2,12 @@
 
 The stage layer's measure of a command's shape: run a command in-process on tiny inputs and trace every call of a
 package function that holds the followed value (an argument or local equal to it, or a package object, list or dict
-holding it one level down), and every return from such a call to a caller that holds it too. Each change of module
+holding it one level down), every return from such a call to a caller that holds it too, and the caller of such a
+call when it holds the value and the trip was elsewhere (back in its module). Each change of module
 along that trip is a *stay* (consecutive calls inside one module are one stay); a *room* is a distinct module; a
-*return* is a stay in a module already visited; a *climb back up* is a call from a module into one that imports it
-(directly or not, read from the source as ``tests/test_layering.py`` does): a lower layer calling an upper one.
+*return* is a stay in a module already visited; a *climb back up* is a call from a module (the calling frame's)
+into one that imports it (directly or not, read from the source as ``tests/test_layering.py`` does): a lower layer
+calling an upper one.
 
 Two trips, on a tiny random BERT (``bench_mining_scale.build_model``) and a 12-document corpus (nothing from a hub;
 the checkout given by ``--root``)::
@@ -73,7 +75,7 @@ class Follower:
     def __init__(self, package: Path, holds: Any) -> None:
         self.package = str(package)
         self.holds = holds
-        self.trip: list[tuple[str, str, str]] = []  # (call | return, module, function)
+        self.trip: list[tuple[str, str, str, str | None]] = []  # (call | resume | return, module, function, caller)
 
     def module(self, frame: Any) -> str | None:
         name = frame.f_globals.get("__name__", "")
@@ -85,14 +87,20 @@ class Follower:
     def __call__(self, frame: Any, event: str, arg: Any) -> Any:
         if event != "call" or self.module(frame) is None or not self.holding(frame):
             return None
-        self.trip.append(("call", self.module(frame), frame.f_code.co_name))
+        caller = frame.f_back
+        calling = self.module(caller) if caller is not None else None
+        if calling is not None and self.holding(caller) and (not self.trip or self.trip[-1][1] != calling):
+            # the caller holds the value too: the trip is back in its module (after a return it did not hold
+            # the value at, e.g. the line that assigns a config a call just made)
+            self.trip.append(("resume", calling, caller.f_code.co_name, None))
+        self.trip.append(("call", self.module(frame), frame.f_code.co_name, calling))
         return self.local
 
     def local(self, frame: Any, event: str, arg: Any) -> Any:
         if event == "return":
             caller = frame.f_back
             if caller is not None and self.module(caller) is not None and self.holding(caller):
-                self.trip.append(("return", self.module(caller), caller.f_code.co_name))
+                self.trip.append(("return", self.module(caller), caller.f_code.co_name, None))
         return None
 
 
@@ -111,30 +119,34 @@ def one_level(value: Any, match: Any) -> bool:
     return False
 
 
-def summarise(trip: list[tuple[str, str, str]], graph: dict[str, set[str]], start: str | None = None) -> dict[str, Any]:
+def summarise(
+    trip: list[tuple[str, str, str, str | None]], graph: dict[str, set[str]], start: str | None = None
+) -> dict[str, Any]:
     """Stays, rooms, returns and climbs back up of a trip (the module doc), from its first stay in ``start`` (a
-    module: the command's own, past the parsing of its arguments) or from its first."""
-    first = next((i for i, (_, module, _) in enumerate(trip) if module == start), 0)
-    stays: list[tuple[str, str]] = []
-    for event, module, _ in trip[first:]:
-        if not stays or stays[-1][1] != module:
-            stays.append((event, module))
+    module: the command's own, past the parsing of its arguments) or from its first. A climb is read from each call's
+    own caller, not from the stay before it (a caller that does not hold the value leaves no stay)."""
+    first = next((i for i, (_, module, _, _) in enumerate(trip) if module == start), 0)
+    stays: list[str] = []
+    climbs = 0
+    for event, module, _, caller in trip[first:]:
+        if not stays or stays[-1] != module:
+            stays.append(module)
+        if event == "call" and caller is not None and caller != module and caller in below(graph, module):
+            climbs += 1
     seen: set[str] = set()
-    returns = climbs = 0
+    returns = 0
     entered: dict[str, int] = {}
-    for i, (event, module) in enumerate(stays):
+    for module in stays:
         returns += module in seen
         seen.add(module)
         entered[module] = entered.get(module, 0) + 1
-        if i and event == "call" and stays[i - 1][1] in below(graph, module):
-            climbs += 1
     return {
         "rooms": len(seen),
         "stays": len(stays),
         "returns": returns,
         "climbs_back_up": climbs,
         "most_entered": sorted(entered.items(), key=lambda kv: -kv[1])[:5],
-        "path": [module for _, module in stays],
+        "path": stays,
     }
 
 
@@ -153,7 +165,7 @@ def corpus(path: Path) -> Path:
     return path
 
 
-def follow(package: Path, argv: list[str], holds: Any) -> list[tuple[str, str, str]]:
+def follow(package: Path, argv: list[str], holds: Any) -> list[tuple[str, str, str, str | None]]:
     from typer.testing import CliRunner
 
     from xprt_st.cli import app
