@@ -107,7 +107,7 @@ def quickstart(
     from xprt_st.models import ModelLoadError, check_model
     from xprt_st.output_folder import hold_folder
     from xprt_st.quickstart.config import QuickstartConfig
-    from xprt_st.quickstart.run import QuickstartInputError, check_inputs, plan_quickstart, run_quickstart
+    from xprt_st.quickstart.run import QuickstartInputError, check_folder, plan_quickstart, run_quickstart
     from xprt_st.recipe import load_recipe
 
     progress = not quiet
@@ -117,14 +117,14 @@ def quickstart(
         config = config_from(QuickstartConfig, flags, corpus=tuple(corpus or ()), task=task_folder)
         check_output_folder(output, "--output")
         check_quickstart_values(max_steps=config.max_steps, batch_size=batch_size, seed=seed)
-        check_inputs(config)
         load_recipe(recipe)
+        plan = plan_quickstart(config)
         check_model(model, "--model")
         folder = hold_folder(output, "quickstart", overwrite=overwrite)
     except ValueError as error:  # a bad value of an option (project errors end in the command class's handler)
         raise report_error(error) from error
     try:  # a stage of an earlier run made with other settings, or a model/ the quickstart never wrote
-        plan = plan_quickstart(config, folder)
+        check_folder(plan, folder)
     except QuickstartInputError:
         folder.release(record=False)
         raise

@@ -1,6 +1,6 @@
 """The quickstart: mine, pre-train briefly and evaluate before and after, offline, on shipped data or a user's.
 
-- :mod:`~xprt_st.quickstart.config`: :class:`QuickstartConfig`, the run's settings;
+- :mod:`~xprt_st.quickstart.config`: :class:`QuickstartConfig`, the run's settings, and its plan;
 - :mod:`~xprt_st.quickstart.defaults`: the defaults and closing notes (read by the CLI without loading torch);
 - :mod:`~xprt_st.quickstart.notes`: what its figures mean (pure);
 - :mod:`~xprt_st.quickstart.reuse`: which stages a rerun into the same folder may reuse;
@@ -15,7 +15,7 @@ from __future__ import annotations
 from importlib import import_module
 
 _HOMES = {
-    "QuickstartConfig": "config",
+    **dict.fromkeys(("PACKAGED_DATA", "QUICKSTART_CORPUS", "QuickstartConfig", "QuickstartPlan"), "config"),
     **dict.fromkeys(
         (
             "DEFAULTS",
@@ -31,11 +31,9 @@ _HOMES = {
     ),
     **dict.fromkeys(
         (
-            "PACKAGED_DATA",
-            "QUICKSTART_CORPUS",
             "QuickstartInputError",
-            "QuickstartPlan",
             "after_merge",
+            "check_folder",
             "check_inputs",
             "plan_quickstart",
             "label_free_summary",

@@ -1,5 +1,6 @@
-"""The quickstart's settings: one dataclass, below both the run (:mod:`xprt_st.quickstart.run`) and the reuse rule
-(:mod:`xprt_st.quickstart.reuse`), so neither imports the other's floor back."""
+"""The quickstart's settings and what they decide: :class:`QuickstartConfig`, and its :class:`QuickstartPlan` (the
+documents, how mining reads them and each stage's fingerprint), worked out once. Below both the run
+(:mod:`xprt_st.quickstart.run`) and the reuse rule (:mod:`xprt_st.quickstart.reuse`), so neither imports the other."""
 
 from __future__ import annotations
 
@@ -7,10 +8,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xprt_st.fingerprint import corpus_identity, recipe_values
 from xprt_st.precision import resolve_precision
 from xprt_st.quickstart.defaults import DEFAULTS, HOLDOUT
 
-__all__ = ["QuickstartConfig"]
+__all__ = ["MINED", "MODEL", "PACKAGED_DATA", "QUICKSTART_CORPUS", "QuickstartConfig", "QuickstartPlan"]
+
+PACKAGED_DATA = Path(__file__).resolve().parents[1] / "data"
+QUICKSTART_CORPUS = PACKAGED_DATA / "python-docs-pages.jsonl.gz"
+"""The shipped corpus: 100 pages of the Python documentation as raw HTML."""
+MINED, MODEL = "mined", "model"
+"""The quickstart's two stages with a fingerprint, by the folder each writes."""
 
 
 @dataclass
@@ -75,6 +83,49 @@ class QuickstartConfig:
         elif self.corpus:
             self.tasks = ()
 
+    def plan(self) -> QuickstartPlan:
+        """What a run of these settings does, worked out once: its documents, how mining reads them
+        (:meth:`mining_fields`) and each stage's fingerprint (:meth:`mining_fingerprint`,
+        :meth:`training_fingerprint`)."""
+        sources: list[str | Path] = list(self.corpus) if self.corpus else [QUICKSTART_CORPUS]
+        fields = self.mining_fields()
+        fingerprints = {MINED: self.mining_fingerprint(sources, fields), MODEL: self.training_fingerprint()}
+        return QuickstartPlan(self, sources, fields, fingerprints)
+
+    def mining_fingerprint(self, sources: list[str | Path], mining_fields: dict[str, Any]) -> dict[str, Any]:
+        """What decides ``mined/``: the corpus (files and sizes, or the shipped pages and how many), how it is read
+        (``mining_fields``: :meth:`mining_fields`), the mining model, the held-out fraction and the seed that draws
+        it, the threshold, the token limit and the precision (resolved: a bf16 mining is not an fp32 one)."""
+        return {
+            "corpus": corpus_identity(sources),
+            "max_documents": self.max_documents,
+            **mining_fields,
+            "model": self.model,
+            "holdout": self.holdout,
+            "seed": self.seed,
+            "threshold_quantile": self.threshold_quantile,
+            "max_seq_length": self.max_seq_length,
+            "precision": self.encoding_precision,
+        }
+
+    def training_fingerprint(self) -> dict[str, Any]:
+        """What decides ``model/`` beside its data: the recipe (its name and its file's values, not where the file
+        lives), the steps as given (None: the default of the mined groups, themselves fixed by ``mined/``), batch,
+        learning rate, token limit, seed, starting model and precision."""
+        from xprt_st.recipe import load_recipe
+
+        return {
+            "recipe": self.recipe,
+            "recipe_values": recipe_values(load_recipe(self.recipe).to_dict()),
+            "max_steps": self.max_steps,
+            "batch_size": self.batch_size,
+            "learning_rate": self.learning_rate,
+            "max_seq_length": self.max_seq_length,
+            "seed": self.seed,
+            "model": self.model,
+            "precision": self.precision,
+        }
+
     def mining_fields(self) -> dict[str, Any]:
         """The reading options of ``mine`` for the user's corpus (the shipped pages: HTML with an ``id``), and what
         the recipe's data asks of the mining when it is not the default (:func:`recipe_mining`):
@@ -87,6 +138,20 @@ class QuickstartConfig:
         if self.title_field is not None:
             fields["title_field"] = self.title_field
         return fields | asked
+
+
+@dataclass(frozen=True)
+class QuickstartPlan:
+    """What a run does, worked out once before any work (:meth:`QuickstartConfig.plan`): its documents, how mining
+    reads them, and the fingerprint of each stage it records (and a rerun compares)."""
+
+    config: QuickstartConfig
+    sources: list[str | Path]
+    """The documents mined, as given: the user's corpus, or the shipped pages."""
+    mining_fields: dict[str, Any]
+    """:meth:`QuickstartConfig.mining_fields`."""
+    fingerprints: dict[str, dict[str, Any]]
+    """Each stage's fingerprint (:data:`MINED`, :data:`MODEL`)."""
 
 
 def recipe_mining(recipe: str) -> dict[str, str]:

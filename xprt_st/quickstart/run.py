@@ -11,7 +11,7 @@ On a user's corpus (``QuickstartConfig.corpus``, ``xprt-st quickstart --corpus F
 there: mine it with the label-free holdout, train the recipe with the same defaults (:data:`DEFAULTS`),
 and compare the start with the result on the user's labelled BEIR folder when one is given
 (``task``) and on the label-free check always. Every input is checked before any model loads
-(:func:`check_inputs`).
+(:func:`plan_quickstart`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ from xprt_st.mining import mine
 from xprt_st.mining.after_merge import AfterMerge, finish_mining, has_hard_negatives
 from xprt_st.mining.config import MiningConfigError
 from xprt_st.output_folder import OutputFolder, command_folder
-from xprt_st.quickstart.config import QuickstartConfig
+from xprt_st.quickstart.config import MINED, MODEL, PACKAGED_DATA, QUICKSTART_CORPUS, QuickstartConfig, QuickstartPlan
 from xprt_st.quickstart.defaults import (
     DEFAULTS,
     HOLDOUT,
@@ -44,7 +44,7 @@ from xprt_st.quickstart.defaults import (
     corpus_steps,
 )
 from xprt_st.quickstart.notes import passes_note, task_corpus_note, task_corpus_overlap, training_passes
-from xprt_st.quickstart.reuse import MINED, MODEL, check_reuse, mining_fingerprint, start_stage, training_fingerprint
+from xprt_st.quickstart.reuse import check_reuse, start_stage
 from xprt_st.recipe import Recipe, load_recipe
 from xprt_st.stage_timing import StageTimer, stage, timing
 from xprt_st.training import train_recipe
@@ -57,10 +57,13 @@ __all__ = [
     "LABEL_FREE_NOTE",
     "LOSS_NOTE",
     "NO_GAIN_NOTE",
+    "PACKAGED_DATA",
+    "QUICKSTART_CORPUS",
     "QuickstartConfig",
     "QuickstartDefaults",
     "QuickstartInputError",
     "QuickstartPlan",
+    "check_folder",
     "check_inputs",
     "closing_note",
     "corpus_steps",
@@ -70,50 +73,38 @@ __all__ = [
     "titles_summary",
 ]
 
-PACKAGED_DATA = Path(__file__).resolve().parents[1] / "data"
-QUICKSTART_CORPUS = PACKAGED_DATA / "python-docs-pages.jsonl.gz"
-
 
 class QuickstartInputError(XPRTError, ValueError):
     """A user corpus or task given to the quickstart cannot be used; the message names the option and the file."""
 
 
-@dataclass(frozen=True)
-class QuickstartPlan:
-    """What a checked run does, worked out once before any work: its documents, how mining reads them, and the
-    fingerprint of each stage it records (and a rerun compares)."""
-
-    config: QuickstartConfig
-    sources: list[str | Path]
-    """The documents mined, as given: the user's corpus, or the shipped pages."""
-    mining_fields: dict[str, Any]
-    """:meth:`QuickstartConfig.mining_fields`."""
-    fingerprints: dict[str, dict[str, Any]]
-    """Each stage's fingerprint (``mined``, ``model``; :mod:`xprt_st.quickstart.reuse`)."""
-
-
-def plan_quickstart(config: QuickstartConfig, folder: OutputFolder) -> QuickstartPlan:
-    """The run's plan, once a rerun's reuse of ``folder`` is checked (after :func:`check_inputs`).
+def plan_quickstart(config: QuickstartConfig) -> QuickstartPlan:
+    """The run's plan (:meth:`QuickstartConfig.plan`), once its inputs are checked (:func:`check_inputs`).
 
     Raises:
-        QuickstartInputError: a stage of ``folder`` was made with other settings, or not by the quickstart; one line
-            naming ``--output``, the stage and the ways on (``--overwrite`` or a new ``-o``).
+        QuickstartInputError: naming the option, the file and the problem.
     """
-    sources = list(config.corpus) if config.corpus else [QUICKSTART_CORPUS]
-    fields = config.mining_fields()
-    fingerprints = {
-        MINED: mining_fingerprint(config, sources, fields),
-        MODEL: training_fingerprint(config),
-    }
+    plan = config.plan()
+    check_inputs(plan)
+    return plan
+
+
+def check_folder(plan: QuickstartPlan, folder: OutputFolder) -> None:
+    """Refuse, before any work, a rerun into the held ``folder`` whose stages were made with other settings, or not
+    by the quickstart (:func:`xprt_st.quickstart.reuse.check_reuse`).
+
+    Raises:
+        QuickstartInputError: one line naming ``--output``, the stage and the ways on (``--overwrite`` or a new
+            ``-o``).
+    """
     try:
-        check_reuse(Path(config.output), folder, fingerprints)
+        check_reuse(folder.path, folder, plan.fingerprints)
     except FingerprintError as error:
-        raise QuickstartInputError(f"--output {config.output}: {error}") from error
-    return QuickstartPlan(config, sources, fields, fingerprints)
+        raise QuickstartInputError(f"--output {plan.config.output}: {error}") from error
 
 
-def check_inputs(config: QuickstartConfig) -> None:
-    """Fail in one line, before any model loads, on a user corpus or task that cannot be used.
+def check_inputs(plan: QuickstartPlan) -> None:
+    """Fail in one line, before any model loads, on a user corpus or task of ``plan`` that cannot be used.
 
     Checks that each corpus source opens and its first record has the text (and id, and title) field
     (:func:`xprt_st.mining.reader.check_sources`), and that the BEIR folder has its three files with ids that match
@@ -126,6 +117,7 @@ def check_inputs(config: QuickstartConfig) -> None:
     from xprt_st.mining.config import MiningConfig, MiningError
     from xprt_st.mining.reader import CorpusError, check_sources
 
+    config = plan.config
     if not config.corpus:
         given = [name for name in ("task", "text_field", "id_field", "title_field") if getattr(config, name)]
         given += ["html"] if config.html else []
@@ -134,7 +126,7 @@ def check_inputs(config: QuickstartConfig) -> None:
             raise QuickstartInputError(f"{options}: only with --corpus FILE... (your documents)")
         return
     try:
-        mining = MiningConfig(**config.mining_fields())
+        mining = MiningConfig(**plan.mining_fields)
         check_sources(
             list(config.corpus),
             text_field=mining.resolved_text_field,
@@ -184,7 +176,7 @@ def run_quickstart(
     ``folder`` is the held output folder (the CLI takes it before any work); without it the folder is taken here. A
     rerun into the same folder reuses ``mined/`` and ``model/`` only when they were made with the same settings
     (:mod:`xprt_st.quickstart.reuse`), and stops before any work otherwise. ``plan``: the run's checked plan
-    (:func:`plan_quickstart` on ``folder``, after :func:`check_inputs`), as the CLI makes it before its first line;
+    (:func:`plan_quickstart`, then :func:`check_folder` on ``folder``), as the CLI makes it before its first line;
     without it both checks run here.
 
     Returns:
@@ -198,14 +190,17 @@ def run_quickstart(
         without it): per stage its wall and CPU seconds and whether it reused an encoding, ``other`` being the
         time between stages (checks, loading the recipe, writing files).
     """
-    if plan is None:
-        check_inputs(config)
+    if plan is None:  # the CLI passes its plan, checked against its held folder before its first line
+        plan = plan_quickstart(config)
+        if folder is not None:
+            check_folder(plan, folder)
     timer = StageTimer() if timer is None else timer
     with timing(timer), timer.stage("other"):
         if folder is None:
             with command_folder(config.output, "quickstart") as held:
-                return _run(plan or plan_quickstart(config, held), progress, held, timer)
-        return _run(plan or plan_quickstart(config, folder), progress, folder, timer)
+                check_folder(plan, held)
+                return _run(plan, progress, held, timer)
+        return _run(plan, progress, folder, timer)
 
 
 def mine_documents(
@@ -244,7 +239,7 @@ def _run(plan: QuickstartPlan, progress: bool, folder: OutputFolder, timer: Stag
     output = Path(config.output)
     mined = output / "mined"
     corpus = plan.sources
-    start_stage(config, folder, MINED, plan.fingerprints[MINED])
+    start_stage(folder, MINED, plan.fingerprints[MINED])
     if not config.corpus and config.max_documents is not None:
         folder.record("corpus-subset.jsonl")
         corpus = [_first_documents(QUICKSTART_CORPUS, config.max_documents, output / "corpus-subset.jsonl")]
@@ -285,7 +280,7 @@ def _run(plan: QuickstartPlan, progress: bool, folder: OutputFolder, timer: Stag
         logger.warning("%s", notes["passes"])
     if not trained:
         # the fingerprint records the steps as given (None: the default that follows from mined/)
-        start_stage(config, folder, MODEL, plan.fingerprints[MODEL])
+        start_stage(folder, MODEL, plan.fingerprints[MODEL])
         with stage("train"):
             train_recipe(recipe, data=mined, output=model_dir, progress=progress)
     tasks = list(config.tasks)
