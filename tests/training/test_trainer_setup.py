@@ -76,3 +76,12 @@ def test_the_documented_script_trains_the_weights_the_cli_trains(tiny_model_path
     assert owned[0] and owned[0].keys() == owned[1].keys()  # the decoder was saved both ways ...
     for name in owned[0]:
         assert torch.equal(owned[0][name], owned[1][name]), name  # ... with the same weights
+
+    # the held-out contract's record: a script's model names the documents it trained on, as the command's does,
+    # so evaluate and compare can refuse to score it on them
+    from xprt_st.training.heldout_contract import model_record
+
+    records = [model_record(folder) for folder in folders]
+    assert records[0] is not None and records[1] is not None
+    assert records[0]["trained"] == records[1]["trained"] > 0
+    assert records[0]["trained_ids"] == records[1]["trained_ids"]

@@ -11,9 +11,9 @@ differ) and the chain after the merge reuses what ``stats.json`` says is there
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from xprt_st.mining.after_merge import AfterMerge, finish_mining
 from xprt_st.mining.config import MiningConfig
@@ -177,19 +177,18 @@ class AfterMergeStage:
         return {"groups": self.stats.get("groups")}
 
 
+@dataclass
 class TrainStage:
     """Train a recipe on a mined folder into the run folder (:func:`xprt_st.training.run.run_training`).
 
     :meth:`check` runs every check that needs no model (output folder, starting model, resume and fork
-    checkpoints, the mined data, the held-out contract) and keeps what it found for :meth:`run`.
+    checkpoints, the mined data, the held-out contract) and keeps what it found (:attr:`plan`) for :meth:`run`.
     """
 
-    name = "train"
-    folder = ""
-
-    def __init__(self, config: TrainSettings) -> None:
-        self.config = config
-        self.plan: TrainPlan | None = None
+    config: TrainSettings
+    plan: TrainPlan | None = field(default=None, init=False)
+    name: ClassVar[str] = "train"
+    folder: ClassVar[str] = ""
 
     def fingerprint(self) -> None:
         """None: a run folder keeps its own record of what made it, and train keeps its own rule for it. A

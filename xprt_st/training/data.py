@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from datasets import Dataset, DatasetDict, load_from_disk
 
 from xprt_st.columns import GROUP_COLUMNS, LABEL
 from xprt_st.errors import XPRTError
 from xprt_st.mining.layout import CONFIG_FILE, STATS_FILE, STRUCTURE_DIR, STRUCTURE_MIXED_DIR
+
+if TYPE_CHECKING:
+    from xprt_st.recipe import Recipe
 
 logger = logging.getLogger(__name__)
 
@@ -99,8 +103,7 @@ def load_mined(
 
     folder = Path(path)
     stats = read_stats(folder)
-    source = source_folder(folder, stats)  # the stats read once, not again by each check
-    stale = stale_draw_problem(folder, stats)
+    stale = stale_draw_problem(folder, stats)  # the stats read once, not again by each check
     if stale is not None:
         raise MinedDataError(stale)
     try:
@@ -133,7 +136,8 @@ def load_mined(
             logger.warning("%s/%s does not record %r; assuming it was mined with %r", folder, STATS_FILE, key, expected)
         elif str(found) != str(expected):
             option = f"--{key.replace('_', '-')} {expected}"
-            if key == "hard_negatives" and source is not None:  # DIR/structure: written by a pass over DIR
+            source = source_folder(folder, stats) if key == "hard_negatives" else None
+            if source is not None:  # DIR/structure: written by a pass over DIR
                 kinds = (stats or {}).get("settings", {}).get("structure") or "titles,headings,links"
                 fix = f"write it again with them: `xprt-st mine --merge {source} --structure {kinds} {option}`"
             elif key == "hard_negatives":  # the one setting a re-merge adds to a mined folder
@@ -153,6 +157,21 @@ def load_mined(
             + f". Columns found: {_shown_columns(loaded.column_names)}."
         )
     return MinedData(dataset=loaded.select_columns([*dict.fromkeys([*columns, LABEL])]), stats=stats, path=folder)
+
+
+def load_recipe_data(recipe: Recipe, data: str | Path, world: int | None = None) -> MinedData:
+    """The mined folder ``data`` with the columns ``recipe`` trains on, checked to fill a batch on every process
+    (``world``: the processes; default ``WORLD_SIZE``)."""
+    from xprt_st.objectives import get_objective
+
+    objective = get_objective(recipe.objective.name).with_args(recipe.objective.args)  # + hard-negative columns
+    world = int(os.environ.get("WORLD_SIZE", "1")) if world is None else world
+    return load_mined(
+        data,
+        columns=objective.mined_columns(recipe.retention.enabled),
+        requires=recipe.data.requires,
+        min_rows=recipe.training.batch_size * world,
+    )
 
 
 def _no_structure_pairs(stats: Mapping[str, Any] | None, stats_path: Path) -> str | None:

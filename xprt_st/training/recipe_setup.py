@@ -33,12 +33,13 @@ from torch import nn
 from transformers import TrainerCallback, set_seed
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-from xprt_st.columns import NEGATIVE_PREFIX
+from xprt_st.columns import LABEL, NEGATIVE_PREFIX
 from xprt_st.models import frozen_copy, load_model
 from xprt_st.objectives import build_loss, get_objective
 from xprt_st.precision import resolve_precision
 from xprt_st.recipe import Recipe
-from xprt_st.training.data import MinedData, load_mined
+from xprt_st.training.data import MinedData, load_recipe_data
+from xprt_st.training.heldout_contract import RECORD_KEY, run_record
 from xprt_st.training.label_free import LabelFreeEvaluator, evaluation_arguments, training_evaluator
 from xprt_st.training.progress import LogLinesCallback, RichProgressCallback, StageStepsCallback
 from xprt_st.training.retention_text import add_retention_text, retention_positions
@@ -60,7 +61,8 @@ class TrainerSetup:
     """The term schedules first, then the caller's callbacks, then the progress display."""
     starting_model: str
     training_metadata: dict[str, Any]
-    """Written to ``training_state/config.json`` and the model card: the recipe, the data, the mining statistics."""
+    """Written to ``training_state/config.json`` and the model card: the recipe, the data, the mining statistics and
+    the held-out contract's record (:func:`xprt_st.training.heldout_contract.run_record`)."""
     served_max_seq_length: int
     """The start's own token limit, which the saved model keeps (training may cut passages shorter)."""
     evaluator: LabelFreeEvaluator | None = None
@@ -101,18 +103,6 @@ class TrainerSetup:
         return folder
 
 
-def load_recipe_data(recipe: Recipe, data: str | Path, world: int | None = None) -> MinedData:
-    """The mined folder ``data`` with the columns ``recipe`` trains on, checked to fill a batch on every process."""
-    objective = get_objective(recipe.objective.name).with_args(recipe.objective.args)  # + hard-negative columns
-    world = int(os.environ.get("WORLD_SIZE", "1")) if world is None else world
-    return load_mined(
-        data,
-        columns=objective.mined_columns(recipe.retention.enabled),
-        requires=recipe.data.requires,
-        min_rows=recipe.training.batch_size * world,
-    )
-
-
 def trainer_setup(
     recipe: Recipe,
     data: str | Path | MinedData,
@@ -122,6 +112,7 @@ def trainer_setup(
     progress: bool = False,
     callbacks: Sequence[TrainerCallback] = (),
     retention_data: str | Path | None = None,
+    fork_from: str | Path | None = None,
 ) -> TrainerSetup:
     """Build the model, loss, dataset, callbacks and training arguments of ``recipe`` on the mined folder ``data``.
 
@@ -136,6 +127,8 @@ def trainer_setup(
         callbacks: extra Trainer callbacks, placed after the schedules.
         retention_data: a mined folder whose (anchor, positive) the retention term reads instead
             (see :func:`xprt_st.training.train_recipe`).
+        fork_from: the trunk checkpoint a forked run continues (:mod:`xprt_st.training.fork`): the documents its
+            record names count as trained on too, as the start's do, in the run's held-out record.
 
     Returns:
         The :class:`TrainerSetup`; ``XPRTTrainer(**setup.trainer_kwargs())`` is the command line's trainer.
@@ -202,6 +195,8 @@ def trainer_setup(
             "data": str(mined.path.resolve()),
             "mining_stats": mined.stats,
             "world_size": world,
+            # the held-out contract's record: the documents this run, its start and its trunk trained on
+            RECORD_KEY: run_record(mined.path, mined.dataset.unique(LABEL), ancestors=(starting_model, fork_from)),
         },
         served_max_seq_length=served_max_seq_length,
         evaluator=label_free,

@@ -24,7 +24,6 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from xprt_st.columns import LABEL
 from xprt_st.fingerprint import flattened
 from xprt_st.mining.layout import HELDOUT_DIR
 from xprt_st.models import check_model
@@ -33,12 +32,12 @@ from xprt_st.output_folder import OutputFolder, OutputFolderError, command_folde
 from xprt_st.precision import ResolvedPrecision, resolve_precision
 from xprt_st.recipe import Recipe
 from xprt_st.training.checkpoints import checkpoint_folders, checkpoint_problem, unusable_checkpoints_message
-from xprt_st.training.data import STATS_FILE, MinedData
+from xprt_st.training.data import STATS_FILE, MinedData, load_recipe_data
 from xprt_st.training.fork import check_fork, same_model, trainer_class
-from xprt_st.training.heldout_contract import RECORD_KEY, check_start, run_record
+from xprt_st.training.heldout_contract import check_start
 from xprt_st.training.label_free import finish
 from xprt_st.training.memory import check_step_memory, padded_length
-from xprt_st.training.recipe_setup import load_recipe_data, trainer_setup
+from xprt_st.training.recipe_setup import trainer_setup
 from xprt_st.training.trainer import (
     TRAINING_STATE_DIR,
     TrainingStateError,
@@ -404,9 +403,6 @@ def _train(plan: TrainPlan, folder: OutputFolder | None) -> Path:
     if checkpoint is not None:
         if plan.recorded.get("recipe", {}).get("name") not in (None, recipe.name):
             logger.warning("resuming a %r checkpoint with recipe %r", plan.recorded["recipe"]["name"], recipe.name)
-    ancestors = (plan.starting_model, settings.fork_from)
-    documents = run_record(mined.path, mined.dataset.unique(LABEL), ancestors=ancestors)
-
     # The same setup a Python script gets from trainer_setup (docs/training.md, "From Python").
     setup = trainer_setup(
         recipe,
@@ -416,8 +412,8 @@ def _train(plan: TrainPlan, folder: OutputFolder | None) -> Path:
         progress=settings.progress,
         callbacks=settings.callbacks,
         retention_data=settings.retention_data,
+        fork_from=settings.fork_from,
     )
-    setup.training_metadata[RECORD_KEY] = documents
     setup.training_metadata["precision_reason"] = precision.reason
     sentence_model, label_free = setup.model, setup.evaluator
     # The step's estimated peak against the device, before anything is trained (CUDA: one-line error).
