@@ -45,12 +45,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 TIMER_FILE = REPO / "xprt_st" / "stage_timing.py"
 WRAPPED = [  # (module, attribute or Class.method, stage): names both the older and this checkout have (the
-    # quickstart's module: xprt_st/quickstart.py before it was a package, xprt_st/quickstart/run.py since)
+    # quickstart's module: xprt_st/quickstart.py before it was a package, xprt_st/quickstart/run.py since, and
+    # xprt_st/quickstart/stages.py, whose stages call them, since the quickstart runs through run_pipeline; "a|b": the
+    # name older code has, then this checkout's)
     ("xprt_st.quickstart", "run_quickstart", "other"),
     ("xprt_st.quickstart", "mine", "mine"),
     ("xprt_st.mining.engines.local", "GroupBuilder.split_shard", "read corpus"),
     ("xprt_st.mining.encoder", "MiningEncoder.encode", "encode for mining"),
-    ("xprt_st.quickstart", "_add_hard_negatives", "hard negatives"),
+    ("xprt_st.quickstart", "_add_hard_negatives|finish_mining", "hard negatives"),
     ("xprt_st.quickstart", "train_recipe", "train"),
     ("xprt_st.training.label_free", "LabelFreeEvaluator.score_start", "label-free: start (in training)"),
     ("xprt_st.training.label_free", "LabelFreeEvaluator.__call__", "label-free: trained (in training)"),
@@ -109,8 +111,16 @@ def _wrap(timer: Any, module_name: str, attribute: str, name: str) -> None:
     import importlib
 
     module = importlib.import_module(module_name)
-    if module_name == "xprt_st.quickstart" and hasattr(module, "__path__"):  # the package: its run module
-        module = importlib.import_module("xprt_st.quickstart.run")
+    if module_name == "xprt_st.quickstart" and hasattr(module, "__path__"):  # the package: the module that calls it
+        homes = []
+        for home in ("stages", "run"):
+            try:
+                homes.append(importlib.import_module(f"xprt_st.quickstart.{home}"))
+            except ModuleNotFoundError:  # a package from before the stages
+                continue
+        found = [home for home in homes if any(hasattr(home, name.split(".")[0]) for name in attribute.split("|"))]
+        module = (found or homes)[0]
+    attribute = next((name for name in attribute.split("|") if hasattr(module, name.split(".")[0])), attribute)
     owner, _, method = attribute.rpartition(".")
     target = getattr(module, owner) if owner else module
     original = getattr(target, method)

@@ -113,8 +113,8 @@ def one_level(value: Any, match: Any) -> bool:
     if isinstance(value, dict) and len(value) < 64:
         return any(match(v) for v in value.values())
     if type(value).__module__.startswith("xprt_st"):
-        fields = dataclasses.asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else {}
-        inner = {**fields, **getattr(value, "__dict__", {})}
+        fields = dataclasses.fields(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else ()
+        inner = {**{f.name: getattr(value, f.name) for f in fields}, **getattr(value, "__dict__", {})}
         return any(match(v) for v in inner.values())
     return False
 

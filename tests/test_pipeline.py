@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from xprt_st.errors import XPRTError
-from xprt_st.fingerprint import FingerprintError
+from xprt_st.fingerprint import FingerprintError, read_fingerprints, write_fingerprint
 from xprt_st.pipeline import Action, Stage, plan, run_pipeline
 from xprt_st.pipeline.run import STATE_FILE
 
@@ -111,3 +111,47 @@ def test_an_interrupted_stage_runs_again(tmp_path: Path) -> None:
     with pytest.raises(KeyboardInterrupt):
         run_pipeline(stages, out)
     assert plan(_stages(), out) == [Action.REUSE, Action.RUN]
+
+
+def test_fingerprints_live_in_the_file_every_command_records_in(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    run_pipeline(_stages(seed=3), out)
+    assert read_fingerprints(out) == {"first": {"words": ["a", "b"], "seed": 3}, "second": {"words": ["c"], "seed": 3}}
+    state = json.loads((out / STATE_FILE).read_text())
+    assert state["stages"]["first"] == {"complete": True, "record": {"words": 2}}
+
+
+def test_a_stage_folder_that_records_no_settings_is_refused_or_redone(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    (out / "two").mkdir(parents=True)  # written by a run that recorded nothing: it cannot be checked
+    stages = _stages()
+    with pytest.raises(FingerprintError, match=r"two records no settings .* give a new --output folder"):
+        run_pipeline(stages, out)
+    assert stages[0].ran == [] and not (out / "one").exists()
+    assert plan(_stages(), out, overwrite=True) == [Action.RUN, Action.REDO]
+
+
+def test_an_earlier_releases_folder_runs_again_and_its_recipe_prose_is_no_setting(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    # what the quickstart's first release stored: fingerprints with the recipe's path and prose, no completion
+    old = {"words": ["a", "b"], "seed": 0, "recipe_values": {"name": "x", "source": "/old/x.yaml", "description": "?"}}
+    write_fingerprint(out, "first", old)
+    stages = [CountStage("first", CountConfig(("a", "b")), folder="one")]
+    stages[0].fingerprint = lambda: {"words": ["a", "b"], "seed": 0, "recipe_values": {"name": "x"}}  # type: ignore[method-assign]
+    assert [row.action for row in run_pipeline(stages, out)] == [Action.RUN] and stages[0].ran == ["first"]
+
+
+def test_a_changed_stage_that_never_wrote_its_folder_runs_with_the_new_settings(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    stages = _stages(seed=1)
+
+    def stopped(folder: Path) -> dict[str, Any]:  # e.g. its model did not load: nothing written
+        raise CheckError("no model")
+
+    stages[0].run = stopped  # type: ignore[method-assign]
+    with pytest.raises(CheckError):
+        run_pipeline(stages, out)
+    assert read_fingerprints(out)["first"]["seed"] == 1 and not (out / "one").exists()
+    assert [row.action for row in run_pipeline(_stages(seed=2), out)] == [Action.RUN, Action.RUN]
+    assert read_fingerprints(out)["first"]["seed"] == 2

@@ -94,12 +94,12 @@ def test_a_rerun_with_a_changed_setting_stops_before_any_work_naming_what_differ
 @pytest.fixture
 def no_training(monkeypatch: pytest.MonkeyPatch) -> None:
     """A quickstart that would train fails the test: the rerun must reuse the model."""
-    import xprt_st.quickstart.run
+    import xprt_st.quickstart.stages
 
     def trained(*args, **kwargs):
         raise AssertionError("a rerun that should reuse the model trained again")
 
-    monkeypatch.setattr(xprt_st.quickstart.run, "train_recipe", trained)
+    monkeypatch.setattr(xprt_st.quickstart.stages, "train_recipe", trained)
 
 
 def test_a_rerun_with_the_same_settings_reuses_the_model_without_training(

@@ -41,11 +41,19 @@ def file_sha256(path: str | Path) -> str:
 
 FINGERPRINT_FILE = ".xprt-st-fingerprint.json"
 """Per folder: ``{stage: fingerprint}``, written by the command that owns the folder (see the module)."""
+STATE_FILE = ".xprt-st-stages.json"
+"""Per folder, beside :data:`FINGERPRINT_FILE`: which of a pipeline's stages completed, their records and the last
+run's stage table (:mod:`xprt_st.pipeline.run`)."""
 
 
 NOT_SHAPING = ("source", "description")
 """Recipe keys that do not shape a model (where its YAML lives, its prose): left out of a fingerprint, so a rerun
 from another checkout or install of the same recipe is the same run."""
+
+
+OLDER_KEYS = tuple(f"recipe_values.{key}" for key in NOT_SHAPING)
+"""What the first release of the quickstart's fingerprints stored and a comparison skips: where the recipe's YAML
+lived and its prose, so a folder made from another checkout or install is still the same run."""
 
 
 def recipe_values(values: Mapping[str, Any]) -> dict[str, Any]:

@@ -45,7 +45,7 @@ from types import TracebackType
 from typing import Any
 
 from xprt_st.errors import XPRTError
-from xprt_st.fingerprint import FINGERPRINT_FILE
+from xprt_st.fingerprint import FINGERPRINT_FILE, STATE_FILE
 from xprt_st.paths import output_folder_problem, path_length_problem
 
 logger = logging.getLogger(__name__)
@@ -271,7 +271,7 @@ class FolderLock:
 
 
 def _infrastructure(name: str) -> bool:
-    own_records = (LOCK_FILE, MANIFEST_FILE, FINGERPRINT_FILE)
+    own_records = (LOCK_FILE, MANIFEST_FILE, FINGERPRINT_FILE, STATE_FILE)
     return name in own_records or any(fnmatch.fnmatchcase(name, p) for p in LOG_PATTERNS)
 
 
@@ -458,7 +458,8 @@ class OutputFolder:
             remove_path(self.path / name)
         if self.exclusive:
             self._write_manifest(set())
-            (self.path / FINGERPRINT_FILE).unlink(missing_ok=True)  # what made the deleted run's stages
+            for record in (FINGERPRINT_FILE, STATE_FILE):  # what made the deleted run's stages, and how far it got
+                (self.path / record).unlink(missing_ok=True)
 
     def remove_stale(self, results: Iterable[str], written: Iterable[str]) -> list[str]:
         """Delete the names among ``results`` that an earlier run of this command left and this run did not write.

@@ -14,9 +14,10 @@ import xprt_st.mining.hard_negatives as hard_negatives_module
 from tests.test_quickstart_corpus import _write_user_data
 from xprt_st.cli import app
 from xprt_st.mining.after_merge import AfterMerge, finish_mining, has_hard_negatives
+from xprt_st.output_folder import command_folder
+from xprt_st.pipeline import run_pipeline
 from xprt_st.quickstart.config import QuickstartConfig
-from xprt_st.quickstart.run import _add_hard_negatives, mine_documents
-from xprt_st.recipe import load_recipe
+from xprt_st.quickstart.run import quickstart_stages
 
 
 @pytest.fixture
@@ -51,8 +52,9 @@ def test_mine_and_the_quickstart_write_the_same_groups_and_hard_negatives(
         seed=43,
     )
     mined = tmp_path / "quickstart" / "mined"
-    mine_documents(config, [str(corpus)], mined, progress=False, mining_fields=config.mining_fields())
-    _add_hard_negatives(mined, load_recipe(config.recipe), config)
+    with command_folder(config.output, "quickstart") as folder:  # the quickstart's own stages: mine, hard negatives
+        mine_stage, hard_negatives, *_ = quickstart_stages(config.plan(), folder, progress=False)
+        run_pipeline([mine_stage, hard_negatives], folder.path)
 
     out = tmp_path / "mine"
     args = ["mine", str(corpus), "-o", str(out), "--text-field", "body", "--id-field", "doc_id", "--holdout", "0.3"]

@@ -2,16 +2,21 @@
 
 The one reuse policy, decided for every stage before the first runs:
 
-- no stored record: the stage runs;
+- no stored fingerprint: the stage runs; but when its folder is there already (a folder of its own, not the output
+  folder itself), it was made by a run that recorded nothing, which cannot be checked: **refused**, or with
+  ``overwrite`` **redone**;
 - the stored fingerprint equals the stage's and the stage completed: it is **reused** (not run), unless a stage
   before it runs, whose output it reads;
-- the stored fingerprint equals but the stage never completed (an interrupted run): it runs again, resuming
-  whatever the stage itself keeps;
+- the stored fingerprint equals but the stage never completed (an interrupted run), or completion is not recorded (a
+  folder of an earlier release): it runs again, resuming whatever the stage itself keeps;
 - the stored fingerprint differs: the pipeline is **refused** before any stage runs, naming each difference,
-  or with ``overwrite`` the stage is **redone**; a changed fingerprint never reuses.
+  or with ``overwrite`` the stage is **redone**; a changed fingerprint never reuses. A stage of its own folder that
+  never wrote it (a run that stopped before, e.g. on a model that did not load) simply runs with the new settings.
 
-The records live in ``OUTPUT/.xprt-st-stages.json`` (written only for stages that have a fingerprint): each stage's
-fingerprint, whether it completed, its record, and the last run's stage table.
+The fingerprints live in ``OUTPUT/.xprt-st-fingerprint.json`` (:data:`xprt_st.fingerprint.FINGERPRINT_FILE`, the
+file every command's stages record in), stored before a stage writes anything; whether each stage completed, its
+record and the last run's stage table in ``OUTPUT/.xprt-st-stages.json`` (:data:`STATE_FILE`), written only when a
+stage has a fingerprint.
 """
 
 from __future__ import annotations
@@ -25,11 +30,19 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from xprt_st.fingerprint import FingerprintError, difference_line, differences, normalised
+from xprt_st.fingerprint import (
+    OLDER_KEYS,
+    STATE_FILE,
+    FingerprintError,
+    difference_line,
+    differences,
+    normalised,
+    read_fingerprints,
+    write_fingerprint,
+)
 from xprt_st.pipeline.stage import Stage
 
-STATE_FILE = ".xprt-st-stages.json"
-"""Per output folder: ``{"stages": {name: {"fingerprint", "complete", "record"}}, "table": [...]}``."""
+__all__ = ["STATE_FILE", "Action", "StageRow", "plan", "read_state", "run_pipeline"]
 
 
 class Action(str, Enum):
@@ -55,7 +68,8 @@ class StageRow:
 
 
 def read_state(output: str | Path) -> dict[str, Any]:
-    """The stored stage records of ``output``; empty without a (readable) state file."""
+    """The stored stage records of ``output`` (``{"stages": {name: {"complete", "record"}}, "table": [...]}``);
+    empty without a (readable) state file."""
     try:
         state = json.loads((Path(output) / STATE_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -76,24 +90,37 @@ def plan(
     """The action of each stage under the one reuse policy (see the module), decided before any stage runs.
 
     Raises:
-        FingerprintError: a stage's stored fingerprint differs from its own and ``overwrite`` is not given; the one
-            line names the stage's folder and each difference.
+        FingerprintError: a stage's stored fingerprint differs from its own, or a stage's folder records none, and
+            ``overwrite`` is not given; the one line names the stage's folder and each difference.
     """
-    stored = read_state(output).get("stages", {})
+    output = Path(output)
+    stored = read_fingerprints(output)
+    completed = read_state(output).get("stages", {})
     actions: list[Action] = []
     upstream_runs = False
     for stage in stages:
         fingerprint = stage.fingerprint()
         record = stored.get(stage.name) if fingerprint is not None else None
-        if not isinstance(record, dict):
+        where = output / stage.folder
+        if fingerprint is None:
             action = Action.RUN
+        elif not isinstance(record, dict):
+            unchecked = bool(stage.folder) and (where.exists() or where.is_symlink())
+            if unchecked and not overwrite:
+                raise FingerprintError(
+                    f"{where} records no settings (written by an older xprt-st), so it cannot be checked against "
+                    f"this run. Pass --overwrite to delete that run and start again, or give a new {option} folder."
+                )
+            action = Action.REDO if unchecked else Action.RUN
         else:
-            found = differences(record.get("fingerprint", {}), normalised(fingerprint or {}))
-            if found and not overwrite:
-                raise FingerprintError(difference_line(str(Path(output) / stage.folder), found, option))
+            found = [item for item in differences(record, fingerprint) if item[0] not in OLDER_KEYS]
+            written = not stage.folder or where.exists() or where.is_symlink()
+            if found and written and not overwrite:
+                raise FingerprintError(difference_line(str(where), found, option))
+            done = (completed.get(stage.name) or {}).get("complete")
             if found:
-                action = Action.REDO
-            elif record.get("complete") and not upstream_runs:
+                action = Action.REDO if written else Action.RUN
+            elif done and not upstream_runs:
                 action = Action.REUSE
             else:
                 action = Action.RUN
@@ -139,14 +166,15 @@ def run_pipeline(
             table.append(StageRow(stage.name, action, 0.0, dict(records[stage.name].get("record", {}))))
             continue
         if fingerprint is not None:  # recorded before the stage writes anything: an interrupted run is known
-            records[stage.name] = {"fingerprint": normalised(fingerprint), "complete": False}
+            records[stage.name] = {"complete": False}
             _write_state(output, state)
+            write_fingerprint(output, stage.name, normalised(fingerprint))
         started = clock()
         record = stage.run(output / stage.folder)
         row = StageRow(stage.name, action, round(clock() - started, 3), dict(record or {}))
         table.append(row)
         if fingerprint is not None:
-            records[stage.name] = {"fingerprint": normalised(fingerprint), "complete": True, "record": row.record}
+            records[stage.name] = {"complete": True, "record": row.record}
             _write_state(output, state)
     if fingerprinted:
         state["table"] = [row.to_dict() for row in table]

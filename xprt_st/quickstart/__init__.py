@@ -3,8 +3,10 @@
 - :mod:`~xprt_st.quickstart.config`: :class:`QuickstartConfig`, the run's settings, and its plan;
 - :mod:`~xprt_st.quickstart.defaults`: the defaults and closing notes (read by the CLI without loading torch);
 - :mod:`~xprt_st.quickstart.notes`: what its figures mean (pure);
-- :mod:`~xprt_st.quickstart.reuse`: which stages a rerun into the same folder may reuse;
-- :mod:`~xprt_st.quickstart.run`: the run itself (:func:`run_quickstart`).
+- :mod:`~xprt_st.quickstart.stages`: its stages (mine, hard negatives, train, scores), which
+  :func:`xprt_st.pipeline.run_pipeline` checks, reuses by fingerprint or runs;
+- :mod:`~xprt_st.quickstart.summary`: the scores, the label-free check and the titles of ``summary.json``;
+- :mod:`~xprt_st.quickstart.run`: the plan, its checks and the run (:func:`run_quickstart`).
 
 Each name below is imported from its module on first use, so ``from xprt_st.quickstart.defaults import DEFAULTS``
 (the CLI's ``--help``) loads no model code.
@@ -15,7 +17,9 @@ from __future__ import annotations
 from importlib import import_module
 
 _HOMES = {
-    **dict.fromkeys(("PACKAGED_DATA", "QUICKSTART_CORPUS", "QuickstartConfig", "QuickstartPlan"), "config"),
+    **dict.fromkeys(
+        ("PACKAGED_DATA", "QUICKSTART_CORPUS", "QuickstartConfig", "QuickstartInputError", "QuickstartPlan"), "config"
+    ),
     **dict.fromkeys(
         (
             "DEFAULTS",
@@ -29,20 +33,9 @@ _HOMES = {
         ),
         "defaults",
     ),
-    **dict.fromkeys(
-        (
-            "QuickstartInputError",
-            "after_merge",
-            "check_folder",
-            "check_inputs",
-            "plan_quickstart",
-            "label_free_summary",
-            "mine_documents",
-            "run_quickstart",
-            "titles_summary",
-        ),
-        "run",
-    ),
+    **dict.fromkeys(("after_merge", "mine_documents"), "stages"),
+    **dict.fromkeys(("label_free_summary", "titles_summary"), "summary"),
+    **dict.fromkeys(("check_folder", "check_inputs", "plan_quickstart", "quickstart_stages", "run_quickstart"), "run"),
 }
 
 __all__ = sorted(_HOMES)

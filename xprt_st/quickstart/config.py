@@ -1,6 +1,6 @@
 """The quickstart's settings and what they decide: :class:`QuickstartConfig`, and its :class:`QuickstartPlan` (the
-documents, how mining reads them and each stage's fingerprint), worked out once. Below both the run
-(:mod:`xprt_st.quickstart.run`) and the reuse rule (:mod:`xprt_st.quickstart.reuse`), so neither imports the other."""
+documents, how mining reads them and each stage's fingerprint), worked out once. Below the stages
+(:mod:`xprt_st.quickstart.stages`) and the run (:mod:`xprt_st.quickstart.run`), which both read it."""
 
 from __future__ import annotations
 
@@ -8,17 +8,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xprt_st.errors import XPRTError
 from xprt_st.fingerprint import corpus_identity, recipe_values
 from xprt_st.precision import resolve_precision
 from xprt_st.quickstart.defaults import DEFAULTS, HOLDOUT
 
-__all__ = ["MINED", "MODEL", "PACKAGED_DATA", "QUICKSTART_CORPUS", "QuickstartConfig", "QuickstartPlan"]
+__all__ = [
+    "MINED",
+    "MODEL",
+    "PACKAGED_DATA",
+    "QUICKSTART_CORPUS",
+    "QuickstartConfig",
+    "QuickstartInputError",
+    "QuickstartPlan",
+]
 
 PACKAGED_DATA = Path(__file__).resolve().parents[1] / "data"
 QUICKSTART_CORPUS = PACKAGED_DATA / "python-docs-pages.jsonl.gz"
 """The shipped corpus: 100 pages of the Python documentation as raw HTML."""
 MINED, MODEL = "mined", "model"
 """The quickstart's two stages with a fingerprint, by the folder each writes."""
+
+
+class QuickstartInputError(XPRTError, ValueError):
+    """A user corpus or task given to the quickstart cannot be used; the message names the option and the file."""
 
 
 @dataclass
