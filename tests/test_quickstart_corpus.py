@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.heldout_helpers import seed_leaving_both
 from xprt_st.cli import app
+from xprt_st.mining.reader import iter_corpus
 
 TOPICS = {
     "kettle": ["Fill the kettle with fresh water.", "Switch the kettle on at the wall.", "Wait for the click."],
@@ -100,8 +102,10 @@ def test_a_folder_of_markdown_pages_is_a_corpus_with_its_titles_kept(
         text = f"# {document['heading'].title()}\n\n{document['body']}\n"
         (pages / topic / f"{document['doc_id']}.md").write_text(text, encoding="utf-8")
     (tmp_path / "user" / "pages" / "logo.png").write_bytes(b"\x89PNG")  # not a page: not read
+    # the pages' ids are their paths, which move with pytest's folder: a seed whose draw holds some out and keeps most
+    seed = seed_leaving_both([[record.doc_id for record in iter_corpus([pages])]], 0.3, held=2, kept=12)
     args = ["quickstart", "--corpus", str(pages), "--task", str(beir), "-o", "out", "--model", str(tiny_model_path)]
-    args += ["--max-steps", "1", "--batch-size", "4", "--holdout", "0.3", "-q"]
+    args += ["--max-steps", "1", "--batch-size", "4", "--holdout", "0.3", "--seed", str(seed), "-q"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
     stats = json.loads((elsewhere / "out" / "mined" / "stats.json").read_text())

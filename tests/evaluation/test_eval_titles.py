@@ -177,15 +177,13 @@ def _pages(folder: Path, suffix: str, documents: int, heading: str) -> Path:
 
 
 def _seed_for(corpus: Path, fraction: float) -> int:
-    """The first seed whose draw holds out 2 to n - 3 of the ``n`` documents of ``corpus``. A file's default id is its
-    absolute path, which the draw hashes, so under pytest's numbered folders one seed's draw moves from run to run:
-    seed 0 held out all 12 pages (no groups left) in pytest-235's folder, and 10 or more (no "only N queries"
-    caveat) in about 2% of folders."""
-    from xprt_st.mining.holdout import is_held_out
+    """A seed whose draw holds out 2 to n - 3 of the ``n`` pages of ``corpus``, whose ids are the files' paths
+    (:func:`tests.heldout_helpers.seed_leaving_both`): seed 0 held out all 12 pages (no groups left) in pytest-235's
+    folder, and 10 or more (no "only N queries" caveat) in about 2% of folders."""
+    from tests.heldout_helpers import seed_leaving_both
     from xprt_st.mining.reader import iter_corpus
 
-    ids = [record.doc_id for record in iter_corpus([corpus])]
-    return next(s for s in range(1000) if 2 <= sum(is_held_out(i, fraction, s) for i in ids) <= len(ids) - 3)
+    return seed_leaving_both([[record.doc_id for record in iter_corpus([corpus])]], fraction, held=2, kept=3)
 
 
 def _mine(corpus: Path, out: Path, model, **settings) -> Path:
