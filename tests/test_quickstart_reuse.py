@@ -165,3 +165,30 @@ def test_a_model_folder_beside_a_killed_runs_mining_is_not_taken_as_trained(
     result = CliRunner().invoke(app, _args({**options, "-o": str(output)}))
     assert result.exit_code == 2, f"{result.output}\n{result.exception!r}"
     assert _flat(f"{output / 'model'} was not written by xprt-st quickstart") in _flat(result.output)
+
+
+def test_a_run_stopped_after_its_checkpoint_resumes_from_it_keeping_the_mining(
+    tmp_path: Path, tiny_model_path: Path
+) -> None:
+    """Before, a quickstart stopped between its checkpoint and its final save could not be run again: train refused
+    the checkpoints ("continue it with --resume last", an option the quickstart lacks), and --overwrite deleted the
+    mining too."""
+    import torch
+    from safetensors.torch import load_file
+
+    corpus, _ = _write_user_data(tmp_path / "user")
+    options = _options(corpus, tmp_path / "out", tiny_model_path)
+    assert CliRunner().invoke(app, _args(options)).exit_code == 0
+    model, mined = tmp_path / "out" / "model", tmp_path / "out" / "mined"
+    trained = load_file(model / "model.safetensors")
+    for path in model.iterdir():  # what the final save wrote: the run stopped after checkpoint-1
+        if not path.name.startswith(("checkpoint-", ".xprt-st")):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    assert [path.name for path in model.iterdir() if path.is_dir()] == ["checkpoint-1"]
+    stats = (mined / "stats.json").read_bytes()
+    result = CliRunner().invoke(app, _args(options))
+    assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
+    assert "checkpoints of a stopped run of these settings: resuming it" in " ".join(result.output.split())
+    resumed = load_file(model / "model.safetensors")
+    assert resumed.keys() == trained.keys() and all(torch.equal(resumed[k], trained[k]) for k in trained)
+    assert (mined / "stats.json").read_bytes() == stats  # the mining was reused, not done again

@@ -3,7 +3,8 @@
 - :class:`MinedStage` (``mined/``, fingerprinted): mine the documents, as ``xprt-st mine`` does given the same options;
 - :class:`HardNegativesStage`: check that the groups fill a step, then add the hard negatives the recipe reads
   (:func:`xprt_st.mining.after_merge.finish_mining`, the chain every entry point runs), unless the folder has them;
-- :class:`ModelStage` (``model/``, fingerprinted): train the recipe, unless the folder holds its trained model;
+- :class:`ModelStage` (``model/``, fingerprinted): train the recipe, unless the folder holds its trained model (a run
+  stopped after a checkpoint resumes from it);
 - :class:`ScoresStage`: score the start, the trained model and BM25, the label-free check, the titles, and write
   ``summary.json`` (:mod:`xprt_st.quickstart.summary`).
 
@@ -36,6 +37,7 @@ from xprt_st.quickstart.summary import label_free_summary, run_notes, scores_sum
 from xprt_st.recipe import Recipe, load_recipe
 from xprt_st.stage_timing import StageTimer, stage
 from xprt_st.training import train_recipe
+from xprt_st.training.checkpoints import checkpoint_folders, last_complete_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -283,10 +285,23 @@ class ModelStage:
         if (folder / "modules.json").is_file():
             return {"trained": False, "steps": steps}
         self.output.record(MODEL)
+        # a run of these settings (the pipeline compared them) stopped before its final save: go on from its newest
+        # whole checkpoint; one that stopped while writing its first has nothing to keep
+        resume = "last" if last_complete_checkpoint(folder) is not None else None
+        if resume is not None:
+            logger.warning("%s holds checkpoints of a stopped run of these settings: resuming it", folder)
+        overwrite = resume is None and bool(checkpoint_folders(folder))
         mined = self.output.path / MINED
         with stage("train"):
-            train_recipe(settings.recipe_for(steps), data=mined, output=folder, progress=self.progress)
-        return {"trained": True, "steps": steps}
+            train_recipe(
+                settings.recipe_for(steps),
+                data=mined,
+                output=folder,
+                progress=self.progress,
+                resume=resume,
+                overwrite=overwrite,
+            )
+        return {"trained": True, "steps": steps, "resumed": resume is not None}
 
 
 @dataclass(frozen=True)
