@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -155,3 +156,12 @@ def test_a_changed_stage_that_never_wrote_its_folder_runs_with_the_new_settings(
     assert read_fingerprints(out)["first"]["seed"] == 1 and not (out / "one").exists()
     assert [row.action for row in run_pipeline(_stages(seed=2), out)] == [Action.RUN, Action.RUN]
     assert read_fingerprints(out)["first"]["seed"] == 2
+
+
+def test_a_completed_stage_whose_folder_was_deleted_runs_again(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    run_pipeline(_stages(), out)
+    shutil.rmtree(out / "two")  # the user deleted it to have it made again
+    stages = _stages()
+    assert [row.action for row in run_pipeline(stages, out)] == [Action.REUSE, Action.RUN]
+    assert stages[1].ran == ["second"] and (out / "two" / "second.txt").is_file()

@@ -110,31 +110,30 @@ def test_a_killed_pretraining_with_the_same_settings_resumes_or_starts_again(tmp
     import shutil
 
     from tests.training.training_helpers import write_mined
-    from xprt_st.finetune.pretrained import plan_pretraining, start_pretraining
-    from xprt_st.finetune.run import pretrain_from_recipe
+    from xprt_st.finetune.pretrained import PretrainedStage, PretrainSettings
     from xprt_st.output_folder import command_folder
+    from xprt_st.pipeline import Action, run_pipeline
 
     mined = write_mined(tmp_path / "mined")
-    args = ("change-only-positive", mined, str(tiny_model_path), {"training.max_steps": 2, "training.batch_size": 4})
+    settings = PretrainSettings(
+        "change-only-positive", mined, str(tiny_model_path), {"training.max_steps": 2, "training.batch_size": 4}
+    )
     out = tmp_path / "ft"
 
-    def rerun() -> Path:
+    def rerun() -> str:
+        """What the stage did: reused by the stage layer, or its own outcome (kept, resume, restart, train)."""
         with command_folder(out, "finetune-compare") as folder:
-            plan = plan_pretraining(folder, *args)
-            if not plan.reuse:
-                start_pretraining(folder, plan)
-                pretrain_from_recipe(*args[:3], plan.path, overrides=args[3], resume=plan.resume,
-                                     overwrite=plan.overwrite)  # fmt: skip
-            return plan
+            stage = PretrainedStage(settings, folder)
+            (row,) = run_pipeline([stage], folder.path)
+            return "reused" if row.action is Action.REUSE else stage.outcome
 
-    first = rerun()
-    assert not (first.reuse or first.resume or first.overwrite) and rerun().reuse  # trained, then reused
+    assert rerun() == "train" and rerun() == "reused"  # trained, then reused
     stage = out / "pretrained"
     (stage / "modules.json").unlink()  # killed after checkpoint-2, before the final save
-    plan = rerun()
-    assert plan.resume and (stage / "modules.json").is_file() and rerun().reuse
+    (out / ".xprt-st-stages.json").unlink()  # ... so the stage never recorded itself complete
+    assert rerun() == "resume" and (stage / "modules.json").is_file() and rerun() == "reused"
     for path in stage.iterdir():  # killed before its first checkpoint: what train wrote is left
         if path.name not in (".xprt-st-manifest.json", "training_state"):
             shutil.rmtree(path) if path.is_dir() else path.unlink()
-    plan = rerun()
-    assert plan.overwrite and (stage / "modules.json").is_file() and rerun().reuse
+    (out / ".xprt-st-stages.json").unlink()
+    assert rerun() == "restart" and (stage / "modules.json").is_file() and rerun() == "reused"

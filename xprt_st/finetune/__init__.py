@@ -39,8 +39,9 @@ from xprt_st.finetune.folds import (
     split_queries,
 )
 from xprt_st.finetune.gains import OVERALL, ROLES, GainRow, compare_gains, domain_counts, domain_means, gain_intervals
+from xprt_st.finetune.pretrained import pretrain_from_recipe
 from xprt_st.finetune.result import FinetuneResult, FinetuneSettings
-from xprt_st.finetune.run import finetune, finetune_compare, pretrain_from_recipe
+from xprt_st.finetune.run import finetune, finetune_compare
 
 __all__ = [
     "NO_DOMAIN",

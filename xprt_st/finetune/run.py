@@ -80,42 +80,6 @@ def finetune(
     return student
 
 
-def pretrain_from_recipe(
-    recipe: str | Path,
-    mined: str | Path,
-    base: str | Path | None,
-    output: str | Path,
-    *,
-    overrides: Mapping[str, Any] | None = None,
-    progress: bool = False,
-    resume: bool = False,
-    overwrite: bool = False,
-) -> Path:
-    """Produce the pre-trained model: train ``recipe`` from ``base`` on a mined folder (``xprt-st mine``).
-
-    A thin call of :func:`xprt_st.training.train_recipe` so that finetune-compare can start from a
-    recipe and a corpus; ``overrides`` are dotted recipe keys, e.g. ``{"training.max_steps": 100}`` (the
-    command's ``--pretrain-set KEY=VALUE``, as its messages call them). ``resume`` continues a killed run in
-    ``output`` from its last checkpoint; ``overwrite`` deletes what it left (:mod:`xprt_st.finetune.pretrained`
-    decides which).
-
-    Returns:
-        The folder of the pre-trained model.
-    """
-    from xprt_st.finetune.pretrained import override_labels
-    from xprt_st.models import DEFAULT_MODEL
-    from xprt_st.recipe import load_recipe
-    from xprt_st.training import train_recipe
-
-    labels = override_labels(overrides)
-    loaded = load_recipe(recipe, overrides=dict(overrides) if overrides else None, override_labels=labels)
-    # None means the default model, not the recipe's: base is what the comparison starts from.
-    start = DEFAULT_MODEL if base is None else str(base)
-    return train_recipe(
-        loaded, mined, output, resume="last" if resume else None, model=start, progress=progress, overwrite=overwrite
-    )
-
-
 def finetune_compare(
     base: str | Path | SentenceTransformer | None,
     pretrained: str | Path | SentenceTransformer,
@@ -278,7 +242,9 @@ def run_finetune_compare(
     from xprt_st.evaluation.catalog import resolve_beir
     from xprt_st.evaluation.readers import read_beir_folder, subsample_beir
     from xprt_st.finetune.folds import beir_train_pairs, query_domains, read_pairs
-    from xprt_st.finetune.pretrained import plan_pretraining, start_pretraining
+    from xprt_st.finetune.pretrained import PRETRAINED, PretrainedStage, PretrainSettings
+    from xprt_st.pipeline import Action, run_pipeline
+    from xprt_st.pipeline import plan as stage_actions
 
     if config.train_pairs is not None and config.train_split is not None:
         raise ValueError("give either --train-pairs or --train-split, not both")
@@ -288,7 +254,11 @@ def run_finetune_compare(
         raise ValueError("--recipe needs --mined, the folder written by xprt-st mine from your corpus")
     overrides = config.overrides()
     recipe, mined, base = config.recipe, config.mined, config.base
-    stage = None if recipe is None or mined is None else plan_pretraining(folder, recipe, mined, base, overrides)
+    stage = None
+    if recipe is not None and mined is not None:
+        stage = PretrainedStage(PretrainSettings(recipe, mined, base, overrides), folder, progress)
+        stage.check()
+        stage_actions([stage], folder.path)  # a model of other settings, or one that records none: refused here
     data, label, ignore_identical_ids = resolve_beir(config.task, config.data_dir)
     data = subsample_beir(data, max_queries=config.max_queries, max_corpus=config.max_corpus, seed=config.seed)
     domains = query_domains(data, domain_field=config.domain_field, domain_pattern=config.domain_pattern)
@@ -306,16 +276,11 @@ def run_finetune_compare(
         source = f"--train-pairs {config.train_pairs}" if config.train_pairs else f"--train-split {config.train_split}"
         settings.check_pairs(len(pairs), source)
     pretrained = config.pretrained
-    if stage is not None and stage.reuse:
-        say(f"reusing the model pre-trained in {stage.path} (same recipe, overrides, mined folder and --model)")
-    elif stage is not None and recipe is not None and mined is not None:
-        start_pretraining(folder, stage)
-        pretrain_from_recipe(
-            recipe, mined, base, stage.path, overrides=overrides, progress=progress, resume=stage.resume,
-            overwrite=stage.overwrite,
-        )  # fmt: skip
     if stage is not None:
-        pretrained = str(stage.path)
+        (row,) = run_pipeline([stage], folder.path)
+        pretrained = str(folder.path / PRETRAINED)
+        if row.action is Action.REUSE or stage.outcome == "kept":
+            say(f"reusing the model pre-trained in {pretrained} (same recipe, overrides, mined folder and --model)")
     assert pretrained is not None  # one of --pretrained and --recipe, checked above
     return finetune_compare(
         base,

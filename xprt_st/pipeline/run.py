@@ -6,7 +6,7 @@ The one reuse policy, decided for every stage before the first runs:
   folder itself), it was made by a run that recorded nothing, which cannot be checked: **refused**, or with
   ``overwrite`` **redone**;
 - the stored fingerprint equals the stage's and the stage completed: it is **reused** (not run), unless a stage
-  before it runs, whose output it reads;
+  before it runs, whose output it reads, or its own folder is gone (deleted since: it runs again);
 - the stored fingerprint equals but the stage never completed (an interrupted run), or completion is not recorded (a
   folder of an earlier release): it runs again, resuming whatever the stage itself keeps;
 - the stored fingerprint differs: the pipeline is **refused** before any stage runs, naming each difference,
@@ -120,7 +120,7 @@ def plan(
             done = (completed.get(stage.name) or {}).get("complete")
             if found:
                 action = Action.REDO if written else Action.RUN
-            elif done and not upstream_runs:
+            elif done and written and not upstream_runs:
                 action = Action.REUSE
             else:
                 action = Action.RUN

@@ -37,7 +37,7 @@ from xprt_st.quickstart.summary import label_free_summary, run_notes, scores_sum
 from xprt_st.recipe import Recipe, load_recipe
 from xprt_st.stage_timing import StageTimer, stage
 from xprt_st.training import train_recipe
-from xprt_st.training.checkpoints import checkpoint_folders, last_complete_checkpoint
+from xprt_st.training.checkpoints import continuation
 
 logger = logging.getLogger(__name__)
 
@@ -282,15 +282,13 @@ class ModelStage:
         passes = passes_note(steps, settings.batch_size, groups)
         if passes is not None:
             logger.warning("%s", passes)
-        if (folder / "modules.json").is_file():
+        # what a run of these settings (the pipeline compared them) left: a model, or checkpoints to go on from
+        how = continuation(folder)
+        if how == "kept":
             return {"trained": False, "steps": steps}
-        self.output.record(MODEL)
-        # a run of these settings (the pipeline compared them) stopped before its final save: go on from its newest
-        # whole checkpoint; one that stopped while writing its first has nothing to keep
-        resume = "last" if last_complete_checkpoint(folder) is not None else None
-        if resume is not None:
+        if how == "resume":
             logger.warning("%s holds checkpoints of a stopped run of these settings: resuming it", folder)
-        overwrite = resume is None and bool(checkpoint_folders(folder))
+        self.output.record(MODEL)
         mined = self.output.path / MINED
         with stage("train"):
             train_recipe(
@@ -298,10 +296,10 @@ class ModelStage:
                 data=mined,
                 output=folder,
                 progress=self.progress,
-                resume=resume,
-                overwrite=overwrite,
+                resume="last" if how == "resume" else None,
+                overwrite=how == "restart",
             )
-        return {"trained": True, "steps": steps, "resumed": resume is not None}
+        return {"trained": True, "steps": steps, "resumed": how == "resume"}
 
 
 @dataclass(frozen=True)

@@ -162,6 +162,20 @@ def last_complete_checkpoint(output_dir: str | Path) -> Path | None:
     return None
 
 
+def continuation(output_dir: str | Path) -> str:
+    """How a stage that trains into ``output_dir`` goes on from what an earlier run of the same settings left there
+    (the caller has compared the settings, e.g. by the stage's fingerprint): ``"kept"`` a finished model,
+    ``"resume"`` from the newest whole checkpoint (a run stopped before its final save), ``"restart"`` over what a
+    run stopped before a whole checkpoint left (nothing to keep: train's ``--overwrite`` deletes it), ``"train"`` an
+    empty or missing folder."""
+    folder = Path(output_dir)
+    if (folder / "modules.json").is_file():
+        return "kept"
+    if last_complete_checkpoint(folder) is not None:
+        return "resume"
+    return "restart" if folder.is_dir() and any(folder.iterdir()) else "train"
+
+
 def unusable_checkpoints_message(output_dir: str | Path, option: str = "--output") -> str:
     """What to do with an ``output_dir`` whose checkpoints are all unusable: each named with its reason, and the fix.
 
