@@ -196,8 +196,10 @@ def agreement(reference: Path, code: Path) -> dict[str, Any]:
     groups = [datasets.load_from_disk(str(folder / "mined")) for folder in (reference, code)]
     same_groups = groups[0].column_names == groups[1].column_names and groups[0].to_dict() == groups[1].to_dict()
     columns = [c for c in groups[0].column_names if c in groups[1].column_names]
+    shared = min(len(g) for g in groups)  # rows compared in order; another count of groups is itself a difference
     differing = {
-        c: [i for i, (a, b) in enumerate(zip(groups[0][c], groups[1][c], strict=True)) if a != b] for c in columns
+        c: [i for i, (a, b) in enumerate(zip(groups[0][c][:shared], groups[1][c][:shared], strict=True)) if a != b]
+        for c in columns
     }
     rows = sorted({i for found in differing.values() for i in found})
     repeated = [  # per run: the rows whose negatives are one passage repeated (a single survivor, or a random one)
@@ -211,7 +213,8 @@ def agreement(reference: Path, code: Path) -> dict[str, Any]:
         for folder in (reference, code)
     ]
     weights = [load_file(str(folder / "model" / "model.safetensors")) for folder in (reference, code)]
-    largest = max(float(np.abs(weights[0][k] - weights[1][k]).max()) for k in weights[0])
+    common = [k for k in weights[0] if k in weights[1] and weights[0][k].shape == weights[1][k].shape]
+    largest = max((float(np.abs(weights[0][k] - weights[1][k]).max()) for k in common), default=float("inf"))
     summaries = [json.loads((folder / "summary.json").read_text(encoding="utf-8")) for folder in (reference, code)]
     scores: dict[str, float] = {}
     for section in ("label_free", "titles"):
@@ -219,12 +222,14 @@ def agreement(reference: Path, code: Path) -> dict[str, Any]:
             values = [s[section][key] for s in summaries if s.get(section)]
             if len(values) == 2:
                 scores[f"{section}.{key}"] = abs(values[0] - values[1])
-    for model_label, by_task in summaries[0]["scores"].items():
+    for model_label, by_task in summaries[0]["scores"].items():  # labels both runs have (a recipe names its line)
         for task, value in by_task.items():
-            scores[f"scores.{model_label}.{task}"] = abs(value - summaries[1]["scores"][model_label][task])
+            other = summaries[1]["scores"].get(model_label, {}).get(task)
+            if other is not None:
+                scores[f"scores.{model_label}.{task}"] = abs(value - other)
     return {
         "groups_equal": same_groups,
-        "groups": len(groups[0]),
+        "groups": len(groups[0]) if len(groups[0]) == len(groups[1]) else [len(g) for g in groups],
         "group_columns": groups[0].column_names,
         "differing_rows_per_column": {c: len(found) for c, found in differing.items()},
         "differing_rows": rows,
