@@ -151,3 +151,31 @@ def test_train_goes_on_without_the_check_when_too_few_anchors_are_held_out(tmp_p
     result = _train(*common, "--output", str(tmp_path / "best"), "--keep-best")
     assert result.exit_code != 0 and "keep_best" in result.output and "1 anchor(s)" in result.output
     assert not (tmp_path / "best" / "modules.json").exists()
+
+
+def test_a_broken_heldout_part_or_keep_best_without_one_is_refused_before_the_start_loads(
+    tmp_path, tiny_model_path, monkeypatch
+):
+    """Before, both were found by the trainer setup, after the starting model had loaded."""
+    import shutil
+
+    from training_helpers import write_mined
+
+    import xprt_st.training.recipe_setup
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("the starting model loaded before the held-out part was checked")
+
+    monkeypatch.setattr(xprt_st.training.recipe_setup, "load_model", loaded)
+    common = ["--recipe", "change-only-positive", "--model", str(tiny_model_path), "--max-steps", "2"]
+    common += ["--batch-size", "4"]
+    plain = write_mined(tmp_path / "plain", n_groups=8)
+    result = _train(*common, "--mined", str(plain), "--output", str(tmp_path / "best"), "--keep-best")
+    assert result.exit_code == 2 and "no held-out documents" in " ".join(result.output.split()), result.output
+
+    broken = heldout_folder(write_mined(tmp_path / "broken", n_groups=8))
+    shutil.rmtree(broken / "heldout" / "groups")
+    result = _train(*common, "--mined", str(broken), "--output", str(tmp_path / "run"))
+    joined = "".join(result.output.split())  # a long path wraps anywhere on the console
+    assert result.exit_code == 2 and "heldout/groupsismissing" in joined and "Traceback" not in joined, result.output
+    assert not (tmp_path / "run" / "modules.json").exists()

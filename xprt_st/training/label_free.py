@@ -140,6 +140,32 @@ class LabelFreeEvaluator(BaseEvaluator):
         return {"queries": len(self.heldout.queries), "passages": len(self.heldout.texts)}
 
 
+def training_heldout(data: str | Path, training: TrainingSpec) -> HeldOut | None:
+    """The held-out task of a run on the mined folder ``data``, or None when it holds no held-out documents: what
+    ``xprt-st train`` checks before any model loads, and :func:`training_evaluator` scores.
+
+    Raises:
+        TooFewAnchorsError: the held-out part holds fewer than 2 anchors (the run goes on without the check).
+        MinedDataError: the held-out part is broken, or ``training.keep_best`` is asked for without a usable one.
+    """
+    from xprt_st.training.data import MinedDataError
+
+    try:
+        heldout = heldout_of(data)
+    except TooFewAnchorsError as error:
+        if training.keep_best:
+            raise MinedDataError(f"training.keep_best needs the label-free task, but {error}") from error
+        raise
+    except HeldOutError as error:
+        raise MinedDataError(str(error)) from error
+    if heldout is None and training.keep_best:
+        raise MinedDataError(
+            f"training.keep_best picks the checkpoint by the label-free task, but {data} has no held-out "
+            "documents; mine it with `xprt-st mine ... --holdout 0.1`, or drop keep_best"
+        )
+    return heldout
+
+
 def training_evaluator(
     data: str | Path, training: TrainingSpec, max_seq_length: int | None = None
 ) -> LabelFreeEvaluator | None:
@@ -151,24 +177,12 @@ def training_evaluator(
     Raises:
         MinedDataError: the held-out part is broken, or ``training.keep_best`` is asked for without a usable one.
     """
-    from xprt_st.training.data import MinedDataError
-
     try:
-        heldout = heldout_of(data)
-    except TooFewAnchorsError as error:
-        if training.keep_best:
-            raise MinedDataError(f"training.keep_best needs the label-free task, but {error}") from error
-        # a seeded draw of documents from a small corpus: the check is optional, training is not
+        heldout = training_heldout(data, training)
+    except TooFewAnchorsError as error:  # a seeded draw of documents from a small corpus: the check is optional
         logger.warning("no label-free check during this run: %s", error)
         return None
-    except HeldOutError as error:
-        raise MinedDataError(str(error)) from error
     if heldout is None:
-        if training.keep_best:
-            raise MinedDataError(
-                f"training.keep_best picks the checkpoint by the label-free task, but {data} has no held-out "
-                "documents; mine it with `xprt-st mine ... --holdout 0.1`, or drop keep_best"
-            )
         if training.eval_steps is not None:
             logger.warning(
                 "--eval-steps %d is ignored: %s has no held-out documents to score; mine it with "

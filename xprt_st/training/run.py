@@ -24,6 +24,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from xprt_st.evaluation.label_free import TooFewAnchorsError
 from xprt_st.fingerprint import flattened
 from xprt_st.mining.layout import HELDOUT_DIR
 from xprt_st.models import check_model
@@ -35,7 +36,7 @@ from xprt_st.training.checkpoints import checkpoint_folders, checkpoint_problem,
 from xprt_st.training.data import STATS_FILE, MinedData, load_recipe_data
 from xprt_st.training.fork import check_fork, same_model, trainer_class
 from xprt_st.training.heldout_contract import check_start
-from xprt_st.training.label_free import finish
+from xprt_st.training.label_free import finish, training_heldout
 from xprt_st.training.memory import check_step_memory, padded_length
 from xprt_st.training.recipe_setup import trainer_setup
 from xprt_st.training.trainer import (
@@ -308,6 +309,9 @@ def check_training(settings: TrainSettings) -> TrainPlan:
     # the held-out contract: what this run trains on, its start's and trunk's included (a later check reads it)
     if (Path(mined.path) / HELDOUT_DIR).is_dir():
         check_start(mined.path, (starting_model, fork_from), keep_best=recipe.training.keep_best)
+    # the label-free task reads before any model loads (too few anchors: a warning when the run starts, not an error)
+    with contextlib.suppress(TooFewAnchorsError):
+        training_heldout(mined.path, recipe.training)
     return TrainPlan(settings, recipe, precision, starting_model, mined, checkpoint, recorded, fork)
 
 
