@@ -167,18 +167,19 @@ def training_heldout(data: str | Path, training: TrainingSpec) -> HeldOut | None
 
 
 def training_evaluator(
-    data: str | Path, training: TrainingSpec, max_seq_length: int | None = None
+    data: str | Path, training: TrainingSpec, max_seq_length: int | None = None, heldout: HeldOut | None = None
 ) -> LabelFreeEvaluator | None:
     """The evaluator of a run on the mined folder ``data``: None when it holds no held-out documents.
 
     Also None, with a logged warning, when the held-out part holds fewer than 2 anchors (too few for the
-    interval): a small corpus's seeded draw of documents should not stop a training run.
+    interval): a small corpus's seeded draw of documents should not stop a training run. ``heldout``: the task
+    :func:`training_heldout` read already (train's checks do), not read again.
 
     Raises:
         MinedDataError: the held-out part is broken, or ``training.keep_best`` is asked for without a usable one.
     """
     try:
-        heldout = training_heldout(data, training)
+        heldout = training_heldout(data, training) if heldout is None else heldout
     except TooFewAnchorsError as error:  # a seeded draw of documents from a small corpus: the check is optional
         logger.warning("no label-free check during this run: %s", error)
         return None

@@ -34,6 +34,7 @@ from transformers import TrainerCallback, set_seed
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from xprt_st.columns import LABEL, NEGATIVE_PREFIX
+from xprt_st.evaluation.label_free import HeldOut
 from xprt_st.models import frozen_copy, load_model
 from xprt_st.objectives import build_loss, get_objective
 from xprt_st.precision import resolve_precision
@@ -113,6 +114,7 @@ def trainer_setup(
     callbacks: Sequence[TrainerCallback] = (),
     retention_data: str | Path | None = None,
     fork_from: str | Path | None = None,
+    heldout: HeldOut | None = None,
 ) -> TrainerSetup:
     """Build the model, loss, dataset, callbacks and training arguments of ``recipe`` on the mined folder ``data``.
 
@@ -129,6 +131,8 @@ def trainer_setup(
             (see :func:`xprt_st.training.train_recipe`).
         fork_from: the trunk checkpoint a forked run continues (:mod:`xprt_st.training.fork`): the documents its
             record names count as trained on too, as the start's do, in the run's held-out record.
+        heldout: the label-free task of ``data``'s held-out part, when the caller has read and checked it
+            (:func:`xprt_st.training.label_free.training_heldout`, as train's checks do); read here otherwise.
 
     Returns:
         The :class:`TrainerSetup`; ``XPRTTrainer(**setup.trainer_kwargs())`` is the command line's trainer.
@@ -144,7 +148,7 @@ def trainer_setup(
     # training.max_seq_length cuts the training passages; the saved model keeps the start's serving limit, so
     # a model trained on 64-token passages still reads 256-token queries and documents like its start did
     served_max_seq_length = sentence_model.max_seq_length
-    label_free = training_evaluator(mined.path, recipe.training, served_max_seq_length)
+    label_free = training_evaluator(mined.path, recipe.training, served_max_seq_length, heldout=heldout)
     if label_free is not None:
         label_free.score_start(sentence_model)  # before any checkpoint is loaded: this is the starting model
     if recipe.training.max_seq_length is not None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from xprt_st.evaluation.label_free import TooFewAnchorsError
+from xprt_st.evaluation.label_free import HeldOut, TooFewAnchorsError
 from xprt_st.fingerprint import flattened
 from xprt_st.mining.layout import HELDOUT_DIR
 from xprt_st.models import check_model
@@ -257,6 +257,8 @@ class TrainPlan:
     fork: Path | None = None
     finished: str | None = None
     """Why resuming trains nothing (:func:`finished_message`): the run is finished; None otherwise."""
+    heldout: HeldOut | None = None
+    """The label-free task of the mined folder's held-out part, read and checked (None: none, or too few anchors)."""
 
 
 def check_training(settings: TrainSettings) -> TrainPlan:
@@ -309,10 +311,12 @@ def check_training(settings: TrainSettings) -> TrainPlan:
     # the held-out contract: what this run trains on, its start's and trunk's included (a later check reads it)
     if (Path(mined.path) / HELDOUT_DIR).is_dir():
         check_start(mined.path, (starting_model, fork_from), keep_best=recipe.training.keep_best)
-    # the label-free task reads before any model loads (too few anchors: a warning when the run starts, not an error)
-    with contextlib.suppress(TooFewAnchorsError):
-        training_heldout(mined.path, recipe.training)
-    return TrainPlan(settings, recipe, precision, starting_model, mined, checkpoint, recorded, fork)
+    # the label-free task reads before any model loads, once (too few anchors: a warning when the run starts)
+    heldout = None
+    if (Path(mined.path) / HELDOUT_DIR).is_dir() or recipe.training.keep_best:
+        with contextlib.suppress(TooFewAnchorsError):
+            heldout = training_heldout(mined.path, recipe.training)
+    return TrainPlan(settings, recipe, precision, starting_model, mined, checkpoint, recorded, fork, heldout=heldout)
 
 
 def run_training(plan: TrainPlan) -> Path:
@@ -417,6 +421,7 @@ def _train(plan: TrainPlan, folder: OutputFolder | None) -> Path:
         callbacks=settings.callbacks,
         retention_data=settings.retention_data,
         fork_from=settings.fork_from,
+        heldout=plan.heldout,
     )
     setup.training_metadata["precision_reason"] = precision.reason
     sentence_model, label_free = setup.model, setup.evaluator
