@@ -1,10 +1,11 @@
 """What made each stage of a run folder: its fingerprint, stored beside the manifest, compared before a rerun reuses it.
 
-A command that writes a stage into its folder (the quickstart's ``mined/`` and ``model/``) records, before the stage
-starts, the settings and inputs that decide its result: corpus files and sizes, recipe and its resolved values,
-steps, seed, holdout, start model. A rerun into the same folder reuses a stage only when the fingerprint it would
-record now is equal to the stored one; otherwise it stops before any work with one line (:func:`difference_line`)
-naming each difference (old value -> new value) and the two ways on: ``--overwrite``, or a new output folder.
+A command that writes a stage into its folder (the quickstart's ``mined/`` and ``model/``; the stage layer,
+:func:`xprt_st.pipeline.plan`, compares them) records, before the stage starts, the settings and inputs that decide
+its result: corpus files and sizes, recipe and its resolved values, steps, seed, holdout, start model. A rerun into
+the same folder reuses a stage only when the fingerprint it would record now is equal to the stored one; otherwise it
+stops before any work with one line (:func:`difference_line`) naming each difference (old value -> new value) and the
+two ways on: ``--overwrite``, or a new output folder.
 
 Mining keeps its own record of the same kind (``.xprt-mine-config.json`` and ``stats.json`` "settings", refused with
 ``MiningConfigError``); this module is the one place for the commands that chain stages, and :func:`differences` and
@@ -164,26 +165,3 @@ def write_fingerprint(folder: str | Path, stage: str, fingerprint: Mapping[str, 
     tmp = folder / f"{FINGERPRINT_FILE}.tmp-{os.getpid()}"
     tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, folder / FINGERPRINT_FILE)
-
-
-def check_stage(
-    folder: str | Path, stage: str, fingerprint: Mapping[str, Any], option: str, ignore: Iterable[str] = ()
-) -> None:
-    """Refuse to reuse ``folder/stage`` when it was made with other settings (or records none, an older run).
-
-    Call it only for a stage the folder holds (one the command wrote); a stage not there yet is free to start.
-    ``ignore``: dotted keys left out of the comparison (what an older release stored that does not shape a result).
-
-    Raises:
-        FingerprintError: one line from :func:`difference_line`.
-    """
-    stored = read_fingerprints(folder).get(stage)
-    where = Path(folder) / stage
-    if not isinstance(stored, dict):
-        raise FingerprintError(
-            f"{where} records no settings (written by an older xprt-st), so it cannot be checked against this run. "
-            f"Pass --overwrite to delete that run and start again, or give a new {option} folder."
-        )
-    found = [item for item in differences(stored, fingerprint) if item[0] not in set(ignore)]
-    if found:
-        raise FingerprintError(difference_line(str(where), found, option))

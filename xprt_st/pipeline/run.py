@@ -36,7 +36,6 @@ from xprt_st.fingerprint import (
     FingerprintError,
     difference_line,
     differences,
-    normalised,
     read_fingerprints,
     write_fingerprint,
 )
@@ -102,10 +101,12 @@ def plan(
         fingerprint = stage.fingerprint()
         record = stored.get(stage.name) if fingerprint is not None else None
         where = output / stage.folder
+        # a stage of its own folder that is not there never wrote anything a rerun could mislabel
+        written = not stage.folder or where.exists() or where.is_symlink()
         if fingerprint is None:
             action = Action.RUN
         elif not isinstance(record, dict):
-            unchecked = bool(stage.folder) and (where.exists() or where.is_symlink())
+            unchecked = bool(stage.folder) and written
             if unchecked and not overwrite:
                 raise FingerprintError(
                     f"{where} records no settings (written by an older xprt-st), so it cannot be checked against "
@@ -114,7 +115,6 @@ def plan(
             action = Action.REDO if unchecked else Action.RUN
         else:
             found = [item for item in differences(record, fingerprint) if item[0] not in OLDER_KEYS]
-            written = not stage.folder or where.exists() or where.is_symlink()
             if found and written and not overwrite:
                 raise FingerprintError(difference_line(str(where), found, option))
             done = (completed.get(stage.name) or {}).get("complete")
@@ -168,7 +168,7 @@ def run_pipeline(
         if fingerprint is not None:  # recorded before the stage writes anything: an interrupted run is known
             records[stage.name] = {"complete": False}
             _write_state(output, state)
-            write_fingerprint(output, stage.name, normalised(fingerprint))
+            write_fingerprint(output, stage.name, fingerprint)
         started = clock()
         record = stage.run(output / stage.folder)
         row = StageRow(stage.name, action, round(clock() - started, 3), dict(record or {}))

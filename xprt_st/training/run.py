@@ -308,12 +308,13 @@ def check_training(settings: TrainSettings) -> TrainPlan:
     mined = load_recipe_data(recipe, data, world)
     if checkpoint is not None:
         check_resume_inputs(checkpoint, recorded, recipe, mined.path, mined.stats, world)
+    has_heldout = (Path(mined.path) / HELDOUT_DIR).is_dir()
     # the held-out contract: what this run trains on, its start's and trunk's included (a later check reads it)
-    if (Path(mined.path) / HELDOUT_DIR).is_dir():
+    if has_heldout:
         check_start(mined.path, (starting_model, fork_from), keep_best=recipe.training.keep_best)
     # the label-free task reads before any model loads, once (too few anchors: a warning when the run starts)
     heldout = None
-    if (Path(mined.path) / HELDOUT_DIR).is_dir() or recipe.training.keep_best:
+    if has_heldout or recipe.training.keep_best:
         with contextlib.suppress(TooFewAnchorsError):
             heldout = training_heldout(mined.path, recipe.training)
     return TrainPlan(settings, recipe, precision, starting_model, mined, checkpoint, recorded, fork, heldout=heldout)
