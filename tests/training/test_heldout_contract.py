@@ -222,3 +222,24 @@ def test_a_failed_remerge_keeps_the_previous_groups_and_names_the_holdout(mined)
     with pytest.raises(NoGroupsError, match="centrality threshold"):
         merge(mined, _config(threshold_quantile=None, threshold=1.0))  # no passage reaches it
     assert len(datasets.load_from_disk(str(mined))) == groups
+
+
+def test_train_refuses_a_cut_short_passages_file_before_the_start_loads(tmp_path, mined, tiny_model_path, monkeypatch):
+    """The run's record reads the document ids from passages.parquet: before, train read it after the starting model
+    had loaded, and a cut-short file ended in pyarrow's traceback."""
+    import xprt_st.training.recipe_setup
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("the starting model loaded before the passages file was read")
+
+    monkeypatch.setattr(xprt_st.training.recipe_setup, "load_model", loaded)
+    parts = sorted((mined / "passages.parquet").rglob("*.parquet")) or [mined / "passages.parquet"]
+    data = parts[0].read_bytes()
+    parts[0].write_bytes(data[: len(data) // 2])
+    arguments = ["train", "--recipe", "change-only-positive", "--max-steps", "1", "--batch-size", "2"]
+    arguments += ["--mined", str(mined), "--model", str(tiny_model_path), "--output", str(tmp_path / "run")]
+    result = CliRunner().invoke(app, arguments)
+    text = "".join(result.output.split())  # a long path wraps anywhere on the console
+    assert result.exit_code == 2 and "Traceback" not in text, result.output
+    assert "passages.parquetcannotberead" in text and f"mine{mined}again".replace(" ", "") in text, result.output
+    assert not (tmp_path / "run" / "modules.json").exists()

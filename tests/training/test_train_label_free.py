@@ -179,3 +179,27 @@ def test_a_broken_heldout_part_or_keep_best_without_one_is_refused_before_the_st
     joined = "".join(result.output.split())  # a long path wraps anywhere on the console
     assert result.exit_code == 2 and "heldout/groupsismissing" in joined and "Traceback" not in joined, result.output
     assert not (tmp_path / "run" / "modules.json").exists()
+
+
+def test_a_script_s_trainer_setup_reads_the_heldout_part_before_the_start_loads(tmp_path, tiny_model_path, monkeypatch):
+    """trainer_setup given a folder (a Python script, not train's checks) reads the held-out part before it loads the
+    start: before, a broken part was found after the model had loaded."""
+    import shutil
+
+    from training_helpers import write_mined
+
+    import xprt_st.training.recipe_setup
+    from xprt_st.recipe import load_recipe
+    from xprt_st.training import trainer_setup
+    from xprt_st.training.data import MinedDataError
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("the starting model loaded before the held-out part was read")
+
+    monkeypatch.setattr(xprt_st.training.recipe_setup, "load_model", loaded)
+    broken = heldout_folder(write_mined(tmp_path / "broken", n_groups=8))
+    shutil.rmtree(broken / "heldout" / "groups")
+    overrides = {"training.model": str(tiny_model_path), "training.batch_size": 4}
+    recipe = load_recipe("change-only-positive", overrides=overrides)
+    with pytest.raises(MinedDataError, match="heldout/groups"):
+        trainer_setup(recipe, broken, tmp_path / "run")

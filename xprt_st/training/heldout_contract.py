@@ -143,23 +143,7 @@ def folder_documents(folder: str | Path, trained_labels: Iterable[int] | None = 
     source = source_folder(folder) if not (folder / PASSAGES_FILE).exists() else None
     passages = (source or folder) / PASSAGES_FILE
     id_of: dict[int, str] = {}
-    held: list[str] = []
-    if passages.exists():
-        import pyarrow.dataset as ds
-
-        parquet = ds.dataset(str(passages), format="parquet")  # a file, or a folder of one part per chunk
-        columns = [name for name in (LABEL, "doc_id", "held_out") if name in parquet.schema.names]
-        if "doc_id" in columns:
-            # one row a passage; a document's passages are contiguous, so its first row stands for it
-            for batch in parquet.to_batches(columns=columns, batch_size=65536):
-                labels = batch.column(LABEL).to_numpy(zero_copy_only=False)
-                firsts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]]) if len(labels) else []
-                rows = batch.take(np.asarray(firsts, dtype=np.int64)).to_pydict()
-                flags = rows.get("held_out") or [False] * len(rows["doc_id"])
-                for label, doc_id, is_held in zip(rows[LABEL], rows["doc_id"], flags, strict=True):
-                    if int(label) not in id_of and is_held:
-                        held.append(str(doc_id))
-                    id_of[int(label)] = str(doc_id)
+    held = _document_ids(passages, id_of) if passages.exists() else []
     heldout_passages = (source or folder) / HELDOUT_PASSAGES
     if not held and not id_of and heldout_passages.is_dir():
         from datasets import load_from_disk
@@ -171,6 +155,40 @@ def folder_documents(folder: str | Path, trained_labels: Iterable[int] | None = 
         trained_labels = load_from_disk(str(folder)).unique(LABEL)
     trained = sorted({id_of.get(int(label), f"#{int(label)}") for label in trained_labels})
     return FolderDocuments(trained=trained, heldout=sorted(set(held)), fraction=fraction, seed=seed)
+
+
+def _document_ids(passages: Path, id_of: dict[int, str]) -> list[str]:
+    """Fill ``id_of`` (label -> document id) from the mined passages file ``passages``; return the held-out ids.
+
+    Raises:
+        xprt_st.training.data.MinedDataError: the file cannot be read (cut short, not parquet), naming it.
+    """
+    import pyarrow.dataset as ds
+
+    from xprt_st.training.data import MinedDataError
+
+    held: list[str] = []
+    try:
+        parquet = ds.dataset(str(passages), format="parquet")  # a file, or a folder of one part per chunk
+        columns = [name for name in (LABEL, "doc_id", "held_out") if name in parquet.schema.names]
+        if "doc_id" not in columns:
+            return held
+        # one row a passage; a document's passages are contiguous, so its first row stands for it
+        for batch in parquet.to_batches(columns=columns, batch_size=65536):
+            labels = batch.column(LABEL).to_numpy(zero_copy_only=False)
+            firsts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]]) if len(labels) else []
+            rows = batch.take(np.asarray(firsts, dtype=np.int64)).to_pydict()
+            flags = rows.get("held_out") or [False] * len(rows["doc_id"])
+            for label, doc_id, is_held in zip(rows[LABEL], rows["doc_id"], flags, strict=True):
+                if int(label) not in id_of and is_held:
+                    held.append(str(doc_id))
+                id_of[int(label)] = str(doc_id)
+    except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError, ArrowIOError an OSError
+        raise MinedDataError(
+            f"{passages} cannot be read ({str(error).splitlines()[0]}): it is the mined passages the held-out "
+            f"contract reads the document ids from; mine {passages.parent} again"
+        ) from error
+    return held
 
 
 # --------------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -142,7 +143,7 @@ class LabelFreeEvaluator(BaseEvaluator):
 
 def training_heldout(data: str | Path, training: TrainingSpec) -> HeldOut | None:
     """The held-out task of a run on the mined folder ``data``, or None when it holds no held-out documents: what
-    ``xprt-st train`` checks before any model loads, and :func:`training_evaluator` scores.
+    :func:`check_heldout` reads for ``xprt-st train`` before any model loads, and :func:`label_free_evaluator` scores.
 
     Raises:
         TooFewAnchorsError: the held-out part holds fewer than 2 anchors (the run goes on without the check).
@@ -166,41 +167,58 @@ def training_heldout(data: str | Path, training: TrainingSpec) -> HeldOut | None
     return heldout
 
 
-def training_evaluator(
-    data: str | Path, training: TrainingSpec, max_seq_length: int | None = None, heldout: HeldOut | None = None
-) -> LabelFreeEvaluator | None:
-    """The evaluator of a run on the mined folder ``data``: None when it holds no held-out documents.
+@dataclass(frozen=True)
+class HeldOutCheck:
+    """What a run's checks found in its mined folder's held-out part (:func:`check_heldout`): the trainer setup
+    builds the evaluator from it (:func:`label_free_evaluator`) instead of reading the part again."""
 
-    Also None, with a logged warning, when the held-out part holds fewer than 2 anchors (too few for the
-    interval): a small corpus's seeded draw of documents should not stop a training run. ``heldout``: the task
-    :func:`training_heldout` read already (train's checks do), not read again.
+    task: HeldOut | None = None
+    """The label-free task; None when the folder holds out no documents, or too few anchors (:attr:`problem`)."""
+    problem: str | None = None
+    """Why a folder that holds out documents gets no label-free check (fewer than 2 anchors); None otherwise."""
+
+
+def check_heldout(data: str | Path, training: TrainingSpec) -> HeldOutCheck:
+    """Read and check the held-out part of the mined folder ``data`` before any model loads (:func:`training_heldout`);
+    too few anchors is no error (a small corpus's seeded draw), it is kept as the check's :attr:`~HeldOutCheck.problem`.
 
     Raises:
         MinedDataError: the held-out part is broken, or ``training.keep_best`` is asked for without a usable one.
     """
     try:
-        heldout = training_heldout(data, training) if heldout is None else heldout
-    except TooFewAnchorsError as error:  # a seeded draw of documents from a small corpus: the check is optional
-        logger.warning("no label-free check during this run: %s", error)
+        return HeldOutCheck(training_heldout(data, training))
+    except TooFewAnchorsError as error:
+        return HeldOutCheck(problem=str(error))
+
+
+def label_free_evaluator(
+    found: HeldOutCheck, training: TrainingSpec, max_seq_length: int | None = None
+) -> LabelFreeEvaluator | None:
+    """The evaluator of a run from what :func:`check_heldout` found: None when the folder holds out no documents.
+
+    Also None, with a logged warning, when the held-out part holds fewer than 2 anchors (too few for the
+    interval): a small corpus's seeded draw of documents should not stop a training run. Nothing is read here.
+    """
+    if found.problem is not None:  # a seeded draw of documents from a small corpus: the check is optional
+        logger.warning("no label-free check during this run: %s", found.problem)
         return None
-    if heldout is None:
+    if found.task is None:
         if training.eval_steps is not None:
             logger.warning(
-                "--eval-steps %d is ignored: %s has no held-out documents to score; mine it with "
+                "--eval-steps %d is ignored: the mined folder has no held-out documents to score; mine it with "
                 "`xprt-st mine ... --holdout 0.1` for the label-free check during training",
                 training.eval_steps,
-                data,
             )
         return None
     logger.info(
         "%s holds %d passages of held-out documents (%d anchors): scoring the label-free task every %d steps",
-        data,
-        len(heldout.texts),
-        len(heldout.queries),
+        found.task.path,
+        len(found.task.texts),
+        len(found.task.queries),
         training.eval_steps or training.save_steps,
     )
     precision = "fp32" if training.precision == "fp16" else resolve_precision(training.precision).precision
-    return LabelFreeEvaluator(heldout, max_seq_length=max_seq_length, precision=precision)
+    return LabelFreeEvaluator(found.task, max_seq_length=max_seq_length, precision=precision)
 
 
 def evaluation_arguments(evaluator: LabelFreeEvaluator | None, training: TrainingSpec) -> dict[str, Any]:

@@ -34,14 +34,19 @@ from transformers import TrainerCallback, set_seed
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from xprt_st.columns import LABEL, NEGATIVE_PREFIX
-from xprt_st.evaluation.label_free import HeldOut
 from xprt_st.models import frozen_copy, load_model
 from xprt_st.objectives import build_loss, get_objective
 from xprt_st.precision import resolve_precision
 from xprt_st.recipe import Recipe
 from xprt_st.training.data import MinedData, load_recipe_data
 from xprt_st.training.heldout_contract import RECORD_KEY, run_record
-from xprt_st.training.label_free import LabelFreeEvaluator, evaluation_arguments, training_evaluator
+from xprt_st.training.label_free import (
+    HeldOutCheck,
+    LabelFreeEvaluator,
+    check_heldout,
+    evaluation_arguments,
+    label_free_evaluator,
+)
 from xprt_st.training.progress import LogLinesCallback, RichProgressCallback, StageStepsCallback
 from xprt_st.training.retention_text import add_retention_text, retention_positions
 from xprt_st.training.schedules import Schedule, TermScheduleCallback
@@ -114,7 +119,8 @@ def trainer_setup(
     callbacks: Sequence[TrainerCallback] = (),
     retention_data: str | Path | None = None,
     fork_from: str | Path | None = None,
-    heldout: HeldOut | None = None,
+    heldout: HeldOutCheck | None = None,
+    record: dict[str, Any] | None = None,
 ) -> TrainerSetup:
     """Build the model, loss, dataset, callbacks and training arguments of ``recipe`` on the mined folder ``data``.
 
@@ -131,8 +137,11 @@ def trainer_setup(
             (see :func:`xprt_st.training.train_recipe`).
         fork_from: the trunk checkpoint a forked run continues (:mod:`xprt_st.training.fork`): the documents its
             record names count as trained on too, as the start's do, in the run's held-out record.
-        heldout: the label-free task of ``data``'s held-out part, when the caller has read and checked it
-            (:func:`xprt_st.training.label_free.training_heldout`, as train's checks do); read here otherwise.
+        heldout: what the caller found in ``data``'s held-out part (:func:`xprt_st.training.label_free.check_heldout`,
+            as train's checks do), so it is not read again; None reads it here.
+        record: the held-out contract's record of the run, when the caller has read it
+            (:func:`xprt_st.training.heldout_contract.run_record` of ``data``, the start and ``fork_from``, as
+            train's checks do); None reads it here.
 
     Returns:
         The :class:`TrainerSetup`; ``XPRTTrainer(**setup.trainer_kwargs())`` is the command line's trainer.
@@ -143,12 +152,16 @@ def trainer_setup(
     starting_model = model or recipe.training.model
     world = int(os.environ.get("WORLD_SIZE", "1"))
 
+    # what the run reads from the mined folder besides its groups, before the model loads (train's checks read it)
+    found = heldout if heldout is not None else check_heldout(mined.path, recipe.training)
+    if record is None:
+        record = run_record(mined.path, mined.dataset.unique(LABEL), ancestors=(starting_model, fork_from))
     set_seed(recipe.training.seed)
     sentence_model = load_model(starting_model)
     # training.max_seq_length cuts the training passages; the saved model keeps the start's serving limit, so
     # a model trained on 64-token passages still reads 256-token queries and documents like its start did
     served_max_seq_length = sentence_model.max_seq_length
-    label_free = training_evaluator(mined.path, recipe.training, served_max_seq_length, heldout=heldout)
+    label_free = label_free_evaluator(found, recipe.training, served_max_seq_length)
     if label_free is not None:
         label_free.score_start(sentence_model)  # before any checkpoint is loaded: this is the starting model
     if recipe.training.max_seq_length is not None:
@@ -200,7 +213,7 @@ def trainer_setup(
             "mining_stats": mined.stats,
             "world_size": world,
             # the held-out contract's record: the documents this run, its start and its trunk trained on
-            RECORD_KEY: run_record(mined.path, mined.dataset.unique(LABEL), ancestors=(starting_model, fork_from)),
+            RECORD_KEY: record,
         },
         served_max_seq_length=served_max_seq_length,
         evaluator=label_free,

@@ -24,7 +24,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from xprt_st.evaluation.label_free import HeldOut, TooFewAnchorsError
+from xprt_st.columns import LABEL
 from xprt_st.fingerprint import flattened
 from xprt_st.mining.layout import HELDOUT_DIR
 from xprt_st.models import check_model
@@ -35,8 +35,8 @@ from xprt_st.recipe import Recipe
 from xprt_st.training.checkpoints import checkpoint_folders, checkpoint_problem, unusable_checkpoints_message
 from xprt_st.training.data import STATS_FILE, MinedData, load_recipe_data
 from xprt_st.training.fork import check_fork, same_model, trainer_class
-from xprt_st.training.heldout_contract import check_start
-from xprt_st.training.label_free import finish, training_heldout
+from xprt_st.training.heldout_contract import check_start, run_record
+from xprt_st.training.label_free import HeldOutCheck, check_heldout, finish
 from xprt_st.training.memory import check_step_memory, padded_length
 from xprt_st.training.recipe_setup import trainer_setup
 from xprt_st.training.trainer import (
@@ -243,7 +243,8 @@ class TrainSettings:
 @dataclass(frozen=True)
 class TrainPlan:
     """What :func:`check_training` found before any model loads, for :func:`run_training`: the recipe with its
-    precision resolved, the checkpoint to resume or fork from, the starting model and the mined data."""
+    precision resolved, the checkpoint to resume or fork from, the starting model, and everything the run reads from
+    the mined folder (its groups, its held-out task and the held-out contract's record), read once."""
 
     settings: TrainSettings
     recipe: Recipe
@@ -257,8 +258,10 @@ class TrainPlan:
     fork: Path | None = None
     finished: str | None = None
     """Why resuming trains nothing (:func:`finished_message`): the run is finished; None otherwise."""
-    heldout: HeldOut | None = None
-    """The label-free task of the mined folder's held-out part, read and checked (None: none, or too few anchors)."""
+    heldout: HeldOutCheck | None = None
+    """The mined folder's held-out part, read and checked (:func:`~xprt_st.training.label_free.check_heldout`)."""
+    record: dict[str, Any] | None = None
+    """The held-out contract's record of the run (:func:`~xprt_st.training.heldout_contract.run_record`)."""
 
 
 def check_training(settings: TrainSettings) -> TrainPlan:
@@ -313,11 +316,12 @@ def check_training(settings: TrainSettings) -> TrainPlan:
     if has_heldout:
         check_start(mined.path, (starting_model, fork_from), keep_best=recipe.training.keep_best)
     # the label-free task reads before any model loads, once (too few anchors: a warning when the run starts)
-    heldout = None
-    if has_heldout or recipe.training.keep_best:
-        with contextlib.suppress(TooFewAnchorsError):
-            heldout = training_heldout(mined.path, recipe.training)
-    return TrainPlan(settings, recipe, precision, starting_model, mined, checkpoint, recorded, fork, heldout=heldout)
+    heldout = check_heldout(mined.path, recipe.training) if has_heldout or recipe.training.keep_best else HeldOutCheck()
+    # the documents this run, its start and its trunk trained on: read from the folder here, not after the model loads
+    record = run_record(mined.path, mined.dataset.unique(LABEL), ancestors=(starting_model, fork_from))
+    return TrainPlan(
+        settings, recipe, precision, starting_model, mined, checkpoint, recorded, fork, heldout=heldout, record=record
+    )
 
 
 def run_training(plan: TrainPlan) -> Path:
@@ -423,6 +427,7 @@ def _train(plan: TrainPlan, folder: OutputFolder | None) -> Path:
         retention_data=settings.retention_data,
         fork_from=settings.fork_from,
         heldout=plan.heldout,
+        record=plan.record,
     )
     setup.training_metadata["precision_reason"] = precision.reason
     sentence_model, label_free = setup.model, setup.evaluator
