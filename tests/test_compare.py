@@ -752,6 +752,15 @@ def test_a_rerun_on_edited_corpus_files_or_task_data_is_refused_naming_the_chang
     flat = " ".join(result.output.split())
     assert result.exit_code != 0 and f"{scores} was made with other settings (tasks.beir xprt-st-beir-" in flat, flat
 
+    # a fingerprint file cut short records nothing checkable: before, it read as empty, so the old corpus and scores
+    # were taken unchecked and the new inputs recorded over them
+    record = run / ".xprt-st-fingerprint.json"
+    record.write_text(record.read_text()[:40])
+    result = runner.invoke(app, command)
+    flat = " ".join(result.output.split())
+    assert result.exit_code != 0 and "Traceback" not in flat, flat
+    assert f"{record} is not valid JSON" in flat and len(record.read_text()) == 40, flat
+
 
 def test_a_users_folder_at_a_models_name_is_refused_not_deleted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

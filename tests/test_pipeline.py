@@ -165,3 +165,19 @@ def test_a_completed_stage_whose_folder_was_deleted_runs_again(tmp_path: Path) -
     stages = _stages()
     assert [row.action for row in run_pipeline(stages, out)] == [Action.REUSE, Action.RUN]
     assert stages[1].ran == ["second"] and (out / "two" / "second.txt").is_file()
+
+
+@pytest.mark.parametrize("text", ['{"first": {"words": ["a", "b"], "se', '["first"]'])
+def test_an_unreadable_fingerprint_file_is_named_not_taken_as_an_older_release(tmp_path: Path, text: str) -> None:
+    """Before, a fingerprint file cut short or edited by hand read as empty: the rerun was refused as a folder "written
+    by an older xprt-st", and a stage of the output folder itself ran with its records dropped."""
+    out = tmp_path / "out"
+    run_pipeline(_stages(), out)
+    (out / ".xprt-st-fingerprint.json").write_text(text, encoding="utf-8")
+    again = _stages(seed=1)
+    with pytest.raises(FingerprintError, match=r"\.xprt-st-fingerprint\.json (is not valid JSON|holds a JSON list)"):
+        run_pipeline(again, out)
+    with pytest.raises(FingerprintError, match="Restore the file"):
+        write_fingerprint(out, "third", {"words": []})
+    assert again[0].ran == again[1].ran == [] and (out / ".xprt-st-fingerprint.json").read_text() == text
+    assert (out / "one" / "first.txt").read_text() == "a b"

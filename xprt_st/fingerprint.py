@@ -150,12 +150,32 @@ def dataset_identity(folder: str | Path) -> str:
 
 
 def read_fingerprints(folder: str | Path) -> dict[str, Any]:
-    """The stored ``{stage: fingerprint}`` of ``folder``; empty without a (readable) file."""
+    """The stored ``{stage: fingerprint}`` of ``folder``; empty without the file.
+
+    Raises:
+        FingerprintError: the file is there but is no JSON object (edited by hand, or cut short): the stages it
+            records cannot be checked, and taking it as empty would reuse them unchecked or drop their records.
+    """
+    path = Path(folder) / FINGERPRINT_FILE
     try:
-        record = json.loads((Path(folder) / FINGERPRINT_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
         return {}
-    return record if isinstance(record, dict) else {}
+    except OSError as error:
+        raise FingerprintError(f"{path} cannot be read ({error}); {_RECORD_LOST}") from error
+    try:
+        record = json.loads(text)
+    except ValueError as error:
+        raise FingerprintError(f"{path} is not valid JSON ({error}); {_RECORD_LOST}") from error
+    if not isinstance(record, dict):
+        raise FingerprintError(f"{path} holds a JSON {type(record).__name__}, not an object; {_RECORD_LOST}")
+    return record
+
+
+_RECORD_LOST = (
+    "it records the settings each stage of that folder was made with, so none can be checked against this run. "
+    "Restore the file, or start again in a new output folder (or with --overwrite, where the command has it)"
+)
 
 
 def write_fingerprint(folder: str | Path, stage: str, fingerprint: Mapping[str, Any]) -> None:

@@ -90,7 +90,8 @@ def plan(
 
     Raises:
         FingerprintError: a stage's stored fingerprint differs from its own, or a stage's folder records none, and
-            ``overwrite`` is not given; the one line names the stage's folder and each difference.
+            ``overwrite`` is not given; the one line names the stage's folder and each difference. Also when the
+            fingerprint file is there but cannot be read (:func:`xprt_st.fingerprint.read_fingerprints`).
     """
     output = Path(output)
     stored = read_fingerprints(output)
