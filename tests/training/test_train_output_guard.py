@@ -205,6 +205,7 @@ def test_eval_steps_without_a_heldout_part_is_named_not_ignored_silently(tmp_pat
     result = _train(*_args(data, tmp_path / "run", tiny_model_path, "--max-steps", "1", "--eval-steps", "1"))
     assert result.exit_code == 0, result.output
     assert "--eval-steps 1 is ignored" in _text(result) and "no held-out documents" in _text(result)
+    assert "".join(f"{data} has no held-out".split()) in "".join(result.output.split())  # the folder is named
 
 
 @pytest.mark.parametrize(

@@ -180,15 +180,24 @@ class HeldOutCheck:
 
 def check_heldout(data: str | Path, training: TrainingSpec) -> HeldOutCheck:
     """Read and check the held-out part of the mined folder ``data`` before any model loads (:func:`training_heldout`);
-    too few anchors is no error (a small corpus's seeded draw), it is kept as the check's :attr:`~HeldOutCheck.problem`.
+    too few anchors is no error (a small corpus's seeded draw), it is kept as the check's :attr:`~HeldOutCheck.problem`,
+    and ``training.eval_steps`` without a held-out part is a warning.
 
     Raises:
         MinedDataError: the held-out part is broken, or ``training.keep_best`` is asked for without a usable one.
     """
     try:
-        return HeldOutCheck(training_heldout(data, training))
+        task = training_heldout(data, training)
     except TooFewAnchorsError as error:
         return HeldOutCheck(problem=str(error))
+    if task is None and training.eval_steps is not None:
+        logger.warning(
+            "--eval-steps %d is ignored: %s has no held-out documents to score; mine it with "
+            "`xprt-st mine ... --holdout 0.1` for the label-free check during training",
+            training.eval_steps,
+            data,
+        )
+    return HeldOutCheck(task)
 
 
 def label_free_evaluator(
@@ -202,13 +211,7 @@ def label_free_evaluator(
     if found.problem is not None:  # a seeded draw of documents from a small corpus: the check is optional
         logger.warning("no label-free check during this run: %s", found.problem)
         return None
-    if found.task is None:
-        if training.eval_steps is not None:
-            logger.warning(
-                "--eval-steps %d is ignored: the mined folder has no held-out documents to score; mine it with "
-                "`xprt-st mine ... --holdout 0.1` for the label-free check during training",
-                training.eval_steps,
-            )
+    if found.task is None:  # no held-out part (a given --eval-steps was named by the check)
         return None
     logger.info(
         "%s holds %d passages of held-out documents (%d anchors): scoring the label-free task every %d steps",

@@ -315,8 +315,11 @@ def check_training(settings: TrainSettings) -> TrainPlan:
     # the held-out contract: what this run trains on, its start's and trunk's included (a later check reads it)
     if has_heldout:
         check_start(mined.path, (starting_model, fork_from), keep_best=recipe.training.keep_best)
-    # the label-free task reads before any model loads, once (too few anchors: a warning when the run starts)
-    heldout = check_heldout(mined.path, recipe.training) if has_heldout or recipe.training.keep_best else HeldOutCheck()
+    # the label-free task reads before any model loads, once (too few anchors: a warning when the run starts); a
+    # folder without a held-out part is read only where keep_best or eval_steps ask for one
+    training = recipe.training
+    asked = has_heldout or training.keep_best or training.eval_steps is not None
+    heldout = check_heldout(mined.path, training) if asked else HeldOutCheck()
     # the documents this run, its start and its trunk trained on: read from the folder here, not after the model loads
     record = run_record(mined.path, mined.dataset.unique(LABEL), ancestors=(starting_model, fork_from))
     return TrainPlan(
