@@ -181,3 +181,5 @@ def test_an_unreadable_fingerprint_file_is_named_not_taken_as_an_older_release(t
         write_fingerprint(out, "third", {"words": []})
     assert again[0].ran == again[1].ran == [] and (out / ".xprt-st-fingerprint.json").read_text() == text
     assert (out / "one" / "first.txt").read_text() == "a b"
+    # an output path that is a file records nothing: the command's own check names it (not this file's read)
+    assert read_fingerprints(out / "one" / "first.txt") == {}

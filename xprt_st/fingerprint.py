@@ -159,7 +159,7 @@ def read_fingerprints(folder: str | Path) -> dict[str, Any]:
     path = Path(folder) / FINGERPRINT_FILE
     try:
         text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no record: no file, or ``folder`` is none (its check says)
         return {}
     except OSError as error:
         raise FingerprintError(f"{path} cannot be read ({error}); {_RECORD_LOST}") from error
