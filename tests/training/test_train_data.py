@@ -103,3 +103,14 @@ def test_a_structure_folder_without_negatives_is_sent_to_the_pass_that_writes_it
     message = " ".join(str(caught.value).split())
     assert f"`xprt-st mine --merge {mined} --structure titles,headings --hard-negatives 2`" in message
     assert f"--merge {structure}" not in message
+
+
+@pytest.mark.parametrize("key", ["settings", "holdout", "structure"])
+def test_a_stats_entry_that_is_no_object_is_named_not_a_traceback(tmp_path, key):
+    """Before, a hand-edited stats.json whose ``settings`` was a list ended train's checks in an AttributeError."""
+    folder = write_mined(tmp_path / "mined", n_groups=4)
+    stats = json.loads((folder / "stats.json").read_text())
+    stats[key] = [1, 2]
+    (folder / "stats.json").write_text(json.dumps(stats))
+    with pytest.raises(MinedDataError, match=rf"stats.json: '{key}' must be a JSON object, found list"):
+        load_mined(folder)

@@ -68,7 +68,17 @@ def read_stats(path: str | Path) -> dict[str, Any]:
         ) from error
     if not isinstance(stats, dict):
         raise MinedDataError(f"{stats_path} must hold a JSON object, found {type(stats).__name__}")
+    for key in STATS_OBJECTS:  # what the checks read a setting from: a list or number there is no mining's
+        if stats.get(key) is not None and not isinstance(stats[key], dict):
+            raise MinedDataError(
+                f"{stats_path}: {key!r} must be a JSON object, found {type(stats[key]).__name__} (the file was "
+                "edited since the mining wrote it); mine the folder again"
+            )
     return stats
+
+
+STATS_OBJECTS = ("settings", "holdout", "structure")
+"""Entries of ``stats.json`` that mining writes as JSON objects, and the checks read settings from."""
 
 
 def stats_value(stats: Mapping[str, Any], key: str) -> Any:
