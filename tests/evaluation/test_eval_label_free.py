@@ -107,3 +107,13 @@ def test_missing_or_broken_heldout_parts_are_named(tmp_path):
     one = write_heldout(tmp_path / "one", PASSAGES, [(0, 0, [1])])
     with pytest.raises(HeldOutError, match=r"1 anchor.*at least 2"):
         load_heldout_task(one)
+
+
+def test_a_folder_whose_stats_settings_is_no_object_still_loads_its_task(tmp_path):
+    """Before, a hand-edited stats.json whose ``settings`` was a list ended ``evaluate --tasks mined:DIR`` in an
+    AttributeError from the derived-folder check; it holds no derived folder, so its task loads as the folder's own."""
+    import json
+
+    folder = write_heldout(tmp_path / "mined", PASSAGES, GROUPS)
+    (folder / "stats.json").write_text(json.dumps({"groups": 0, "settings": ["edited", "by", "hand"]}))
+    assert load_heldout_task(folder).query_ids == ["0-0", "1-1"]

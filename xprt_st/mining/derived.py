@@ -35,10 +35,12 @@ def source_folder(folder: str | Path, stats: dict[str, Any] | None = None) -> Pa
             stats = read_stats(folder) or {}
         except ValueError:
             return None
+    if not isinstance(stats, dict):  # not mining's stats (edited by hand): no derived folder to name
+        return None
     source = stats.get(DERIVED_FROM)
     if isinstance(source, str):
         return Path(os.path.normpath(folder / source))
-    pairs = (stats.get("settings") or {}).get("pairs")
+    pairs = _settings(stats).get("pairs")
     if folder.name in (STRUCTURE_DIR, STRUCTURE_MIXED_DIR) and pairs in (STRUCTURE_DIR, STRUCTURE_MIXED_DIR):
         return folder.parent
     return None
@@ -55,8 +57,7 @@ def stale_draw_problem(folder: str | Path, stats: dict[str, Any] | None = None) 
         source = source_folder(folder, stats)
         if source is None:
             return None
-        own = stats.get("settings", {})
-        now = (read_stats(source) or {}).get("settings", {})
+        own, now = _settings(stats), _settings(read_stats(source))
     except ValueError:
         return None
     if not now or not (own.get("holdout") or now.get("holdout")):
@@ -90,3 +91,9 @@ def derived_folder_problem(folder: str | Path, task: str) -> str | None:
         f"{folder} holds groups derived from the mined folder {source} (structure pairs or a mix of them), not a "
         f"mining run of its own: its passages and held-out part are {source}'s. Give {task.format(source)}"
     )
+
+
+def _settings(stats: Any) -> dict[str, Any]:
+    """The ``settings`` object of a mined folder's stats, or {} where there is none (or it is no object)."""
+    settings = stats.get("settings") if isinstance(stats, dict) else None
+    return settings if isinstance(settings, dict) else {}
