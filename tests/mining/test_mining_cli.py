@@ -435,3 +435,22 @@ def test_an_empty_html_page_is_an_empty_document_not_three_parser_errors(tmp_pat
     assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
     skipped = json.loads((out / "stats.json").read_text())["skipped"]
     assert skipped.get("empty") == 1 and not skipped.get("html_no_main_text")
+
+
+def test_a_merge_into_a_folder_whose_stats_were_edited_names_the_file(tmp_path, tiny_model_path):
+    """Before, ``mine --merge DIR`` on a stats.json cut short printed only json's message (no file), and on one whose
+    ``settings`` was a list ended in an AttributeError; the groups already there are kept either way."""
+    corpus, out = _corpus(tmp_path / "c.jsonl"), tmp_path / "out"
+    common = ["--mining-model", str(tiny_model_path), "--max-tokens", "32", "--min-tokens", "8", "-q"]
+    first = ["mine", str(corpus), "-o", str(out), "--text-field", "body", "--id-field", "id", *common]
+    assert runner.invoke(app, first).exit_code == 0
+    groups = len(datasets.load_from_disk(str(out)))
+    stats = json.loads((out / "stats.json").read_text())
+    edited = [("{", "is not valid JSON"), (json.dumps({**stats, "settings": [1]}), "must be a JSON object")]
+    for text, problem in edited:
+        (out / "stats.json").write_text(text)
+        result = runner.invoke(app, ["mine", "--merge", str(out), "--threshold-quantile", "0.3", "-q"])
+        flat = " ".join(result.output.split())
+        assert result.exit_code == 2 and "Traceback" not in flat, flat
+        assert f"{out / 'stats.json'}" in flat and problem in flat, flat
+        assert len(datasets.load_from_disk(str(out))) == groups

@@ -2,7 +2,7 @@
 
 ``folder`` names every file and holds the run manifest and the shard and chunk files; ``split`` a
 split stage's files; ``merged``
-writes and publishes the merge's parts; ``lock`` keeps one writer per folder. See
+writes and publishes the merge's parts; ``lock`` keeps one writer per folder; ``stats_file`` reads ``stats.json``. See
 :mod:`xprt_st.mining.layout.folder` for the layout of the folder.
 """
 
@@ -20,6 +20,7 @@ from xprt_st.mining.layout.merged import (
     write_arrow,
 )
 from xprt_st.mining.layout.split import SplitFolder, SplitWriter, documents_of, read_split_rows, split_table
+from xprt_st.mining.layout.stats_file import read_stats
 
 __all__ = [
     *_folder_names,
@@ -28,6 +29,7 @@ __all__ = [
     "SplitWriter",
     "documents_of",
     "read_split_rows",
+    "read_stats",
     "split_table",
     "MergedParts",
     "concatenate_text",

@@ -95,7 +95,6 @@ __all__ = [
     "link_stored_run",
     "load_heldout",
     "load_passages",
-    "read_stats",
     "remove_temporary",
 ]
 
@@ -455,12 +454,6 @@ def link_stored_run(source: str | Path, target: str | Path) -> dict[str, Any]:
         link.symlink_to((source / SHARDS_DIR).resolve(), target_is_directory=True)
     shutil.copyfile(source / CONFIG_FILE, target / CONFIG_FILE)
     return json.loads((source / CONFIG_FILE).read_text(encoding="utf-8"))
-
-
-def read_stats(folder: str | Path) -> dict[str, Any] | None:
-    """The ``stats.json`` of a merged mining folder, or None when it has none."""
-    path = Path(folder) / STATS_FILE
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def load_heldout(folder: str | Path) -> tuple[Any, Any] | None:
