@@ -20,7 +20,7 @@ from datasets import Dataset, DatasetDict, load_from_disk
 
 from xprt_st.columns import GROUP_COLUMNS, LABEL
 from xprt_st.errors import XPRTError
-from xprt_st.mining.layout import CONFIG_FILE, STATS_FILE, STRUCTURE_DIR, STRUCTURE_MIXED_DIR
+from xprt_st.mining.layout import CONFIG_FILE, STATS_FILE, STRUCTURE_DIR, STRUCTURE_MIXED_DIR, stats_shape_problem
 
 if TYPE_CHECKING:
     from xprt_st.recipe import Recipe
@@ -66,19 +66,10 @@ def read_stats(path: str | Path) -> dict[str, Any]:
             f"{stats_path} is not valid JSON (line {error.lineno}, column {error.colno}: {error.msg}); "
             "mine the folder again"
         ) from error
-    if not isinstance(stats, dict):
-        raise MinedDataError(f"{stats_path} must hold a JSON object, found {type(stats).__name__}")
-    for key in STATS_OBJECTS:  # what the checks read a setting from: a list or number there is no mining's
-        if stats.get(key) is not None and not isinstance(stats[key], dict):
-            raise MinedDataError(
-                f"{stats_path}: {key!r} must be a JSON object, found {type(stats[key]).__name__} (the file was "
-                "edited since the mining wrote it); mine the folder again"
-            )
+    problem = stats_shape_problem(stats)
+    if problem is not None:
+        raise MinedDataError(f"{stats_path}: {problem}; mine the folder again")
     return stats
-
-
-STATS_OBJECTS = ("settings", "holdout", "structure")
-"""Entries of ``stats.json`` that mining writes as JSON objects, and the checks read settings from."""
 
 
 def stats_value(stats: Mapping[str, Any], key: str) -> Any:

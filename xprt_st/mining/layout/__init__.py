@@ -20,7 +20,7 @@ from xprt_st.mining.layout.merged import (
     write_arrow,
 )
 from xprt_st.mining.layout.split import SplitFolder, SplitWriter, documents_of, read_split_rows, split_table
-from xprt_st.mining.layout.stats_file import read_stats
+from xprt_st.mining.layout.stats_file import STATS_OBJECTS, read_stats, stats_shape_problem
 
 __all__ = [
     *_folder_names,
@@ -30,6 +30,8 @@ __all__ = [
     "documents_of",
     "read_split_rows",
     "read_stats",
+    "stats_shape_problem",
+    "STATS_OBJECTS",
     "split_table",
     "MergedParts",
     "concatenate_text",

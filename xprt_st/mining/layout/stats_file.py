@@ -9,13 +9,29 @@ from typing import Any
 from xprt_st.mining.config import MiningConfigError
 from xprt_st.mining.layout.folder import STATS_FILE
 
+STATS_OBJECTS = ("settings", "holdout", "structure")
+"""Entries of ``stats.json`` that mining writes as JSON objects, and that its readers take settings from."""
+
+
+def stats_shape_problem(stats: Any, objects: tuple[str, ...] = STATS_OBJECTS) -> str | None:
+    """What in a parsed ``stats.json`` is not what mining writes (the file, or one of ``objects``, no JSON object),
+    for a message that names the file; None when its shape is mining's."""
+    if not isinstance(stats, dict):
+        return f"it must hold a JSON object, found {type(stats).__name__}"
+    for key in objects:
+        value = stats.get(key)
+        if value is not None and not isinstance(value, dict):
+            return f"{key!r} must be a JSON object, found {type(value).__name__} (edited since the mining wrote it)"
+    return None
+
 
 def read_stats(folder: str | Path) -> dict[str, Any] | None:
     """The ``stats.json`` of a merged mining folder, or None when it has none.
 
     Raises:
-        MiningConfigError: (a ``ValueError``) the file is no JSON object, or its ``settings`` is none (edited by
-            hand, or cut short), naming the file.
+        MiningConfigError: (a ``ValueError``) the file is not valid JSON, or it or its ``settings`` is no JSON
+            object (:func:`stats_shape_problem`: edited by hand, or cut short), naming the file. The other entries
+            are left to their readers: a re-merge writes the file again.
     """
     path = Path(folder) / STATS_FILE
     if not path.is_file():
@@ -24,11 +40,7 @@ def read_stats(folder: str | Path) -> dict[str, Any] | None:
         stats = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as error:
         raise MiningConfigError(f"{path} is not valid JSON ({error}); mine the folder again") from error
-    if not isinstance(stats, dict) or not isinstance(stats.get("settings", {}), dict):
-        found = stats if not isinstance(stats, dict) else stats["settings"]
-        where = "the file" if not isinstance(stats, dict) else "its 'settings'"
-        raise MiningConfigError(
-            f"{path}: {where} must be a JSON object, found {type(found).__name__} (edited since the mining wrote it); "
-            "mine the folder again"
-        )
+    problem = stats_shape_problem(stats, ("settings",))
+    if problem is not None:
+        raise MiningConfigError(f"{path}: {problem}; mine the folder again")
     return stats
