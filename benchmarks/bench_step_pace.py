@@ -98,7 +98,7 @@ class StepTimes(TrainerCallback):
             self.clock.reset()
 
     def timed_steps(self) -> list[float]:
-        return [b - a for a, b in zip(self.ends[self.warmup : -1], self.ends[self.warmup + 1 :])]
+        return [b - a for a, b in zip(self.ends[self.warmup : -1], self.ends[self.warmup + 1 :], strict=True)]
 
 
 class KeptBatches:
