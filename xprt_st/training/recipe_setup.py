@@ -20,6 +20,7 @@ checks of the output folder, resume and fork, and the label-free record of a run
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from xprt_st.columns import LABEL, NEGATIVE_PREFIX
 from xprt_st.models import frozen_copy, load_model
 from xprt_st.objectives import build_loss, get_objective
-from xprt_st.precision import resolve_precision
+from xprt_st.precision import resolve_precision, use_precision
 from xprt_st.recipe import Recipe
 from xprt_st.training.data import MinedData, load_recipe_data
 from xprt_st.training.heldout_contract import RECORD_KEY, run_record
@@ -51,6 +52,8 @@ from xprt_st.training.progress import LogLinesCallback, RichProgressCallback, St
 from xprt_st.training.retention_text import add_retention_text, retention_positions
 from xprt_st.training.schedules import Schedule, TermScheduleCallback
 from xprt_st.training.trainer import TRAINING_STATE_DIR, XPRTTrainer
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -173,6 +176,8 @@ def trainer_setup(
     dataset = mined.dataset
     if objective.prepare is not None:
         dataset = objective.prepare(dataset, recipe.training.seed)
+    if teacher is not None:
+        teacher = frozen_start(teacher, recipe, mined, dataset, objective.dataset_columns(retention))
     data_args = objective.from_data(dataset, sentence_model) if objective.from_data is not None else None
     loss = build_loss(
         recipe.objective.name,
@@ -221,12 +226,34 @@ def trainer_setup(
     )
 
 
+def frozen_start(
+    teacher: SentenceTransformer, recipe: Recipe, mined: MinedData, dataset: Dataset, columns: Sequence[str]
+) -> nn.Module:
+    """The frozen start as training runs it: at the trainer's precision (the trainer's autocast covers only the
+    model it trains, so a bf16 run's teacher ran fp32 before), reading mining's stored vectors of the training
+    texts where they are this start's (:mod:`xprt_st.training.stored_teacher`)."""
+    from xprt_st.training.stored_teacher import stored_vector_teacher
+
+    if training_precision(recipe) == "bf16":
+        use_precision(teacher, "bf16")
+    texts = {text for column in columns if column in dataset.column_names for text in dataset[column]}
+    wrapped, note = stored_vector_teacher(teacher, mined.path, texts)
+    logger.info(note)
+    return wrapped
+
+
+def training_precision(recipe: Recipe) -> str:
+    """The precision the trainer runs: fp16 as asked, auto resolved for the device (bf16 or fp32)."""
+    precision = recipe.training.precision
+    return precision if precision == "fp16" else resolve_precision(precision).precision
+
+
 def training_arguments(
     recipe: Recipe, output: str | Path, label_free: LabelFreeEvaluator | None = None
 ) -> SentenceTransformerTrainingArguments:
     """The Trainer arguments of ``recipe``'s ``training`` section, writing checkpoints into ``output``."""
     training = recipe.training
-    precision = training.precision if training.precision == "fp16" else resolve_precision(training.precision).precision
+    precision = training_precision(recipe)
     return SentenceTransformerTrainingArguments(
         output_dir=str(output),
         max_steps=training.max_steps,
