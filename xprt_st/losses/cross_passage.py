@@ -8,12 +8,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from sentence_transformers import SentenceTransformer
-from sentence_transformers.base.losses.merged_forward import embed_columns
 from torch import Tensor, nn
 
 from xprt_st.losses._common import encode_columns, in_fp32, special_token_ids
 from xprt_st.losses._distributed import gather_across_devices, local_rows
 from xprt_st.losses._grad_cache import cached_encode_columns, checked_mini_batch_size, grad_cache_applies
+from xprt_st.losses._length_buckets import embed_by_length
 
 XPRT_CITATION = """
 @misc{xprt,
@@ -207,8 +207,8 @@ class CrossPassageLoss(nn.Module):
             encoded = encode_columns(self.model, features[:needed], **self._masking())
             return self.compute_loss_from_embeddings(encoded.embeddings, labels)
         # One merged forward over anchor and positive: both are passages of the same kind and width.
-        embeddings = embed_columns(self.model, features[:needed], separate_first=False)
-        return self.compute_loss_from_embeddings(list(embeddings), labels)
+        embeddings = embed_by_length(self.model, features[:needed])
+        return self.compute_loss_from_embeddings(embeddings, labels)
 
     def cached_embeddings(self, features: list[dict[str, Tensor]]) -> list[Tensor] | None:
         """Every column's embeddings under GradCache, or None when it is off for this batch (``mini_batch_size``

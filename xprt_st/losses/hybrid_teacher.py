@@ -8,10 +8,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from sentence_transformers import SentenceTransformer
-from sentence_transformers.base.losses.merged_forward import embed_columns
 from torch import Tensor, nn
 
 from xprt_st.losses._common import in_fp32
+from xprt_st.losses._length_buckets import embed_by_length
 from xprt_st.losses.cross_passage import XPRT_CITATION, _document_ids, cross_passage_loss
 from xprt_st.losses.retention import retention_loss, teacher_embeddings
 from xprt_st.mining.bm25 import BM25Lexicon
@@ -225,7 +225,7 @@ class HybridTeacherLoss(nn.Module):
         if len(columns) < needed:
             raise ValueError(f"HybridTeacherLoss needs anchor, positive and {self.hard_negatives} negative columns")
         features = columns[:needed]
-        student = list(embed_columns(self.model, features, separate_first=False))
+        student = embed_by_length(self.model, features)
         teacher = teacher_embeddings(self.teacher, features)
         negatives = torch.stack(student[2:], dim=1) if self.hard_negatives else None
         terms = {
@@ -251,7 +251,7 @@ class HybridTeacherLoss(nn.Module):
             return student[0].new_zeros(())
         if self.retention_columns is not None:
             pair = [columns[position] for position in self.retention_columns]
-            student = list(embed_columns(self.model, pair, separate_first=False))
+            student = embed_by_length(self.model, pair)
             teacher = teacher_embeddings(self.teacher, pair)
         loss = retention_loss(student[0], student[1], teacher[0], teacher[1], self.temperature)
         return self.retention_weight * loss

@@ -8,10 +8,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from sentence_transformers import SentenceTransformer
-from sentence_transformers.base.losses.merged_forward import embed_columns, merge_feature_batches
+from sentence_transformers.base.losses.merged_forward import embed_columns
 from torch import Tensor, nn
 
 from xprt_st.losses._common import borrow, in_fp32
+from xprt_st.losses._length_buckets import embed_by_length
 from xprt_st.losses.cross_passage import XPRT_CITATION
 from xprt_st.models import frozen_copy
 
@@ -47,17 +48,14 @@ MODEL_OUTPUTS = frozenset({"sentence_embedding", "token_embeddings", "all_layer_
 
 
 def teacher_embeddings(teacher: SentenceTransformer, features: list[dict[str, Tensor]]) -> list[Tensor]:
-    """The frozen teacher's embeddings of unmasked columns: one merged forward, no gradient, eval mode."""
+    """The frozen teacher's embeddings of unmasked columns: length-sorted chunks of rows, no gradient, eval mode."""
     if teacher.training:
         teacher.eval()  # a trainer's loss.train() would otherwise turn the teacher's dropout on
     with torch.no_grad():
         # The model writes its outputs into its input dict: a column the student already embedded on its own
         # (its anchor) carries them, and the columns would no longer merge. The teacher reads the inputs only.
         copies = [{k: v for k, v in column.items() if k not in MODEL_OUTPUTS} for column in features]
-        merged = merge_feature_batches(copies) if len(copies) > 1 else None
-        if merged is None:
-            return [teacher(column)["sentence_embedding"] for column in copies]
-        return list(teacher(merged)["sentence_embedding"].split(features[0]["input_ids"].size(0), dim=0))
+        return embed_by_length(teacher, copies)
 
 
 _RETENTION_DOC = r"""
@@ -97,7 +95,7 @@ class RetentionLoss(nn.Module):
         features = list(sentence_features)[:2]
         if len(features) < 2:
             raise ValueError("RetentionLoss needs (anchor, positive) columns")
-        student = embed_columns(self.model, features, separate_first=False)
+        student = embed_by_length(self.model, features)
         return self.compute_loss_from_embeddings(student, teacher_embeddings(self.teacher, features))
 
     def compute_loss_from_embeddings(self, student: list[Tensor], teacher: list[Tensor]) -> Tensor:
@@ -212,7 +210,7 @@ class WithRetention(nn.Module):
             student = embeddings[:2]
         else:
             base = self.loss(features_of_loss, labels)
-            student = embed_columns(self.model, pair, separate_first=False)
+            student = embed_by_length(self.model, pair)
         terms = dict(base) if isinstance(base, dict) else {"base": base}
         if self.retention_weight == 0:
             terms["retention"] = student[0].new_zeros(())

@@ -23,6 +23,7 @@ from sentence_transformers import SentenceTransformer
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from xprt_st.losses._length_buckets import rows_of
 from xprt_st.mining.layout.embeddings import EMBEDDINGS_FILE, encoder_identity, stored_vectors, texts_sha256
 
 logger = logging.getLogger(__name__)
@@ -72,23 +73,9 @@ class StoredVectorTeacher(nn.Module):
         stored = [row if row is not None else 0 for row in found]
         embeddings = torch.from_numpy(np.array(self.vectors[stored], dtype=np.float32)).to(ids.device)
         if missing:
-            encoded = self.model(_rows_of(features, missing))["sentence_embedding"].float()
+            encoded = self.model(rows_of(features, missing))["sentence_embedding"].float()
             embeddings[missing] = F.normalize(encoded, dim=-1)
         return {"sentence_embedding": embeddings}
-
-
-def _rows_of(features: dict[str, Any], rows: list[int]) -> dict[str, Any]:
-    """The tokenised ``rows`` of a batch, cut to the longest of them."""
-    index = torch.tensor(rows, device=features["input_ids"].device)
-    width = int(features["attention_mask"][index].sum(dim=1).max())
-    picked: dict[str, Any] = {}
-    for key, value in features.items():
-        if isinstance(value, Tensor) and value.dim() >= 1 and value.size(0) == features["input_ids"].size(0):
-            value = value[index]
-            picked[key] = value[:, :width] if value.dim() == 2 else value
-        else:
-            picked[key] = value
-    return picked
 
 
 def stored_vector_teacher(
