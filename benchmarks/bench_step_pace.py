@@ -1,7 +1,7 @@
 """A training step against the forward of its texts: where the step's time goes, and ``step/forward R``.
 
 Run:  python benchmarks/bench_step_pace.py [--mined DIR] [--recipe hybrid-teacher-hard] [--steps 8] [--warmup 2]
-      [--batch-size 16] [--precision auto] [--fp32] [--json out.json]
+      [--batch-size 16] [--precision auto] [--fp32] [--variants both neither ...] [--json out.json]
 
 In one process, on one mined folder (default: the shipped Python pages mined as the quickstart mines them, into a
 temporary folder), for each precision measured (``auto``'s choice, and fp32 beside it with ``--fp32``):
@@ -9,12 +9,13 @@ temporary folder), for each precision measured (``auto``'s choice, and fp32 besi
 - the step: ``xprt-st train``'s own trainer (:func:`xprt_st.training.recipe_setup.trainer_setup`) runs
   ``--warmup`` + ``--steps`` optimizer steps; a step is the wall time between two ``on_step_end`` calls, so data,
   collation, loss, backward, optimizer and logging are all in it. Its parts are timed by wrapping, in this
-  process only, the functions that run them: the collator (tokenising, ``data``), the student's forward
-  (``embed_columns`` in the loss modules), the frozen start's pass (``teacher_embeddings``, or the stored vectors
-  it reads instead), the loss's own arithmetic (the rest of ``compute_loss``), the backward
+  process only, the functions that run them: the collator (tokenising, ``data``), the student's forward (the
+  trained model's ``forward``), the frozen start's pass (the loss's teacher's ``forward``, which may read stored
+  vectors instead), the loss's own arithmetic (the rest of ``compute_loss``), the backward
   (``accelerator.backward``) and the optimizer (``on_pre_optimizer_step`` to ``on_optimizer_step``);
 - the forward: the same steps' texts encoded with ``model.encode`` (no gradient, the trainer's precision, the
-  recipe's token limit), one call per step.
+  recipe's token limit), one call per step, at the fastest of a few encode batch sizes (one batch of the step's
+  texts, 16, 32: encode sorts by length, so smaller batches pad less).
 
 R = seconds per text of the step / seconds per text of the forward. The CPU's model name and its bf16 flags
 (AMX, AVX512-BF16) are printed and recorded with the figures; compare R only within one run.
@@ -23,6 +24,7 @@ R = seconds per text of the step / seconds per text of the forward. The CPU's mo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import platform
@@ -31,20 +33,24 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import TrainerCallback
 
-import xprt_st.losses.cross_passage as cross_passage_module
-import xprt_st.losses.hybrid_teacher as hybrid_module
-import xprt_st.losses.retention as retention_module
 from xprt_st.columns import LABEL
 from xprt_st.precision import resolve_precision, use_precision
 from xprt_st.recipe import load_recipe
 from xprt_st.training.recipe_setup import trainer_setup
+
+REFERENCE_BATCH_SIZES = (16, 32)
+"""``encode`` batch sizes tried for the forward besides one batch of the step's texts: the fastest is the reference
+(encode sorts texts by length, so smaller batches pad less)."""
+
+VARIANTS = ("both", "stored vectors", "length buckets", "neither")
+"""``--variants``: the step with both of issue 59's changes, each alone, and without either (the path before)."""
 
 PARTS = ("data", "student forward", "frozen pass", "loss", "backward", "optimizer")
 
@@ -55,9 +61,14 @@ class Clock:
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
         self.depth: dict[str, int] = defaultdict(int)
+        self.running = True
 
     def reset(self) -> None:
         self.seconds.clear()
+
+    def stop(self) -> None:
+        """Count nothing more: what runs after the last step (the label-free check's encoding) is not a step's."""
+        self.running = False
 
     def wrap(self, part: str, function: Callable) -> Callable:
         @functools.wraps(function)
@@ -68,7 +79,7 @@ class Clock:
                 return function(*args, **kwargs)
             finally:
                 self.depth[part] -= 1
-                if not self.depth[part]:  # a nested call of the same part counts once
+                if not self.depth[part] and self.running:  # a nested call of the same part counts once
                     self.seconds[part] += time.perf_counter() - start
 
         return timed
@@ -90,12 +101,15 @@ class StepTimes(TrainerCallback):
         self.optimizer_start = time.perf_counter()
 
     def on_optimizer_step(self, args, state, control, **kwargs):
-        self.clock.seconds["optimizer"] += time.perf_counter() - self.optimizer_start
+        if self.clock.running:
+            self.clock.seconds["optimizer"] += time.perf_counter() - self.optimizer_start
 
     def on_step_end(self, args, state, control, **kwargs):
         self.ends.append(time.perf_counter())
         if state.global_step == self.warmup:
             self.clock.reset()
+        if state.global_step == state.max_steps:
+            self.clock.stop()
 
     def timed_steps(self) -> list[float]:
         return [b - a for a, b in zip(self.ends[self.warmup : -1], self.ends[self.warmup + 1 :], strict=True)]
@@ -142,8 +156,28 @@ def mine_shipped(folder: Path) -> Path:
     return folder
 
 
-def measure(mined: Path, recipe_name: str, precision: str, steps: int, warmup: int, batch_size: int) -> dict:
-    """One precision's step, its parts and the forward of the same texts."""
+@contextlib.contextmanager
+def variant(name: str) -> Iterator[None]:
+    """The step as ``name`` runs it: without the stored vectors the frozen start encodes every text, without the
+    length buckets each pass is one merged forward padded to its longest row (in this process only)."""
+    from xprt_st.losses import _length_buckets
+    from xprt_st.training import stored_teacher
+
+    saved = stored_teacher.stored_vector_teacher, _length_buckets.ROWS_PER_CHUNK
+    if name in ("length buckets", "neither"):
+        stored_teacher.stored_vector_teacher = lambda teacher, folder, texts: (teacher, "off for the benchmark")
+    if name in ("stored vectors", "neither"):
+        _length_buckets.ROWS_PER_CHUNK = sys.maxsize
+    try:
+        yield
+    finally:
+        stored_teacher.stored_vector_teacher, _length_buckets.ROWS_PER_CHUNK = saved
+
+
+def measure(
+    mined: Path, recipe_name: str, precision: str, steps: int, warmup: int, batch_size: int, name: str = "both"
+) -> dict:
+    """One precision's and variant's step, its parts and the forward of the same texts."""
     overrides = {
         "training.max_steps": warmup + steps,
         "training.batch_size": batch_size,
@@ -153,7 +187,7 @@ def measure(mined: Path, recipe_name: str, precision: str, steps: int, warmup: i
     }
     recipe = load_recipe(recipe_name, overrides=overrides)
     clock = Clock()
-    with tempfile.TemporaryDirectory() as output:
+    with tempfile.TemporaryDirectory() as output, variant(name):
         setup = trainer_setup(recipe, mined, output)
         times = StepTimes(clock, warmup)
         trainer = setup.trainer()
@@ -161,11 +195,11 @@ def measure(mined: Path, recipe_name: str, precision: str, steps: int, warmup: i
         batches: list[list[dict[str, Any]]] = []
         trainer.data_collator = KeptBatches(trainer.data_collator, clock, batches)
         loss = setup.loss
-        for module in (cross_passage_module, hybrid_module, retention_module):
-            if hasattr(module, "embed_columns"):
-                module.embed_columns = clock.wrap("student forward", module.embed_columns)
-            if hasattr(module, "teacher_embeddings"):
-                module.teacher_embeddings = clock.wrap("frozen pass", module.teacher_embeddings)
+        # nn.Module.__call__ looks ``forward`` up on the instance: the student's and the frozen start's passes
+        setup.model.forward = clock.wrap("student forward", setup.model.forward)
+        teacher = getattr(loss, "teacher", None)
+        if teacher is not None:
+            teacher.forward = clock.wrap("frozen pass", teacher.forward)
         trainer.compute_loss = clock.wrap("compute_loss", trainer.compute_loss)
         trainer.accelerator.backward = clock.wrap("backward", trainer.accelerator.backward)
         trainer.train()
@@ -181,26 +215,33 @@ def measure(mined: Path, recipe_name: str, precision: str, steps: int, warmup: i
     resolved = resolve_precision(precision).precision
     model.eval()
     use_precision(model, resolved)
-    forward_seconds = []
-    with torch.inference_mode():
-        model.encode(texts[0], batch_size=len(texts[0]), show_progress_bar=False)  # warmup
-        for step_texts in texts:
-            start = time.perf_counter()
-            model.encode(step_texts, batch_size=len(step_texts), show_progress_bar=False)
-            forward_seconds.append(time.perf_counter() - start)
-    use_precision(model, "fp32")
     texts_per_step = len(texts[0])
+    forward_by_batch: dict[int, list[float]] = {}
+    with torch.inference_mode():
+        for encode_batch in sorted({texts_per_step, *REFERENCE_BATCH_SIZES}):
+            model.encode(texts[0], batch_size=encode_batch, show_progress_bar=False)  # warmup
+            forward_by_batch[encode_batch] = []
+            for step_texts in texts:
+                start = time.perf_counter()
+                model.encode(step_texts, batch_size=encode_batch, show_progress_bar=False)
+                forward_by_batch[encode_batch].append(time.perf_counter() - start)
+    use_precision(model, "fp32")
+    reference = min(forward_by_batch, key=lambda size: statistics.median(forward_by_batch[size]))
+    forward_seconds = forward_by_batch[reference]
     step_per_text = statistics.median(step_seconds) / texts_per_step
     forward_per_text = statistics.median(forward_seconds) / texts_per_step
     del loss
     return {
         "precision": resolved,
+        "variant": name,
         "recipe": recipe_name,
         "steps": steps,
         "texts_per_step": texts_per_step,
         "step_s_median": statistics.median(step_seconds),
         "step_s": step_seconds,
         "forward_s_median": statistics.median(forward_seconds),
+        "forward_batch_size": reference,
+        "forward_s_median_by_batch_size": {size: statistics.median(times) for size, times in forward_by_batch.items()},
         "train_texts_per_s": 1 / step_per_text,
         "forward_texts_per_s": 1 / forward_per_text,
         "parts_s_per_step": {part: seconds / len(step_seconds) for part, seconds in parts.items()},
@@ -217,6 +258,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"))
     parser.add_argument("--fp32", action="store_true", help="also measure fp32 (when auto is not fp32 already)")
+    parser.add_argument(
+        "--variants", nargs="+", default=["both"], choices=VARIANTS, help="issue 59's changes, alone or together"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
@@ -228,13 +272,19 @@ def main() -> None:
         precisions = [args.precision]
         if args.fp32 and resolve_precision(args.precision).precision != "fp32":
             precisions.append("fp32")
-        runs = [measure(mined, args.recipe, p, args.steps, args.warmup, args.batch_size) for p in precisions]
+        runs = [
+            measure(mined, args.recipe, p, args.steps, args.warmup, args.batch_size, name)
+            for p in precisions
+            for name in args.variants
+        ]
     for run in runs:
-        print(f"\n{run['recipe']}, {run['precision']}: {run['texts_per_step']} texts a step; "
+        print(f"\n{run['recipe']}, {run['precision']}, {run['variant']}: {run['texts_per_step']} texts a step; "
               f"step {run['step_s_median']:.2f} s ({run['train_texts_per_s']:.1f} texts/s), "
               f"forward {run['forward_s_median']:.2f} s ({run['forward_texts_per_s']:.1f} texts/s)")  # fmt: skip
+        mean_step = statistics.mean(run["step_s"])  # the parts are means over the timed steps
         for part, seconds in run["parts_s_per_step"].items():
-            print(f"  {part:32} {seconds:7.3f} s  {seconds / run['step_s_median']:6.1%}")
+            print(f"  {part:32} {seconds:7.3f} s  {seconds / mean_step:6.1%}")
+        print(f"  step/forward {run['step_over_forward']:.2f}")
     if args.json:
         args.json.write_text(json.dumps({**machine, "runs": runs}, indent=2) + "\n", encoding="utf-8")
     print(f"step/forward {runs[0]['step_over_forward']:.2f}")
