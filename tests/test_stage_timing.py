@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from xprt_st.progress_lines import Heartbeat
-from xprt_st.stage_timing import STARTUP, StageTimer, advance, format_rows, mark_reused, stage, timing
+from xprt_st.stage_timing import STARTUP, StageTimer, advance, count_texts, format_rows, mark_reused, stage, timing
 
 
 class Clock:
@@ -25,6 +25,7 @@ def test_inner_stages_pause_the_outer_one_and_repeated_names_add_up() -> None:
         wall.now, cpu.now = 2.0, 1.0
         for _ in range(2):  # two chunks: one row
             with stage("encode for mining"):
+                count_texts(100)
                 wall.now += 10.0
                 cpu.now += 9.0
         wall.now += 3.0
@@ -37,7 +38,11 @@ def test_inner_stages_pause_the_outer_one_and_repeated_names_add_up() -> None:
     assert rows["encode for mining"]["wall_s"] == pytest.approx(20.0)
     assert rows["encode for mining"]["cpu_s"] == pytest.approx(18.0)
     assert rows["hard negatives"]["reused"] and not rows["mine"]["reused"]
-    assert format_rows(timer.rows())[-1] == ("total", "26.0", "19.0", "")  # the rows add up to the run
+    # the texts count where they were encoded: 200 in the encoding's 20 s, none in the outer stage
+    assert rows["encode for mining"]["texts"] == 200 and rows["mine"]["texts"] == 0
+    cells = format_rows(timer.rows())
+    assert [cell[3] for cell in cells[:3]] == ["", "10.0", ""]
+    assert cells[-1] == ("total", "26.0", "19.0", "", "")  # the rows add up to the run
 
 
 def test_without_an_active_timer_stages_cost_nothing_and_record_nothing() -> None:

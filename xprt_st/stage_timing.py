@@ -37,6 +37,7 @@ __all__ = [
     "StageTime",
     "StageTimer",
     "advance",
+    "count_texts",
     "format_rows",
     "mark_reused",
     "stage",
@@ -54,6 +55,8 @@ class StageTime:
     cpu_s: float = 0.0
     reused: bool = False
     """True when the stage reused vectors instead of encoding (all or some of its texts)."""
+    texts: int = 0
+    """Texts the stage encoded or trained (:func:`count_texts`), for its texts a second."""
     done: int | None = None
     total: int | None = None
     """How far the stage is (:func:`advance`), for progress lines."""
@@ -117,6 +120,12 @@ class StageTimer:
             if self._stack:
                 self._stack[-1].row.reused = True
 
+    def count_texts(self, texts: int) -> None:
+        """The innermost open stage encoded or trained ``texts`` more texts."""
+        with self._lock:
+            if self._stack:
+                self._stack[-1].row.texts += texts
+
     def advance(self, done: int, total: int | None) -> None:
         """The innermost open stage has done ``done`` of ``total`` units (documents, steps)."""
         with self._lock:
@@ -135,8 +144,8 @@ class StageTimer:
             return entry.row.name, self.wall() - (entry.row.started or 0.0), counted.done, counted.total
 
     def rows(self) -> list[dict[str, Any]]:
-        """The table, one dict per stage: ``stage``, ``wall_s``, ``cpu_s`` (rounded to ms), ``reused``; the
-        innermost open stage counts up to now."""
+        """The table, one dict per stage: ``stage``, ``wall_s``, ``cpu_s`` (rounded to ms), ``reused``, ``texts``;
+        the innermost open stage counts up to now."""
         with self._lock:
             if self._stack:
                 self._charge(self._stack[-1], self.wall(), self.cpu())
@@ -146,6 +155,7 @@ class StageTimer:
                     "wall_s": round(float(r.wall_s), 3),
                     "cpu_s": round(float(r.cpu_s), 3),
                     "reused": r.reused,
+                    "texts": r.texts,
                 }
                 for r in self._rows.values()
             ]
@@ -182,6 +192,13 @@ def mark_reused() -> None:
         timer.mark_reused()
 
 
+def count_texts(texts: int) -> None:
+    """Record that the current stage encoded or trained ``texts`` more texts (nothing without an active timer)."""
+    timer = _ACTIVE.get()
+    if timer is not None:
+        timer.count_texts(texts)
+
+
 def advance(done: int, total: int | None = None) -> None:
     """Record how far the current stage is (nothing without an active timer)."""
     timer = _ACTIVE.get()
@@ -211,13 +228,24 @@ def startup_row() -> dict[str, Any] | None:
     }
 
 
-def format_rows(rows: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
-    """Each row as text cells (stage, wall s, CPU s, reused), and a last row with the totals.
+def format_rows(rows: list[dict[str, Any]]) -> list[tuple[str, str, str, str, str]]:
+    """Each row as text cells (stage, wall s, CPU s, texts a second, reused), and a last row with the totals. A
+    stage's texts a second are its counted texts over its own wall seconds (empty where it counted none).
 
     Example:
-        >>> format_rows([{"stage": "train", "wall_s": 61.25, "cpu_s": 60.0, "reused": False}])[-1]
-        ('total', '61.2', '60.0', '')
+        >>> rows = [{"stage": "train", "wall_s": 64.0, "cpu_s": 60.0, "reused": False, "texts": 1024}]
+        >>> format_rows(rows)
+        [('train', '64.0', '60.0', '16.0', ''), ('total', '64.0', '60.0', '', '')]
     """
-    cells = [(r["stage"], f"{r['wall_s']:.1f}", f"{r['cpu_s']:.1f}", "yes" if r["reused"] else "") for r in rows]
+    cells = [
+        (
+            r["stage"],
+            f"{r['wall_s']:.1f}",
+            f"{r['cpu_s']:.1f}",
+            f"{r['texts'] / r['wall_s']:.1f}" if r.get("texts") and r["wall_s"] > 0 else "",
+            "yes" if r["reused"] else "",
+        )
+        for r in rows
+    ]
     wall, cpu = sum(r["wall_s"] for r in rows), sum(r["cpu_s"] for r in rows)
-    return [*cells, ("total", f"{wall:.1f}", f"{cpu:.1f}", "")]
+    return [*cells, ("total", f"{wall:.1f}", f"{cpu:.1f}", "", "")]

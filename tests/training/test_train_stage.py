@@ -14,6 +14,7 @@ from xprt_st.output_folder import OutputFolderError
 from xprt_st.pipeline import Action, Stage, run_pipeline
 from xprt_st.pipeline.stages import TrainStage
 from xprt_st.recipe import load_recipe
+from xprt_st.training.pace import recorded_pace
 from xprt_st.training.run import TrainSettings
 from xprt_st.training.trainer import TrainingStateError
 
@@ -95,6 +96,10 @@ def test_train_runs_as_a_stage_and_its_resume_checks_come_before_any_model_loads
     table = run_pipeline([TrainStage(_settings(data, output, tiny_model_path))], output)
     assert [(row.stage, row.action) for row in table] == [("train", Action.RUN)]
     assert table[0].record == {"model": str(output), "trained": True} and (output / "modules.json").is_file()
+    # the run records its pace: 2 steps of 4 groups of self-only's 5 texts (anchor, positive, related_2..4)
+    pace = recorded_pace(output)
+    assert pace is not None and pace.texts == 2 * 4 * 5 and pace.seconds > 0
+    assert pace.step_over_forward is None  # this mined folder stores no encoding to compare with
 
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("a model was loaded before the checks ended")

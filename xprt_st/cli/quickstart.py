@@ -167,6 +167,12 @@ def _print_summary(summary: dict, startup: dict | None, output: Path) -> None:
         console.print(titles_line(summary["titles"]), highlight=False, markup=False)
     if summary.get("stages"):
         console.print(stage_table([*([startup] if startup else []), *summary["stages"]]))
+        from xprt_st.quickstart.config import MODEL
+        from xprt_st.training.pace import recorded_pace
+
+        pace = recorded_pace(output / MODEL)
+        if pace is not None:
+            console.print(f"train: {pace.line()}", highlight=False, markup=False)
     console.print(
         f"Everything is in [bold]{escape(str(output))}[/bold]; the trained model loads with "
         f"SentenceTransformer('{escape(str(output))}/model').",
@@ -180,6 +186,7 @@ def stage_table(rows: list[dict]) -> Table:
     table.add_column("stage", style="bold")
     table.add_column("wall", justify="right")
     table.add_column("CPU", justify="right")
+    table.add_column("texts/s", justify="right")
     table.add_column("reused vectors")
     for cells in format_rows(rows):
         table.add_row(*cells)

@@ -106,6 +106,7 @@ def train(
     from xprt_st.pipeline.stages import TrainStage
     from xprt_st.progress_lines import command_progress
     from xprt_st.recipe import load_recipe
+    from xprt_st.training.pace import recorded_pace
     from xprt_st.training.run import TrainSettings
 
     progress = not quiet
@@ -154,3 +155,6 @@ def train(
             f"[green]done:[/green] {escape(str(output))} loads with SentenceTransformer({escape(repr(str(output)))})",
             highlight=False,
         )
+        pace = recorded_pace(output)
+        if pace is not None:
+            console.print(pace.line(), highlight=False, markup=False)

@@ -17,7 +17,7 @@ import numpy as np
 from xprt_st.mining.config import MiningConfig, MiningConfigError
 from xprt_st.mining.passages import PassageSplitter
 from xprt_st.mining.token_ids import TokenPlan, token_plan, unsafe_characters
-from xprt_st.stage_timing import stage
+from xprt_st.stage_timing import count_texts, stage
 
 logger = logging.getLogger(__name__)
 
@@ -138,6 +138,7 @@ class MiningEncoder:
         from xprt_st.precision import applied_precision
 
         with stage("encode for mining"), applied_precision(self.model, self._precision):
+            count_texts(len(passages))
             return self._encode(passages, token_ids)
 
     def _encode(self, passages: list[str], token_ids: list[np.ndarray | None] | None) -> np.ndarray:

@@ -38,6 +38,7 @@ from xprt_st.training.fork import check_fork, same_model, trainer_class
 from xprt_st.training.heldout_contract import check_start, run_record
 from xprt_st.training.label_free import HeldOutCheck, check_heldout, finish
 from xprt_st.training.memory import check_step_memory, padded_length
+from xprt_st.training.pace import PaceCallback
 from xprt_st.training.recipe_setup import trainer_setup
 from xprt_st.training.trainer import (
     TRAINING_STATE_DIR,
@@ -420,13 +421,14 @@ def _train(plan: TrainPlan, folder: OutputFolder | None) -> Path:
         if plan.recorded.get("recipe", {}).get("name") not in (None, recipe.name):
             logger.warning("resuming a %r checkpoint with recipe %r", plan.recorded["recipe"]["name"], recipe.name)
     # The same setup a Python script gets from trainer_setup (docs/training.md, "From Python").
+    pace = PaceCallback(mined.path)  # texts a second and step/forward, for the log, the record and the stage table
     setup = trainer_setup(
         recipe,
         mined,
         output,
         model=plan.starting_model,
         progress=settings.progress,
-        callbacks=settings.callbacks,
+        callbacks=(*settings.callbacks, pace),
         retention_data=settings.retention_data,
         fork_from=settings.fork_from,
         heldout=plan.heldout,
@@ -451,6 +453,8 @@ def _train(plan: TrainPlan, folder: OutputFolder | None) -> Path:
     trainer = setup.trainer(trainer_class(fork is not None), warm_start=checkpoint is None and fork is None)
     resume_from = fork if fork is not None else checkpoint
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    trainer.training_metadata["pace"] = pace.pace().to_dict()  # this run's steps (a resume's own, not the first's)
+    logger.info("%s", pace.pace().line())
     # the final model's names are recorded as they appear, so a run killed while saving leaves them to its rerun
     with folder.writing() if folder is not None else contextlib.nullcontext():
         setup.save(trainer, output)
