@@ -129,3 +129,22 @@ def test_evaluate_refuses_a_bad_precision_before_any_model_loads(tmp_path) -> No
     result = CliRunner().invoke(app, ["evaluate", "/nonexistent-model", "--precision", "half", "-o", str(tmp_path)])
     assert result.exit_code == 2
     assert "--precision 'half' is not one of" in result.output
+
+
+def test_train_fp16_on_a_cpu_warns_what_it_costs_before_any_work(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from xprt_st.recipe import load_recipe
+    from xprt_st.training.run import resolved_precision
+
+    recipe = load_recipe("self-only", overrides={"training.precision": "fp16"})
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with caplog.at_level("WARNING", logger="xprt_st.training.run"):
+        _, resolved = resolved_precision(recipe)
+    assert resolved.precision == "fp16"  # as asked: a warning, not a refusal
+    assert any("--precision fp16 on a CPU" in record.getMessage() for record in caplog.records)
+    caplog.clear()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with caplog.at_level("WARNING", logger="xprt_st.training.run"):
+        resolved_precision(recipe)
+    assert not caplog.records  # on a GPU fp16 is what the user chose it for

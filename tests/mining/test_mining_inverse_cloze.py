@@ -154,6 +154,17 @@ def test_the_cli_re_merges_a_scored_run_into_query_shaped_groups_with_hard_negat
     assert stats["settings"]["pairs"] == "inverse-cloze" and stats["settings"]["hard_negatives"] == 1
     assert stats["groups"] == mined["groups"] and "inverse_cloze" in stats
     assert "negative_1" in datasets.load_from_disk(str(out)).column_names
+    # the merge said that the folder's pairs changed, and so the recipes it serves (issue 61: it was silent)
+    said = " ".join(result.output.split())
+    assert (
+        "re-merging" in said
+        and "it now serves recipes made for --pairs inverse-cloze, no longer those for mined" in said
+    )
+    # merging back to mined says so too; a merge with the same settings says nothing
+    back = runner.invoke(app, ["mine", "--merge", str(out), "--pairs", "mined", "--model", str(tiny_model_path), "-q"])
+    assert back.exit_code == 0 and "no longer those for inverse-cloze" in " ".join(back.output.split())
+    again = runner.invoke(app, ["mine", "--merge", str(out), "--pairs", "mined", "--model", str(tiny_model_path), "-q"])
+    assert again.exit_code == 0 and "re-merging" not in again.output
 
 
 def test_query_runs_across_line_breaks_still_get_their_passages_hard_negatives(tmp_path, tiny_model) -> None:

@@ -114,3 +114,18 @@ def test_a_stats_entry_that_is_no_object_is_named_not_a_traceback(tmp_path, key)
     (folder / "stats.json").write_text(json.dumps(stats))
     with pytest.raises(MinedDataError, match=rf"stats.json: '{key}' must be a JSON object, found list"):
         load_mined(folder)
+
+
+def test_pairs_that_do_not_fit_the_recipe_are_fixed_by_a_merge_of_a_stored_run(tmp_path):
+    # before: "mine again with `xprt-st mine ... --pairs inverse-cloze`", a re-mine where a merge is enough
+    from xprt_st.mining.layout import CONFIG_FILE
+
+    folder = write_mined(tmp_path / "mined", stats={"settings": {"pairs": "mined"}})
+    (folder / CONFIG_FILE).write_text("{}", encoding="utf-8")  # the stored run a merge reads its scores from
+    with pytest.raises(MinedDataError) as caught:
+        load_mined(folder, requires={"pairs": "inverse-cloze"})
+    assert f"`xprt-st mine --merge {folder} --pairs inverse-cloze`" in str(caught.value)
+    # a folder without the stored run (copied groups only) cannot be merged: mining again is the fix
+    copied = write_mined(tmp_path / "copied", stats={"settings": {"pairs": "mined"}})
+    with pytest.raises(MinedDataError, match=r"mine again with `xprt-st mine \.\.\. --pairs inverse-cloze`"):
+        load_mined(copied, requires={"pairs": "inverse-cloze"})

@@ -64,10 +64,14 @@ def remerge_note(output: Path, config: MiningConfig) -> str | None:
     found = differences(merged, {key: getattr(config, key) for key in merged})
     if not found:
         return None
+    pairs = [(before, after) for key, before, after in found if key == "pairs"]
+    serves = ""
+    if pairs:  # the recipes the folder fits change with its pairs
+        serves = f"; it now serves recipes made for --pairs {pairs[0][1]}, no longer those for {pairs[0][0]}"
     return (
         f"re-merging {output} with other merge settings ({describe_differences(found)}): its groups and held-out "
         f"draw are replaced, and a model trained on the earlier merge is refused on mined:{output} by the held-out "
-        "contract (mine into a new --output to keep both)"
+        f"contract{serves} (mine into a new --output to keep both)"
     )
 
 
@@ -98,6 +102,9 @@ class MineStage:
 
         settings = self.config
         if settings.merge_dir is not None:
+            remerge = remerge_note(Path(settings.merge_dir), settings.mining)
+            if remerge is not None:  # --merge DIR with other merge settings changes what DIR serves
+                self.say(remerge)
             self.stats = merge(settings.merge_dir, settings.mining, progress=settings.progress)
             return {"groups": self.stats.get("groups")}
         output = settings.folder

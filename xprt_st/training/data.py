@@ -145,6 +145,8 @@ def load_mined(
                 fix = f"add them to this folder with `xprt-st mine --merge {folder} {option}`"
             elif key == "pairs" and str(expected) in (STRUCTURE_DIR, STRUCTURE_MIXED_DIR):
                 fix = _structure_fix(folder, str(expected), stats)
+            elif key in ("pairs", "positive") and (folder / CONFIG_FILE).is_file():  # a merge setting: no re-mine
+                fix = f"merge this folder again for it with `xprt-st mine --merge {folder} {option}`"
             else:
                 fix = f"mine again with `xprt-st mine ... {option}`"
             problems.append(

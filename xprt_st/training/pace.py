@@ -100,6 +100,7 @@ class PaceCallback(TrainerCallback):
         self.seconds = 0.0
         self.precision = "fp32"
         self._started: float | None = None
+        self._last: float | None = None
 
     def on_train_begin(
         self,
@@ -122,14 +123,16 @@ class PaceCallback(TrainerCallback):
         texts = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size * self.columns
         self.texts += texts
         count_texts(texts)
+        if self._started is not None:  # up to the last step's end: the closing label-free check is no step's
+            self._last = time.perf_counter()
 
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: object
     ) -> None:
-        """Stop the clock (before the run's closing label-free check and save)."""
-        if self._started is not None:
-            self.seconds += time.perf_counter() - self._started
-            self._started = None
+        """Stop the clock at the last step's end (the closing label-free check and the save come after it)."""
+        if self._started is not None and self._last is not None:
+            self.seconds += self._last - self._started
+        self._started = self._last = None
 
     def pace(self) -> TrainingPace:
         """What the run trained so far, against mining's encoding where that is like for like."""

@@ -403,6 +403,13 @@ def resolved_precision(recipe: Recipe) -> tuple[Recipe, ResolvedPrecision]:
     so the run records, and a resume compares, the precision that ran; fp16 and explicit values pass through."""
     requested = recipe.training.precision
     if requested == "fp16":
+        import torch
+
+        if not torch.cuda.is_available():
+            logger.warning(
+                "--precision fp16 on a CPU: most CPUs have no fast fp16 path (it is usually slower than fp32) and "
+                "fp16's narrow range can overflow; --precision auto runs bf16 where the CPU computes it, else fp32"
+            )
         return recipe, ResolvedPrecision("fp16", "asked for fp16")
     resolved = resolve_precision(requested)
     training = dataclasses.replace(recipe.training, precision=resolved.precision)
