@@ -637,3 +637,18 @@ def test_the_lexical_comparison_tables_are_the_records() -> None:
     for corpus in ("nfcorpus", "python-docs", "arguana"):
         for row in module.table(_json(f"lexical-comparison/{corpus}.json")):
             assert row in section, row
+
+
+def test_step_pace_figures_are_the_recorded_ones() -> None:
+    runs = {run["variant"]: run for run in _json("bench-step-pace-cpu.json")["runs"]}
+    table = _table(_section(RESULTS, "## 19. The step at the hardware's pace"), "variant")
+    assert len(table) == len(runs) == 4
+    for row in table:
+        run = runs[row["variant"].split(" (")[0].removesuffix(" only")]
+        parts = run["parts_s_per_step"]
+        assert row["step (s)"] == f"{run['step_s_median']:.2f}"
+        assert row["texts/s"] == f"{run['train_texts_per_s']:.1f}"
+        assert row["student forward"] == f"{parts['student forward']:.2f}"
+        assert row["frozen pass"] == f"{parts['frozen pass']:.2f}"
+        assert row["backward"] == f"{parts['backward']:.2f}"
+        assert row["step/forward"] == f"{run['step_over_forward']:.2f}"
