@@ -24,7 +24,9 @@ import numpy as np
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from xprt_st.columns import LABEL
+from xprt_st.mining.layout.embeddings import EMBEDDINGS_FILE, EMBEDDINGS_RECORD
 from xprt_st.stage_timing import count_texts
+from xprt_st.training.data import STATS_FILE
 
 __all__ = ["PaceCallback", "TrainingPace", "mining_forward_pace", "recorded_pace"]
 
@@ -73,9 +75,9 @@ def mining_forward_pace(folder: str | Path, precision: str) -> float | None:
     stored), where it ran at ``precision``; None where it did not, or the folder does not say."""
     folder = Path(folder)
     try:
-        stats = json.loads((folder / "stats.json").read_text(encoding="utf-8"))
-        record = json.loads((folder / "embeddings.json").read_text(encoding="utf-8"))
-        vectors = np.load(folder / "embeddings.npy", mmap_mode="r")
+        stats = json.loads((folder / STATS_FILE).read_text(encoding="utf-8"))
+        record = json.loads((folder / EMBEDDINGS_RECORD).read_text(encoding="utf-8"))
+        vectors = np.load(folder / EMBEDDINGS_FILE, mmap_mode="r")
     except (OSError, ValueError):
         return None
     seconds = stats.get("encode_seconds") if isinstance(stats, dict) else None
