@@ -320,6 +320,8 @@ def build_recipe(
     if recipe is not None:
         recipe.source = source
         problems += _check_values(recipe)
+    else:  # the objective's arguments are checked even so: every problem at once, not one more on the next run
+        problems += _objective_arg_problems(raw.get("objective"))
     if problems:
         file_problems, flag_problems = _split_by_origin(problems, labels)
         raise RecipeError(source, file_problems, flag_problems)
@@ -338,6 +340,17 @@ def _split_by_origin(problems: list[str], labels: Mapping[str, str]) -> tuple[li
         else:
             from_flags.append(f"{label}: {rest}" if key in labels else f"{label} ({key}): {rest}")
     return in_file, from_flags
+
+
+def _objective_arg_problems(objective: object) -> list[str]:
+    """The problems of a raw ``objective`` section's ``args`` where the recipe did not bind (its other problems are
+    the binder's): none unless it names a registered objective and its args are a mapping."""
+    from xprt_st.objectives import OBJECTIVES, bind_args
+
+    if not isinstance(objective, dict) or objective.get("name") not in OBJECTIVES:
+        return []
+    args = objective.get("args", {})
+    return bind_args(objective["name"], args)[1] if isinstance(args, dict) else []
 
 
 def _check_values(recipe: Recipe) -> list[str]:

@@ -77,6 +77,20 @@ def test_every_problem_is_reported_with_key_and_valid_values(tmp_path):
     assert len(caught.value.problems) >= 5
 
 
+def test_a_wrong_argument_type_is_listed_with_the_recipes_other_problems_on_the_first_run(tmp_path):
+    # before: an unknown key, a misspelt key and a missing name were listed, cross_weight only on the next run
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "setting: continued\nobjective: {name: xprt, args: {cross_weight: abc}}\ncolour: red\n"
+        "training: {learnign_rate: 0.1}\n"
+    )
+    with pytest.raises(RecipeError) as caught:
+        load_recipe(bad)
+    message = str(caught.value)
+    assert "name: missing" in message and "colour: unknown key" in message and "learnign_rate: unknown key" in message
+    assert "objective.args.cross_weight: must be a number, found 'abc'" in message
+
+
 def test_objective_arguments_are_bound_without_building():
     with pytest.raises(RecipeError, match=r"objective.args.temprature: not an argument of CrossPassageLoss; valid: "):
         build_recipe({"name": "t", "objective": {"name": "cross-passage", "args": {"temprature": 0.1}}})
