@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xprt_st.training.pace import TrainingPace, mining_forward_pace
+from xprt_st.training.pace import TrainingPace, mining_forward_pace, recorded_pace
 
 
 def _mined(folder: Path, precision: str = "fp32", encode_seconds: float = 4.0) -> Path:
@@ -36,3 +36,7 @@ def test_step_over_forward_is_the_seconds_per_text_ratio() -> None:
     assert TrainingPace(640, 40.0).step_over_forward is None
     assert "step/forward" not in TrainingPace(640, 40.0).line()
     assert pace.to_dict()["step_over_forward"] == pytest.approx(3.0)
+
+
+def test_a_folder_without_a_training_record_has_no_pace(tmp_path: Path) -> None:
+    assert recorded_pace(tmp_path) is None  # no training_state/config.json: nothing to print, no error

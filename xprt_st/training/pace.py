@@ -145,11 +145,10 @@ class PaceCallback(TrainerCallback):
 def recorded_pace(output: str | Path) -> TrainingPace | None:
     """The pace a run folder's last training recorded (``training_state/config.json``'s ``pace``); None where it
     records none (a run that trained nothing, a folder of an older version)."""
-    try:
-        from xprt_st.training.trainer import TRAINING_CONFIG_FILE, TRAINING_STATE_DIR
+    from xprt_st.training.trainer import TrainingStateError, read_training_config
 
-        config = Path(output) / TRAINING_STATE_DIR / TRAINING_CONFIG_FILE
-        record = json.loads(config.read_text(encoding="utf-8"))["pace"]
+    try:
+        record = read_training_config(output)["pace"]
         return TrainingPace(int(record["texts"]), float(record["seconds"]), record.get("forward_texts_per_s"))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (TrainingStateError, OSError, ValueError, KeyError, TypeError):  # no training state, or none recorded
         return None

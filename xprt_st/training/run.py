@@ -460,8 +460,9 @@ def _train(plan: TrainPlan, folder: OutputFolder | None) -> Path:
     trainer = setup.trainer(trainer_class(fork is not None), warm_start=checkpoint is None and fork is None)
     resume_from = fork if fork is not None else checkpoint
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
-    trainer.training_metadata["pace"] = pace.pace().to_dict()  # this run's steps (a resume's own, not the first's)
-    logger.info("%s", pace.pace().line())
+    measured = pace.pace()  # this run's steps (a resume's own, not the first's)
+    trainer.training_metadata["pace"] = measured.to_dict()
+    logger.info("%s", measured.line())
     # the final model's names are recorded as they appear, so a run killed while saving leaves them to its rerun
     with folder.writing() if folder is not None else contextlib.nullcontext():
         setup.save(trainer, output)
