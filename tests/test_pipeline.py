@@ -183,3 +183,18 @@ def test_an_unreadable_fingerprint_file_is_named_not_taken_as_an_older_release(t
     assert (out / "one" / "first.txt").read_text() == "a b"
     # an output path that is a file records nothing: the command's own check names it (not this file's read)
     assert read_fingerprints(out / "one" / "first.txt") == {}
+
+
+def test_a_key_another_option_decides_is_named_by_that_option_and_its_change() -> None:
+    """Hand-written: ``pairs`` left out of the stored fingerprint reads as its default, and is named by ``--recipe``
+    with the recipe's own change where another stage records it, or by ``--recipe`` alone where none does."""
+    from xprt_st.fingerprint import SetBy, describe_differences
+
+    set_by = {"pairs": SetBy("--recipe", "mined"), "rank_by": SetBy("--recipe", "fused")}
+    found = [("holdout", 0.3, 0.5), ("pairs", None, "inverse-cloze"), ("rank_by", None, "bm25")]
+    assert describe_differences(found, set_by, {"recipe": ("self-only", "mixed")}) == (
+        "--holdout 0.3 -> 0.5; --recipe self-only -> mixed (which decides pairs mined -> inverse-cloze, "
+        "rank_by fused -> bm25)"
+    )
+    assert describe_differences(found[1:2], set_by) == "--recipe (which decides pairs mined -> inverse-cloze)"
+    assert describe_differences(found[:1]) == "--holdout 0.3 -> 0.5"

@@ -91,6 +91,25 @@ def test_a_rerun_with_a_changed_setting_stops_before_any_work_naming_what_differ
     assert (output / "summary.json").read_text() == summary
 
 
+@pytest.mark.parametrize(
+    ("recipe", "decided"),
+    [("inverse-cloze-hard", "pairs mined -> inverse-cloze"), ("lexical-positive-hard", "rank_by fused -> bm25")],
+)
+def test_a_rerun_whose_recipe_changes_the_mining_names_the_recipe_not_a_mining_option(
+    first_run: tuple[Path, dict[str, str]], no_work: None, recipe: str, decided: str
+) -> None:
+    """The recipe decides mined/'s pairs or ranking; the quickstart has no --pairs or --rank-by, so the refusal
+    names --recipe, its stored and new value, and what it changes in the mining (it named ``--pairs (none)``)."""
+    root, options = first_run
+    output = root / "out"
+    result = CliRunner().invoke(app, _args({**options, "--recipe": recipe}))
+    assert result.exit_code == 2, f"{result.output}\n{result.exception!r}"
+    said = _flat(result.output)
+    assert _flat(f"{output / 'mined'} was made with other settings (") in said, result.output
+    assert _flat(f"--recipe hybrid-teacher-hard -> {recipe} (which decides {decided})") in said, result.output
+    assert "--pairs" not in result.output and "--rank-by" not in result.output and "(none)" not in result.output
+
+
 @pytest.fixture
 def no_training(monkeypatch: pytest.MonkeyPatch) -> None:
     """A quickstart that would train fails the test: the rerun must reuse the model."""

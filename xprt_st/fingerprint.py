@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -118,17 +119,59 @@ def _option(key: str) -> str:
     return key if "." in key else "--" + key.replace("_", "-")
 
 
-def describe_differences(found: Sequence[tuple[str, Any, Any]]) -> str:
+@dataclass(frozen=True)
+class SetBy:
+    """How a user sets a fingerprint key that is no option of its own: the ``option`` that decides it (the
+    quickstart's ``pairs`` of mining follows ``--recipe``) and the value it has where a fingerprint leaves it out
+    (``mined``), so a refusal names what the user changed, not a setting they never gave."""
+
+    option: str
+    default: Any = None
+
+
+def describe_differences(
+    found: Sequence[tuple[str, Any, Any]],
+    set_by: Mapping[str, SetBy] | None = None,
+    changed: Mapping[str, tuple[Any, Any]] | None = None,
+) -> str:
     """``"--holdout 0.1 -> 0.3; --seed 42 -> 7"``: each difference, a top-level key as its option, a nested one by
-    its dotted name (``recipe_values.training.seed``)."""
-    return "; ".join(f"{_option(key)} {_shown(old)} -> {_shown(new)}" for key, old, new in found)
+    its dotted name (``recipe_values.training.seed``).
+
+    A key of ``set_by`` is named by the option that sets it, with that option's own change where ``changed`` (the
+    other differences of the run, ``{key: (stored, new)}``) holds it, and the key's difference after it:
+    ``"--recipe hybrid-teacher-hard -> inverse-cloze-hard (its mining: pairs mined -> inverse-cloze)"``."""
+    set_by, changed = set_by or {}, changed or {}
+    items: list[str] = []
+    derived: dict[str, list[str]] = {}
+    for key, old, new in found:
+        how = set_by.get(key)
+        if how is None:
+            items.append(f"{_option(key)} {_shown(old)} -> {_shown(new)}")
+            continue
+        old, new = (how.default if old is None else old), (how.default if new is None else new)
+        if how.option not in derived:
+            derived[how.option] = []
+            items.append(how.option)  # a place held for the option, filled below
+        derived[how.option].append(f"{key} {_shown(old)} -> {_shown(new)}")
+    for option, parts in derived.items():
+        own = changed.get(option.lstrip("-").replace("-", "_"))
+        said = option if own is None else f"{option} {_shown(own[0])} -> {_shown(own[1])}"
+        items[items.index(option)] = f"{said} (which decides {', '.join(parts)})"
+    return "; ".join(items)
 
 
-def difference_line(what: str, found: Sequence[tuple[str, Any, Any]], option: str, ways: str | None = None) -> str:
+def difference_line(
+    what: str,
+    found: Sequence[tuple[str, Any, Any]],
+    option: str,
+    ways: str | None = None,
+    set_by: Mapping[str, SetBy] | None = None,
+    changed: Mapping[str, tuple[Any, Any]] | None = None,
+) -> str:
     """The one line a rerun stops with: ``what`` (the stage's folder) was made with other settings, each named
-    (:func:`describe_differences`), and the ways on: ``ways``, by default ``--overwrite`` or a new ``option``
-    folder (a command without ``--overwrite`` names its own)."""
-    named = describe_differences(found)
+    (:func:`describe_differences`, with ``set_by`` and ``changed``), and the ways on: ``ways``, by default
+    ``--overwrite`` or a new ``option`` folder (a command without ``--overwrite`` names its own)."""
+    named = describe_differences(found, set_by, changed)
     ways = ways or f"Pass --overwrite to delete that run and start again, or give a new {option} folder."
     return f"{what} was made with other settings ({named}); reusing it would report another run as this one. {ways}"
 

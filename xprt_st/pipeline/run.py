@@ -96,11 +96,20 @@ def plan(
     output = Path(output)
     stored = read_fingerprints(output)
     completed = read_state(output).get("stages", {})
+    prints = [stage.fingerprint() for stage in stages]
+    pairs = zip(stages, prints, strict=True)
+    records = [stored.get(stage.name) if print_ is not None else None for stage, print_ in pairs]
+    # every stage's top-level differences, so a key one stage derives (SetBy) is named by the option a user changed
+    changed = {
+        key: (old, new)
+        for fingerprint, record in zip(prints, records, strict=True)
+        if isinstance(record, dict)
+        for key, old, new in differences(record, fingerprint)
+        if "." not in key
+    }
     actions: list[Action] = []
     upstream_runs = False
-    for stage in stages:
-        fingerprint = stage.fingerprint()
-        record = stored.get(stage.name) if fingerprint is not None else None
+    for stage, fingerprint, record in zip(stages, prints, records, strict=True):
         where = output / stage.folder
         # a stage of its own folder that is not there never wrote anything a rerun could mislabel
         written = not stage.folder or where.exists() or where.is_symlink()
@@ -117,7 +126,8 @@ def plan(
         else:
             found = [item for item in differences(record, fingerprint) if item[0] not in OLDER_KEYS]
             if found and written and not overwrite:
-                raise FingerprintError(difference_line(str(where), found, option))
+                set_by = getattr(stage, "set_by", None)
+                raise FingerprintError(difference_line(str(where), found, option, set_by=set_by, changed=changed))
             done = (completed.get(stage.name) or {}).get("complete")
             if found:
                 action = Action.REDO if written else Action.RUN

@@ -21,6 +21,10 @@ class Stage(Protocol[ConfigT_co]):
         name: the stage's name in the stage table and the state file (``mine``, ``hard negatives``, ``train``).
         folder: where it writes, relative to the pipeline's output folder (``""``: the output folder itself).
         config: the stage's settings, a dataclass (typed, validated when made).
+
+    A stage whose fingerprint holds a key the user sets through another option (the quickstart's mining ``pairs``,
+    which ``--recipe`` decides) may also have ``set_by``, ``{key: SetBy(option, default)}``
+    (:class:`xprt_st.fingerprint.SetBy`): a refusal then names that option, not the key.
     """
 
     name: str

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 from xprt_st.evaluation.lexical import BM25
 from xprt_st.evaluation.run import evaluate_models
+from xprt_st.fingerprint import SetBy
 from xprt_st.mining import mine
 from xprt_st.mining.after_merge import AfterMerge, finish_mining, has_hard_negatives
 from xprt_st.mining.config import MiningConfigError
@@ -142,6 +143,9 @@ class MinedStage:
     progress: bool = True
     name: ClassVar[str] = MINED
     folder: ClassVar[str] = MINED
+    set_by: ClassVar[dict[str, SetBy]] = {"pairs": SetBy("--recipe", "mined"), "rank_by": SetBy("--recipe", "fused")}
+    """The mining keys the recipe decides (:func:`~xprt_st.quickstart.config.recipe_mining`; the quickstart has no
+    ``--pairs`` or ``--rank-by``), left out of the fingerprint at their defaults."""
 
     def fingerprint(self) -> dict[str, Any]:
         """What decides ``mined/``."""
