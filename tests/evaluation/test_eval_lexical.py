@@ -165,3 +165,20 @@ def test_a_missing_bm25s_is_named_with_its_install_line(monkeypatch: pytest.Monk
     monkeypatch.setitem(sys.modules, "bm25s", None)
     with pytest.raises(LexicalSpecError, match=r"pip install 'bm25s>="):
         check_lexical_spec("bm25")
+
+
+def test_bm25_on_a_corpus_without_a_term_finds_nothing_and_says_why(
+    beir_writer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every document empty or stopwords only: bm25s cannot index it (it raised ``max() arg is an empty sequence``,
+    which ``evaluate`` printed as its error). BM25 then finds no document for any query, scores 0 and warns why;
+    a stopword-only query on an indexed corpus finds nothing too, with no error."""
+    corpus = {"a": {"title": "", "text": "the of and"}, "b": {"title": "", "text": ""}}
+    folder = beir_writer(tmp_path / "no-terms", corpus, {"q": "cat"}, [("q", "a", 1)])
+    with caplog.at_level("WARNING", logger="xprt_st.evaluation.lexical"):
+        report = evaluate_models(["bm25"], [str(folder)])
+    assert report.per_query["no-terms"]["bm25"] == {"q": 0.0}
+    assert "none of the 2 documents has a term BM25 indexes" in caplog.text
+    folder = beir_writer(tmp_path / "stop-query", CORPUS, {"q-stop": "the of and", **QUERIES}, QRELS)
+    per_query = evaluate_models(["bm25"], [str(folder)]).per_query["stop-query"]["bm25"]
+    assert per_query["q-walked"] == 1.0

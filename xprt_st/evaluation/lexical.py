@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,8 @@ from xprt_st.errors import XPRTError
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
+
+logger = logging.getLogger(__name__)
 
 BM25 = "bm25"
 """The model name of the BM25 reference."""
@@ -176,6 +179,8 @@ class BM25Search:
         self.mteb_model_meta = _meta("xprt-st/bm25", bm25_revision(self.settings))
         self._ids: list[str] = []
         self._retriever: Any = None
+        self._indexed = False
+        """Whether the corpus had a term to index; without one every query finds nothing."""
         self._stemmer: Any = None
 
     def _tokenize(self, texts: list[str], *, ids: bool, show: bool) -> Any:  # noqa: ANN401 (bm25s's tokens)
@@ -197,8 +202,17 @@ class BM25Search:
         titles = corpus["title"] if "title" in corpus.column_names else [""] * len(self._ids)
         texts = [f"{title or ''}\n{text}" for title, text in zip(titles, corpus["text"], strict=True)]
         settings = {key: self.settings[key] for key in ("k1", "b", "method")}
+        tokens = self._tokenize(texts, ids=True, show=show)
         self._retriever = bm25s.BM25(**settings)
-        self._retriever.index(self._tokenize(texts, ids=True, show=show), show_progress=show)
+        if not tokens.vocab:  # bm25s cannot index a corpus without a term (max() of an empty sequence)
+            logger.warning(
+                "bm25: none of the %d documents has a term BM25 indexes (a word of two or more letters or digits "
+                "that is not a stopword): it finds no document for any query, and scores 0",
+                len(self._ids),
+            )
+            return
+        self._retriever.index(tokens, show_progress=show)
+        self._indexed = True
 
     def search(
         self,
@@ -213,6 +227,8 @@ class BM25Search:
         reranking task), only the documents it lists for the query."""
         if self._retriever is None:
             raise RuntimeError("BM25Search.search before index: mteb indexes the corpus first")
+        if not self._indexed:
+            return {query_id: {} for query_id in queries["id"]}
         show = bool(encode_kwargs.get("show_progress_bar", False))
         tokens = self._tokenize(_query_texts(queries), ids=False, show=show)
         found, scores = self._retriever.retrieve(tokens, k=min(top_k, len(self._ids)), show_progress=show)
