@@ -139,7 +139,7 @@ def describe_differences(
 
     A key of ``set_by`` is named by the option that sets it, with that option's own change where ``changed`` (the
     other differences of the run, ``{key: (stored, new)}``) holds it, and the key's difference after it:
-    ``"--recipe hybrid-teacher-hard -> inverse-cloze-hard (its mining: pairs mined -> inverse-cloze)"``."""
+    ``"--recipe hybrid-teacher-hard -> inverse-cloze-hard (which decides pairs mined -> inverse-cloze)"``."""
     set_by, changed = set_by or {}, changed or {}
     items: list[str] = []
     derived: dict[str, list[str]] = {}
