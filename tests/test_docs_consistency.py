@@ -1,8 +1,8 @@
 """The README and docs agree with the files their figures come from, and with the code they describe.
 
 Every figure the README quotes is recomputed here from its source (``benchmarks/results/*.json``, the tables of
-``docs/results.md``), so a figure that drifts from its source, or a source re-run without the README following,
-fails a test that names both.
+``docs/results.md`` and of the studies under ``docs/results/``), so a figure that drifts from its source, or a source
+re-run without the README following, fails a test that names both.
 """
 
 from __future__ import annotations
@@ -18,11 +18,16 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text(encoding="utf-8")
 RESULTS = (REPO / "docs" / "results.md").read_text(encoding="utf-8")
+"""The current evidence: the at-a-glance table and one section per question a user asks."""
+STUDIES = REPO / "docs" / "results"
+"""The studies, one file per section of the former docs/results.md, kept as written, and their index (README.md)."""
+STUDY_FILES = sorted(STUDIES.glob("*.md"))
+EVERY_RESULT = "\n".join([RESULTS, *(path.read_text(encoding="utf-8") for path in STUDY_FILES)])
 TRAINING = (REPO / "docs" / "training.md").read_text(encoding="utf-8")
 LOSSES = (REPO / "docs" / "losses.md").read_text(encoding="utf-8")
 MINING = (REPO / "docs" / "mining.md").read_text(encoding="utf-8")
 BENCH = REPO / "benchmarks" / "results"
-USER_DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+USER_DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *STUDY_FILES]
 
 
 def _json(name: str) -> dict:
@@ -58,6 +63,11 @@ def _tables(text: str) -> list[list[dict[str, str]]]:
             tables.append([dict(zip(header, row, strict=False)) for row in rows])
         block = []
     return tables
+
+
+def _study(name: str, heading: str) -> str:
+    """The section ``heading`` of the study ``docs/results/NAME``: where the table a test checks now lives."""
+    return _section((STUDIES / name).read_text(encoding="utf-8"), heading)
 
 
 def _table(text: str, first_column: str, containing: str | None = None) -> list[dict[str, str]]:
@@ -155,7 +165,7 @@ def test_user_docs_name_no_issue_numbers_and_no_commit_hashes() -> None:
         text = path.read_text(encoding="utf-8")
         issues = re.findall(r"\bissues? #?\d+", text, flags=re.I)
         assert not issues, f"{path.name} names {issues[:3]}"
-        if path.name == "results.md":  # its runs keep the commit they ran on (provenance)
+        if path.name == "results.md" or path.parent == STUDIES:  # the runs keep the commit they ran on (provenance)
             continue
         hashes = [h for h in re.findall(r"\b[0-9a-f]{7,40}\b", text) if re.search(r"\d", h) and re.search("[a-f]", h)]
         assert not hashes, f"{path.name} names commits {hashes[:3]}"
@@ -174,6 +184,77 @@ def test_readme_links_point_at_files_that_exist() -> None:
     for target in re.findall(r"\]\(([^)#]+)\)", README):
         if not target.startswith("http"):
             assert (REPO / target).exists(), f"README links to {target}, which does not exist"
+
+
+# --- docs/results.md answers the questions; the studies under docs/results/ hold the runs --------------------
+
+
+def _slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _links(path: Path) -> list[tuple[Path, str]]:
+    """Every relative link of a Markdown file: the file it names (resolved from the file's folder) and its anchor."""
+    targets = re.findall(r"\]\(([^)\s]+)\)", path.read_text(encoding="utf-8"))
+    return [
+        ((path.parent / target.split("#")[0]).resolve(), target.partition("#")[2])
+        for target in targets
+        if not target.startswith(("http://", "https://", "#"))
+    ]
+
+
+def test_results_is_short_and_links_every_study_which_links_back() -> None:
+    assert len(RESULTS.splitlines()) <= 300, "docs/results.md is the current evidence: at most 300 lines"
+    headings = re.findall(r"^## (.+)$", RESULTS, flags=re.M)
+    assert len(headings) >= 8 and "At a glance" in headings
+    index = STUDIES / "README.md"
+    linked = {target for source in (REPO / "docs" / "results.md", index) for target, _ in _links(source)}
+    unlinked = [path.name for path in STUDY_FILES if path.resolve() not in linked]
+    assert not unlinked, f"docs/results/ files linked from neither docs/results.md nor its README.md: {unlinked}"
+    for path in [REPO / "docs" / "results.md", *STUDY_FILES]:
+        for target, anchor in _links(path):
+            assert target.exists(), f"{path.relative_to(REPO)} links to {target}, which does not exist"
+            if anchor and target.suffix == ".md":
+                slugs = {_slug(h) for h in re.findall(r"^#+ (.+)$", target.read_text(encoding="utf-8"), flags=re.M)}
+                assert anchor in slugs, f"{path.relative_to(REPO)} links to {target.name}#{anchor}: no such heading"
+    for path in STUDY_FILES:
+        first, second = path.read_text(encoding="utf-8").splitlines()[:2]
+        assert "](../results.md)" in first, f"{path.name}: its first line links back to docs/results.md"
+        assert path == index or second.startswith("#"), f"{path.name}: the moved section's heading follows that line"
+
+
+def test_the_current_evidence_quotes_its_records() -> None:
+    """The figures docs/results.md quotes from benchmarks/results/ (beside the studies' tables the tests above read)."""
+
+    said = " ".join(RESULTS.split())  # line breaks read as spaces
+
+    def interval(figure: dict) -> str:
+        return f"{figure['difference']:+.2f} [{figure['low']:+.2f}, {figure['high']:+.2f}]"
+
+    for corpus, recipe in (
+        ("arguana", "hybrid-teacher-hard"),
+        ("nfcorpus", "hybrid-teacher-hard"),
+        ("python-docs", "inverse-cloze-hard"),
+    ):
+        models = _json(f"lexical-comparison/{corpus}.json")["models"]
+        for seed in (42, 43):
+            assert interval(models[f"seed-{seed}/{recipe}"]["vs_start"]) in said, (corpus, recipe, seed)
+    arguana = _json("lexical-comparison/arguana.json")
+    for seed in (42, 43):
+        assert interval(arguana["models"][f"seed-{seed}/hybrid-teacher-hard"]["vs_change-only-positive-hard"]) in said
+    assert interval(arguana["references_vs_start"]["hybrid"]) in said
+    python_docs = _json("lexical-comparison/python-docs.json")["references_vs_start"]
+    assert all(interval(python_docs[name]) in said for name in ("bm25", "hybrid"))
+    runs = {run["variant"]: run for run in _json("bench-step-pace-cpu.json")["runs"]}
+    assert f"{runs['neither']['step_s_median']:.2f} s a step" in said
+    assert f"**{runs['both']['step_s_median']:.2f} s**" in said
+    assert f"{runs['both']['train_texts_per_s']:.1f} texts/s" in said
+    quickstart = _json("quickstart-step-pace-cpu.json")
+    assert f"{round(quickstart['wall_s_time'])} s wall, peak RSS {quickstart['peak_rss_kb']:,} KB" in said
+    tau = _json("label-free-evidence-minilm-3seeds.json")["kendall_overall"]
+    claim = f"{tau['tau']:+.2f} [{tau['ci_low']:+.2f}, {tau['ci_high']:+.2f}] (continued from MiniLM, {tau['models']}"
+    assert claim in " ".join(_section(RESULTS, "## Can I tell without labels?").split())
 
 
 def _module_source(module: str) -> Path:
@@ -279,7 +360,7 @@ def test_recipe_step_costs_are_the_measured_ones() -> None:
     hybrid = _json("bench-losses-hybrid-cpu.json")["results"]["hybrid_teacher_hard"]["cpu_ratio"]
     assert costs["hybrid-teacher-hard"] == round(hybrid, 1)
     # no step benchmark: training time relative to change-only-positive in the from-BERT run (seeds 42, 43)
-    run_times = _table(_section(RESULTS, "## Run times"), "stage")
+    run_times = _table(_study("run-times.md", "## Run times"), "stage")
     times = {row["stage"]: float(row["wall seconds"]) for row in run_times if row["stage"].startswith("seed")}
 
     def mean(recipe: str) -> float:
@@ -296,7 +377,7 @@ def test_the_decoder_cost_is_one_figure_everywhere() -> None:
     for name, text in (("notebook", notebook), ("results.md", RESULTS), ("losses.md", LOSSES)):
         assert figure in text, f"{name} does not quote the step cost {figure}"
     for stale in ("about 3x", "threefold", "about 10x", "about 8x", "6.7x a change-only", "6.7x an MNRL"):
-        for name, text in (("notebook", notebook), ("results.md", RESULTS), ("README", README)):
+        for name, text in (("notebook", notebook), ("docs/results", EVERY_RESULT), ("README", README)):
             assert stale not in text, f"{name} still says {stale!r}"
 
 
@@ -307,23 +388,24 @@ def _readme_summary() -> str:
 
 def test_headline_figures() -> None:
     headline = _readme_summary()
-    positive = _means(_table(_section(RESULTS, "## 4. "), "versus"), key="versus")["change-only-random-positive"]
+    head_to_head = _table(_study("04-positive-isolated.md", "## 4. "), "versus")
+    positive = _means(head_to_head, key="versus")["change-only-random-positive"]
     assert f"{positive:.2f} points" in headline
     continued = [
-        *_means(_mean_table(_section(RESULTS, "## 1. "))).values(),
-        *_means(_mean_table(_section(RESULTS, "## 2. "))).values(),
+        *_means(_mean_table(_study("01-toy-scale.md", "## 1. "))).values(),
+        *_means(_mean_table(_study("02-longer-probe.md", "## 2. "))).values(),
     ]
     assert "about half a point" in headline and max(abs(v) for v in continued) <= 0.5
 
 
 def test_results_at_a_glance() -> None:
     continued = {
-        **{f"1:{k}": v for k, v in _means(_mean_table(_section(RESULTS, "## 1. "))).items()},
-        **{f"2:{k}": v for k, v in _means(_mean_table(_section(RESULTS, "## 2. "))).items()},
+        **{f"1:{k}": v for k, v in _means(_mean_table(_study("01-toy-scale.md", "## 1. "))).items()},
+        **{f"2:{k}": v for k, v in _means(_mean_table(_study("02-longer-probe.md", "## 2. "))).items()},
     }
     assert _signed(_readme_row("continued")["result"]) == [min(continued.values()), max(continued.values())]
 
-    rerun = _means(_mean_table(_section(RESULTS, "### 3b, re-run")))
+    rerun = _means(_mean_table(_study("03b-from-bert-shipped.md", "### 3b, re-run")))
     contrastive = [rerun[r] for r in ("xprt", "change-only-positive", "random-positive", "random-span-contrastive")]
     reconstruction = [rerun[r] for r in ("retromae", "tsdae", "self-only")]
     assert _signed(_readme_row("from an MLM-only")["result"]) == [
@@ -333,25 +415,28 @@ def test_results_at_a_glance() -> None:
         max(reconstruction),
     ]
 
-    positive = _table(_section(RESULTS, "## 4. "), "versus")[0]
+    positive = _table(_study("04-positive-isolated.md", "## 4. "), "versus")[0]
     assert (
         positive["versus"] == "change-only-random-positive" and positive["verdict for change-only-positive"] == "gain"
     )
     row = _readme_row("from BERT, 120 steps of L_xp")
     assert _signed(row["result"]) == [_number(positive["mean"])] and "gain in both seeds" in row["result"]
 
-    fill_in = _table(_section(RESULTS, "### 5, re-run"), "versus")[0]
+    fill_in = _table(_study("05-fill-in.md", "### 5, re-run"), "versus")[0]
     assert fill_in["versus"] == "change-only-positive-masked"
     row = _readme_row("from BERT, 120 steps", exact=True)
     assert _signed(row["result"]) == [_number(fill_in["mean"])] and fill_in["verdict for xprt"] in row["result"]
 
-    unsupervised = _means(_mean_table(_section(RESULTS, "## 7. ")))
+    unsupervised = _means(_mean_table(_study("07-unsupervised-start.md", "## 7. ")))
     assert _signed(_readme_row("from an unsupervised")["result"]) == [
         min(unsupervised.values()),
         max(unsupervised.values()),
     ]
 
-    switch = {row["branch minus branch"]: row for row in _table(_section(RESULTS, "## 9. "), "branch minus branch")}
+    switch = {
+        row["branch minus branch"]: row
+        for row in _table(_study("09-switch-experiment.md", "## 9. "), "branch minus branch")
+    }
     mined = switch["(b) mined positive - (a) random spans"]
     row = _readme_row("from BERT, switching")
     assert _signed(row["result"]) == [_number(mined["mean"])] and mined["verdict"] == "loss"
@@ -374,7 +459,7 @@ def test_label_free_evidence_figures() -> None:
     # the settings whose candidates differ in where their positives come from (all but the section 5 re-run)
     differ = [s["tau"] for name, s in settings.items() if name != "compare-from-bert-120-v2"]
     assert _signed(_readme_row("label-free")["result"]) == [round(min(differ), 2), round(max(differ), 2)]
-    section10 = _section(RESULTS, "## 10. ")
+    section10 = _study("10-label-free-check.md", "## 10. ")
     assert "Two settings were measured" not in section10
     assert f"{words[len(settings)].capitalize()} settings were measured" in section10
 
@@ -383,12 +468,13 @@ def test_label_free_evidence_figures() -> None:
 
 
 def test_fill_in_terms_are_stated_one_way() -> None:
-    fill_in = _table(_section(RESULTS, "### 5, re-run"), "versus")[0]
+    fill_in = _table(_study("05-fill-in.md", "### 5, re-run"), "versus")[0]
     figure = f"+{_number(fill_in['mean']):.2f}"
-    compared = _section(RESULTS, "## Compared with the paper")
+    compared = _study("compared-with-the-paper.md", "## Compared with the paper")
     assert "does not show" not in compared and figure in compared
-    assert figure in RESULTS.split("## The commands")[0]
-    assert "do not measurably help" not in RESULTS
+    assert figure in RESULTS  # the current evidence
+    assert figure in _study("00-bottom-line.md", "# Results")  # the studies' own summary, as written
+    assert "do not measurably help" not in EVERY_RESULT
 
 
 def test_ray_two_worker_figures_are_the_recorded_ones() -> None:
@@ -552,7 +638,7 @@ def test_the_readme_quickstart_stage_figures_are_the_benchmarks() -> None:
 
 
 def test_structure_figures_are_section_14s() -> None:
-    section = _section(RESULTS, "## 14. ")
+    section = _study("14-structure-positives.md", "## 14. ")
 
     def means(subsection: str) -> dict[str, float]:
         table = _table(_section(section, f"### {subsection}"), "recipe")
@@ -583,7 +669,7 @@ def test_structure_figures_are_section_14s() -> None:
 
 
 def test_precision_figures_are_the_benchmarks() -> None:
-    section = _section(RESULTS, "## 16. ")
+    section = _study("16-precision.md", "## 16. ")
     mining = json.loads((BENCH / "precision-mining-nfcorpus-cpu.json").read_text(encoding="utf-8"))
     agreement = mining["agreement"]
     rows = {row[""]: row for row in _table(section, "")}
@@ -612,7 +698,7 @@ def test_precision_figures_are_the_benchmarks() -> None:
 
 
 def test_precision_evaluation_figures_are_the_benchmarks() -> None:
-    section = _section(RESULTS, "## 16. ")
+    section = _study("16-precision.md", "## 16. ")
     run = json.loads((BENCH / "precision-evaluation-cpu.json").read_text(encoding="utf-8"))
     rows = {row["task"]: row for row in _table(section, "task")}
     for task, fp32 in run["scores"]["fp32"].items():
@@ -626,14 +712,14 @@ def test_precision_evaluation_figures_are_the_benchmarks() -> None:
 
 
 def test_the_lexical_comparison_tables_are_the_records() -> None:
-    """docs/results.md section 17's rows are what benchmarks/lexical_comparison.py makes of its own records."""
+    """docs/results/17-corpus-words.md's rows are what benchmarks/lexical_comparison.py makes of its own records."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("lexical_comparison", REPO / "benchmarks" / "lexical_comparison.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    section = _section(RESULTS, "## 17. ")
+    section = _study("17-corpus-words.md", "## 17. ")
     for corpus in ("nfcorpus", "python-docs", "arguana"):
         for row in module.table(_json(f"lexical-comparison/{corpus}.json")):
             assert row in section, row
@@ -641,7 +727,7 @@ def test_the_lexical_comparison_tables_are_the_records() -> None:
 
 def test_step_pace_figures_are_the_recorded_ones() -> None:
     runs = {run["variant"]: run for run in _json("bench-step-pace-cpu.json")["runs"]}
-    table = _table(_section(RESULTS, "## 19. The step at the hardware's pace"), "variant")
+    table = _table(_study("19-step-pace.md", "## 19. The step at the hardware's pace"), "variant")
     assert len(table) == len(runs) == 4
     for row in table:
         run = runs[row["variant"].split(" (")[0].removesuffix(" only")]
