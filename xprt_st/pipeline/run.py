@@ -99,17 +99,15 @@ def plan(
     prints = [stage.fingerprint() for stage in stages]
     pairs = zip(stages, prints, strict=True)
     records = [stored.get(stage.name) if print_ is not None else None for stage, print_ in pairs]
+    compared = [
+        [item for item in differences(record, print_) if item[0] not in OLDER_KEYS] if isinstance(record, dict) else []
+        for print_, record in zip(prints, records, strict=True)
+    ]
     # every stage's top-level differences, so a key one stage derives (SetBy) is named by the option a user changed
-    changed = {
-        key: (old, new)
-        for fingerprint, record in zip(prints, records, strict=True)
-        if isinstance(record, dict)
-        for key, old, new in differences(record, fingerprint)
-        if "." not in key
-    }
+    changed = {key: (old, new) for found in compared for key, old, new in found if "." not in key}
     actions: list[Action] = []
     upstream_runs = False
-    for stage, fingerprint, record in zip(stages, prints, records, strict=True):
+    for stage, fingerprint, record, found in zip(stages, prints, records, compared, strict=True):
         where = output / stage.folder
         # a stage of its own folder that is not there never wrote anything a rerun could mislabel
         written = not stage.folder or where.exists() or where.is_symlink()
@@ -124,7 +122,6 @@ def plan(
                 )
             action = Action.REDO if unchecked else Action.RUN
         else:
-            found = [item for item in differences(record, fingerprint) if item[0] not in OLDER_KEYS]
             if found and written and not overwrite:
                 set_by = getattr(stage, "set_by", None)
                 raise FingerprintError(difference_line(str(where), found, option, set_by=set_by, changed=changed))
