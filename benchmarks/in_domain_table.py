@@ -1,4 +1,4 @@
-"""One in-domain comparison as the row format of docs/results.md section 11, from the records the run wrote.
+"""One in-domain comparison as the row format of docs/results/11-in-domain.md, from the records the run wrote.
 
 Reads ``RECORDS/compare.csv`` and ``RECORDS/records.json`` (``benchmarks/in_domain_records.py`` copies both
 from a run folder) and prints one Markdown row per recipe: each seed's score and gain with its 95% interval,

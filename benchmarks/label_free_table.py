@@ -2,8 +2,8 @@
 
 Reads the ``titles-evidence.json`` records of ``benchmarks/label_free_titles.py`` (copied to
 ``benchmarks/results/label-free-titles-*.json``) and prints, per setting, the models ranked, the labelled spread,
-and each signal's Kendall tau with its 95% interval and its selection gap in labelled points (docs/results.md,
-section 12e)::
+and each signal's Kendall tau with its 95% interval and its selection gap in labelled points
+(docs/results/12-titles-and-headings.md, 12e)::
 
     python benchmarks/label_free_table.py benchmarks/results/label-free-titles-*.json
 """

@@ -3,8 +3,8 @@
 In-domain, on NFCorpus: the held-out documents of a mined folder (``xprt-st mine --title-field title --holdout``)
 give the candidate signals, NFCorpus's test queries the labelled score, and the two rankings of a set of models
 are related by Kendall tau (tau-b, 95% percentile bootstrap over models, 2,000 resamples, seed 0) and by LARMOR's
-selection gap (labelled score of the model a signal picks minus the best labelled score), as in section 10 of
-``docs/results.md`` (the functions of ``label_free_evidence.py``).
+selection gap (labelled score of the model a signal picks minus the best labelled score), as in
+``docs/results/10-label-free-check.md`` (the functions of ``label_free_evidence.py``).
 
 Candidate signals, all from the held-out documents only, higher = better:
 
@@ -20,9 +20,9 @@ Settings (each its own ranking):
   (default NFCorpus) on a seeded subsample of its test queries with every judged document kept
   (``--max-queries``/``--max-corpus``; 0 keeps every query);
 - ``indomain`` (``--indomain RUN...``): the models of in-domain ``xprt-st compare`` runs (NFCorpus, ArguAna, the
-  Python docs: docs/results.md section 12b) with the labelled scores they recorded (every test query); the mined
-  folder must hold out the same documents (same ``--holdout``, seed and id field), so none of those models
-  trained on them;
+  Python docs: docs/results/12-titles-and-headings.md, 12b) with the labelled scores they recorded (every test
+  query); the mined folder must hold out the same documents (same ``--holdout``, seed and id field), so none of
+  those models trained on them;
 - ``switch`` (``--switch RUN...``): every model of switch-experiment runs (``benchmarks/switch_experiment.py``:
   the fork checkpoint, the trunk continued and each branch, per seed) with the labelled means they recorded; the
   mined folder holds documents none of them trained on (``label_free_settings.py --titles`` leaves out the

@@ -19,7 +19,7 @@ nearest passage (``stats.json``), and each model's logged terms at step 10 and a
 
 A folder given as ``--fused-scores DIR`` holds the start's and ``change-only-positive-hard``'s score files
 (``DIR/start.json``, ``DIR/seed-S/RECIPE.json``: an earlier run's records of the same configuration, as ArguAna's
-section 16 run); the fused run's own start must equal it query by query.
+run of docs/results/16-precision.md); the fused run's own start must equal it query by query.
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ def _cell(row: dict[str, float]) -> str:
 
 
 def table(result: dict[str, Any]) -> list[str]:
-    """The corpus's rows of docs/results.md section 17: references, then each recipe's seeds, gap share and head to
+    """The corpus's rows of docs/results/17-corpus-words.md: references, then each recipe's seeds, gap share and head to
     head against change-only-positive-hard (nDCG@10 x100)."""
     references = result["references"]
     lines = [

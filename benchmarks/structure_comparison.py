@@ -11,7 +11,7 @@ nothing is trained twice), then the report is written as ``xprt-st compare --rep
     python benchmarks/structure_comparison.py pack CONFIG:RUN [...] --output results.tar.gz
 
 ``pack`` keeps what a report reads (scores, timings, each model's training record and loss log, the mined folder's
-stats) and leaves out the weights. The figures of docs/results.md section 14 come from these files.
+stats) and leaves out the weights. The figures of docs/results/14-structure-positives.md come from these files.
 """
 
 from __future__ import annotations

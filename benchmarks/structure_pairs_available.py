@@ -7,7 +7,7 @@ Builds the config's corpus in ``OUT/corpus`` (``--pages`` replaces the first sou
 ``scripts/build_quickstart_data.py --all-pages``) and mines it into ``OUT/mined`` with the config's mining
 settings and ``structure``, but no structure hard negatives (they do not change what is paired, and cost a
 second encoding). Prints the corpus counts, the seconds of each step and ``stats.json``'s ``structure``: the
-titles, headings and links kept and dropped by reason (``docs/results.md`` section 13, "pairs available").
+titles, headings and links kept and dropped by reason (``docs/results/13-structure-first-run.md``, "pairs available").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One Markdown table from several ``xprt-st finetune-compare`` output folders (docs/results.md, section 8).
+"""One Markdown table from several ``xprt-st finetune-compare`` output folders (docs/results/08-fine-tuning.md).
 
 Reads each folder's ``finetune_compare.json`` (written by the run itself) and prints, per folder, the
 overall nDCG@10 of the four models, the gain before and after fine-tuning with their paired bootstrap 95%

@@ -1,4 +1,4 @@
-"""The titled held-out folder of an in-domain comparison on a BEIR corpus (docs/results.md, section 12).
+"""The titled held-out folder of an in-domain comparison on a BEIR corpus (docs/results/12-titles-and-headings.md).
 
 An in-domain ``xprt-st compare`` run on a BEIR task (``corpus: [{task: arguana}]``, ``holdout: 0.1``) holds out
 the documents that :func:`xprt_st.mining.is_held_out` picks by their ``_id``; none of its models trained on them.

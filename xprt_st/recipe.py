@@ -6,7 +6,7 @@ come from one of two *settings* defined once, here, with the paper's values:
 
 - ``continued``: continued pre-training of an already contrastive model (the paper starts from
   E5-base-unsupervised at learning rate 1e-6, with the retention term, weight 40 -> 0, for every method;
-  here lr 2e-5, the in-domain sweep's best: 1e-6 moved nothing measurable, docs/results.md section 11);
+  here lr 2e-5, the in-domain sweep's best: 1e-6 moved nothing measurable, docs/results/11-in-domain.md);
 - ``from-bert``: pre-training from BERT (the paper trains 6 epochs; no retention, since there is nothing
   to retain).
 
@@ -216,7 +216,7 @@ SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
 """The two settings of the paper. ``continued``: the paper starts from E5-base-unsupervised (not available
 offline; pass ``--model intfloat/e5-base-unsupervised`` where the hub is reachable), here the offline default,
 with retention 40 -> 0 for every method, at lr 2e-5 where the paper has 1e-6: in the in-domain sweep from
-all-MiniLM-L6-v2 (docs/results.md, section 11) 1e-6 moved nothing measurable in 30 steps (NFCorpus +0.08, ArguAna
+all-MiniLM-L6-v2 (docs/results/11-in-domain.md) 1e-6 moved nothing measurable in 30 steps (NFCorpus +0.08, ArguAna
 +0.01) and 2e-5 gave the gains (ArguAna +0.94 in 30 steps, +2.47 in 300); ``--learning-rate 1e-6`` is the paper's.
 ``from-bert``: BERT-base, 6 epochs over the mined groups, no retention; the paper does not
 state the learning rate or warm-up here, so 1e-4 with 10% warm-up (usual for BERT pre-training) is assumed."""

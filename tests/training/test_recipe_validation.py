@@ -44,7 +44,7 @@ def test_baselines_change_only_the_objective():
 def test_settings_hold_the_paper_values_but_the_measured_learning_rate():
     raw = {"name": "t", "objective": {"name": "cross-passage"}}
     continued = build_recipe(raw)
-    # the paper's 1e-6 moved nothing measurable in the in-domain sweep (docs/results.md, section 11)
+    # the paper's 1e-6 moved nothing measurable in the in-domain sweep (docs/results/11-in-domain.md)
     assert continued.training.learning_rate == 2e-5 and continued.retention.enabled
     assert (continued.retention.start, continued.retention.end) == (40.0, 0.0)
     bert = build_recipe(raw, setting="from-bert")

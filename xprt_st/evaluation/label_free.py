@@ -29,7 +29,7 @@ so the task is of the objective's own kind: the starting model that mined it has
 an objective can raise it by learning the miner's notion of related without retrieving better for
 real queries. It is a drift and sanity signal (did training break retrieval among the user's own
 passages? did it move at all?), not a verdict on labelled retrieval, unless measured evidence shows
-that it tracks labelled scores (``docs/results.md``).
+that it tracks labelled scores (``docs/results.md``, "Can I tell without labels?").
 
 **Drift.** Beside it, :func:`knn_overlap` measures how far a model moved from its start on the same
 passages: for each held-out passage, the share of its 10 nearest held-out neighbours (cosine, itself

@@ -19,8 +19,8 @@ as in ``mined:DIR``.
 **What it can say.** Whether a model finds a document's passages from what its author called it. A heading
 that the page repeats in its own text (HTML and Markdown headings start their section) is matched word for
 word by any model, so headings are an easier query than titles, which BEIR corpora keep apart from the text.
-Whether the task ranks models as labelled tasks do is a question of evidence (``docs/results.md``, "Label-free
-selection, round 2").
+Whether the task ranks models as labelled tasks do is a question of evidence
+(``docs/results/12-titles-and-headings.md``).
 
 **When it says little.** A folder mined without ``--title-field``, ``--html`` or Markdown headings gets its titles
 from plain-text first lines that read as headlines (:func:`xprt_st.mining.headings.plain_title`): a real headline in

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 ROWS_PER_CHUNK = 16
 """Rows per chunk: few enough that a chunk's rows are alike in length, enough that each matrix product stays
-wide (the step it gives: docs/results.md, "The step at the hardware's pace")."""
+wide (the step it gives: docs/results/19-step-pace.md)."""
 
 
 def embed_by_length(model: nn.Module, features: Sequence[dict[str, Any]], rows: int | None = None) -> list[Tensor]:

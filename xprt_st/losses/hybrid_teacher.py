@@ -131,9 +131,10 @@ class HybridTeacherLoss(nn.Module):
 
         - GPL (Wang et al. 2022) distils a cross-encoder's score margins (MarginMSE) on generated queries; its own
           table credits the teacher's scores, not the queries, with the gain. Here the teacher is the offline
-          ranker a team has, BM25 fused with the start (the fusion beats both on NFCorpus and ArguAna, results
-          section 15), and the target is a listwise softmax (KL, the shape of ``L_ret``) over the batch's
-          candidates, not pairwise margins; the anchors are mined passages, not generated queries.
+          ranker a team has, BM25 fused with the start (the fusion beats both on NFCorpus and ArguAna,
+          docs/results/15-lexical-references.md), and the target is a listwise softmax (KL, the shape of
+          ``L_ret``) over the batch's candidates, not pairwise margins; the anchors are mined passages, not
+          generated queries.
         - SPAR (Chen et al. 2022) trains a dense model to imitate BM25 alone; here BM25 is half of the teacher and
           the start the other half, so the teacher never asks the student to forget what the start ranks well.
         - The scale: the fused ranking is put back on the start's own spread at the student's temperature, so at

@@ -128,7 +128,7 @@ class XPRTLoss(nn.Module):
                 columns; mined from other documents by :mod:`xprt_st.mining.hard_negatives`) join each anchor's
                 candidates in ``L_xp``'s anchor -> positive direction, as in :class:`CrossPassageLoss`. NOT in the
                 paper, whose negatives are the batch's passages only: from a strong start the mined positive is
-                already the nearest passage and ``L_xp`` is near 0 (docs/results.md, section 11). They go through
+                already the nearest passage and ``L_xp`` is near 0 (docs/results/11-in-domain.md). They go through
                 the same encoder pass as the group (15%-masked when that pass is), and feed ``L_xp`` only: the
                 fill-in, MLM, uniformity and retention terms read the group's columns as without them. 0 (the
                 default) is the paper's loss.

@@ -12,16 +12,16 @@ NO_GAIN_NOTE = (
     "(all-MiniLM-L6-v2) is already fine-tuned on about a billion labelled pairs: at this scale most objectives "
     "leave it where it was; pre-trained on the corpus it searches, it gained clearly on ArguAna only "
     "(hybrid-teacher-hard +4.2 and +4.4 in 300 steps, change-only-positive-hard +2.4 and +2.2), and none improves "
-    "an unsupervised retriever (docs/results.md, sections 1, 2, 7, 8, 11 and 17). "
+    "an unsupervised retriever (docs/results/, studies 01, 02, 07, 08, 11 and 17). "
     "The objectives gain from a model that cannot retrieve yet: from BERT, on other text, 40-120 steps, "
-    "sections 3b to 5 (xprt-st compare --config benchmarks/compare-from-bert-cpu.yaml)."
+    "studies 03b to 05 (xprt-st compare --config benchmarks/compare-from-bert-cpu.yaml)."
 )
 """Printed under the quickstart's table when the pre-training did not gain (the docs' findings, in brief)."""
 
 LOSS_NOTE = (
     "A measurable loss: the gain's 95% interval is below 0 on {tasks}. Keep the starting model. Fewer steps "
     "(--max-steps) or a larger corpus is the change to try: every gain measured in-domain came within a third of "
-    "a pass over the mined groups (docs/results.md, section 11)."
+    "a pass over the mined groups (docs/results/11-in-domain.md)."
 )
 """Printed instead of :data:`NO_GAIN_NOTE` when some task's interval lies below 0 (``{tasks}``: their names)."""
 
@@ -56,7 +56,7 @@ class QuickstartDefaults:
     recipe: str = "hybrid-teacher-hard"
     """Adoption step 1 with hard negatives (L_xp, retention, 2 nearest passages of other documents per anchor) plus
     a teacher: the fusion of the corpus's BM25 and the frozen start over each batch's candidates, on the start's
-    scale. The measured best in-domain recipe from all-MiniLM-L6-v2 (docs/results.md, section 17: 300 steps, three
+    scale. The measured best in-domain recipe from all-MiniLM-L6-v2 (docs/results/17-corpus-words.md: 300 steps, three
     corpora, two seeds): above ``change-only-positive-hard`` in all six runs, beyond the interval in both seeds on
     ArguAna (+1.79 and +2.14 nDCG@10), within it on NFCorpus and the Python documentation; the same mined groups."""
     threshold_quantile: float | None = 0.3
@@ -64,7 +64,7 @@ class QuickstartDefaults:
     max_steps: int = 20
     """On the shipped pages: a demonstration that every stage runs, in minutes."""
     corpus_max_steps: int = 300
-    """With ``--corpus``: the measured best point of the in-domain sweep (docs/results.md, section 11: on ArguAna,
+    """With ``--corpus``: the measured best point of the in-domain sweep (docs/results/11-in-domain.md: on ArguAna,
     mean of two seeds, +2.86 at 300 steps, +2.07 at 100, +0.78 at 30; NFCorpus +0.43 against +0.42 at 30), about
     20 minutes of CPU training; at most one pass over the mined groups (:func:`corpus_steps`)."""
     batch_size: int = 16
@@ -81,7 +81,7 @@ DEFAULTS = QuickstartDefaults()
 def corpus_steps(groups: int, batch_size: int, steps: int = DEFAULTS.corpus_max_steps) -> int:
     """The default training steps on a user's corpus: ``steps``, but never more than one pass over its groups.
 
-    Every in-domain gain of docs/results.md section 11 came within a third of a pass (300 steps of 16 are 0.28 of
+    Every in-domain gain of docs/results/11-in-domain.md came within a third of a pass (300 steps of 16 are 0.28 of
     ArguAna's 17,246 groups), and the one run that passed over its groups again, 300 steps over the 1,324 groups
     of 600 NFCorpus documents (3.6 passes), lost 1.16 nDCG@10 points [-2.36, -0.13]. ``--max-steps`` overrides it.
 

@@ -30,7 +30,7 @@ def training_passes(steps: int, batch_size: int, groups: int) -> float:
 def passes_note(steps: int, batch_size: int, groups: int) -> str | None:
     """The line that says a run trains more than one pass over its groups (None for one pass or less).
 
-    Every in-domain gain of docs/results.md section 11 came within a third of a pass, and the one run that passed
+    Every in-domain gain of docs/results/11-in-domain.md came within a third of a pass, and the one run that passed
     over its groups again (3.6 passes over NFCorpus's) lost; the line says so and gives the steps of one pass.
     """
     passes = training_passes(steps, batch_size, groups)
@@ -40,7 +40,7 @@ def passes_note(steps: int, batch_size: int, groups: int) -> str | None:
     return (
         f"--max-steps {steps} at --batch-size {batch_size} trains {passes:.1f} passes over the {groups} mined groups, "
         "each group seen again: every in-domain gain measured came within a third of a pass, and the one run that "
-        "passed over its groups again (3.6 passes, NFCorpus) lost 1.16 nDCG@10 points (docs/results.md, section 11); "
+        "passed over its groups again (3.6 passes, NFCorpus) lost 1.16 nDCG@10 points (docs/results/11-in-domain.md); "
         f"--max-steps {one_pass} is one pass"
     )
 

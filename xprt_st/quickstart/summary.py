@@ -48,8 +48,8 @@ def titles_summary(
     its paired interval over queries), how many of its queries are plain-text ``first_lines``, and the task's
     ``caveat`` when it has one (few queries, or first lines as its titles); None when mining kept fewer than 2
     titles or headings (a corpus without them). People wrote titles and headings, not the mining model, so unlike
-    the label-free check of :func:`label_free_summary` the task does not favour the miner (docs/results.md,
-    section 12).
+    the label-free check of :func:`label_free_summary` the task does not favour the miner
+    (docs/results/12-titles-and-headings.md).
     """
     from xprt_st.encode_backend import load_encoder
     from xprt_st.evaluation.label_free import HeldOutError

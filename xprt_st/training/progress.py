@@ -61,7 +61,7 @@ def low_signal_advice(hard_negatives: int) -> str:
         return (
             f"this run already scores {hard_negatives} hard negative(s) per anchor: try a larger --batch-size (more "
             "in-batch negatives), or a starting model not yet fine-tuned for retrieval (from BERT the objectives "
-            "gain: docs/results.md, sections 3b to 5)"
+            "gain: docs/results/03b-from-bert-shipped.md to 05-fill-in.md)"
         )
     return "try hard negatives (recipe change-only-positive-hard, mined with --hard-negatives) or a larger batch"
 
