@@ -182,3 +182,29 @@ def test_bm25_on_a_corpus_without_a_term_finds_nothing_and_says_why(
     folder = beir_writer(tmp_path / "stop-query", CORPUS, {"q-stop": "the of and", **QUERIES}, QRELS)
     per_query = evaluate_models(["bm25"], [str(folder)]).per_query["stop-query"]["bm25"]
     assert per_query["q-walked"] == 1.0
+
+
+def test_a_corpus_whose_bm25_index_cannot_fit_is_one_line_before_indexing(
+    beir_writer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At 100,000 documents ``evaluate bm25`` peaked at 1.6 GB; at a size the machine cannot hold, the kernel's
+    out-of-memory kill ended it with no word. The index's need is now estimated from the corpus's characters and
+    compared with the RAM still free before bm25s tokenizes anything."""
+    import xprt_st.evaluation.lexical as lexical
+
+    characters = sum(len(f"{doc['title']}\n{doc['text']}") for doc in CORPUS.values())
+    folder = beir_writer(tmp_path / "lexical", CORPUS, QUERIES, QRELS)
+    with pytest.MonkeyPatch.context() as refused:  # undone before the second half, even on a failure
+        refused.setattr(lexical, "available_ram_bytes", lambda: lexical.BM25_BYTES_PER_CHARACTER * characters - 1)
+        refused.setattr(bm25s.BM25, "index", lambda *args, **kwargs: pytest.fail("indexed despite the refusal"))
+        result = runner.invoke(
+            app, ["evaluate", "bm25", "--tasks", str(folder), "-o", str(tmp_path / "out"), "--no-cache"]
+        )
+        message = " ".join(result.output.split())
+        assert result.exit_code == 2, result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+        assert message.startswith(f"error: bm25: indexing 5 documents ({characters:,} characters) needs about"), message
+        assert "--max-corpus" in message and "Traceback" not in message
+    # with one byte more it fits, and indexes
+    monkeypatch.setattr(lexical, "available_ram_bytes", lambda: lexical.BM25_BYTES_PER_CHARACTER * characters)
+    assert evaluate_models(["bm25"], [str(folder)]).score("bm25", "lexical") > 0

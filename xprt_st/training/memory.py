@@ -19,6 +19,7 @@ import torch
 from datasets import Dataset
 from torch import nn
 
+from xprt_st.system_memory import available_ram_bytes
 from xprt_st.training.trainer import TrainingStateError
 
 logger = logging.getLogger(__name__)
@@ -192,18 +193,12 @@ def largest_fitting_batch(
 
 
 def available_bytes(device: torch.device) -> float | None:
-    """Free memory of ``device``: CUDA's free memory, or the CPU's ``MemAvailable``; None when unknown."""
+    """Free memory of ``device``: CUDA's free memory, or the RAM still free to this process (``MemAvailable``, bounded
+    by a container's limit); None when unknown."""
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return float(free)
-    try:
-        with open("/proc/meminfo") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return float(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
+    return available_ram_bytes()
 
 
 def padded_length(model: nn.Module, dataset: Dataset, column: str, sample: int = 256) -> int:
