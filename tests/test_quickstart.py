@@ -112,6 +112,33 @@ def test_the_closing_table_shows_bm25_on_the_task_and_the_trained_models_differe
     assert f"{over['difference']:+.4f} [{float(over['ci_low']):+.4f}, {float(over['ci_high']):+.4f}]" in printed
 
 
+def test_the_closing_table_shows_the_hybrid_of_the_start_and_of_the_trained_model(
+    quickstart_run: tuple[Path, Any],
+) -> None:
+    """A team that serves BM25 fused with its model asks whether pre-training still adds to the fusion: both hybrids
+    are lines of the table, with the trained one's paired interval against the start's."""
+    from xprt_st.evaluation.run import evaluate_models
+    from xprt_st.quickstart import hybrid_note
+
+    output, result = quickstart_run
+    hybrid = _summary(output)["hybrid"]
+    alone = evaluate_models(["hybrid:default", f"hybrid:{output / 'model'}"], ["python-faq"], labels=["s", "t"])
+    start, trained = hybrid["scores"]["hybrid:start"]["python-faq"], hybrid["scores"]["hybrid:trained"]["python-faq"]
+    assert start == pytest.approx(alone.score("s", "python-faq")) and trained == pytest.approx(
+        alone.score("t", "python-faq")
+    )
+    over = hybrid["trained_minus_start"]["python-faq"]
+    assert over["difference"] == pytest.approx(trained - start, abs=1e-4)
+    assert float(over["ci_low"]) <= over["difference"] <= float(over["ci_high"])
+    printed = " ".join(result.output.split())
+    assert f"hybrid:start (BM25 + model) │ {start:.4f}" in printed
+    assert f"hybrid:trained (BM25 + model) │ {trained:.4f}" in printed
+    assert f"{over['difference']:+.4f} [{float(over['ci_low']):+.4f}, {float(over['ci_high']):+.4f}]" in printed
+    note = hybrid_note(_summary(output))
+    assert (note is None) == (hybrid["serve_hybrid"]["python-faq"] is None)
+    assert note is None or " ".join(note.split()) in printed
+
+
 def test_the_label_free_line_reports_the_held_out_pages_of_this_run(quickstart_run: tuple[Path, Any]) -> None:
     from xprt_st.quickstart import HOLDOUT, LABEL_FREE_NOTE
     from xprt_st.training.label_free import RESULT_FILE

@@ -312,3 +312,36 @@ def test_the_closing_note_names_a_loss_as_a_loss() -> None:
     assert closing_note(summary("gain", "no clear difference")) == NO_GAIN_NOTE
     assert closing_note(summary("gain", "loss", "loss")) == LOSS_NOTE.format(tasks="t1, t2")
     assert "below 0 on t1, t2. Keep the starting model" in closing_note(summary("gain", "loss", "loss"))
+
+
+def test_a_hybrid_is_served_only_where_it_is_clearly_ahead_of_every_single_model() -> None:
+    """``serve_hybrid`` names the better hybrid where its paired interval lies above 0 against the start, the trained
+    model and BM25 alike; a hybrid ahead of two of the three is not enough."""
+    from xprt_st.evaluation.run import EvaluationReport, TaskScore
+    from xprt_st.quickstart import hybrid_note
+    from xprt_st.quickstart.summary import hybrid_summary
+
+    models = ["start", "trained", "bm25", "hybrid:start", "hybrid:trained"]
+
+    def report(per_model: dict[str, list[float]]) -> EvaluationReport:
+        made = EvaluationReport(models=models, tasks=["t"])
+        for model, values in per_model.items():
+            made.per_query.setdefault("t", {})[model] = {f"q{i}": v for i, v in enumerate(values)}
+            made.scores.append(TaskScore(model, "t", "ndcg_at_10", sum(values) / len(values), model, "t"))
+        return made
+
+    low, high = [0.2] * 40, [0.9] * 40
+    ahead = hybrid_summary(report({"start": low, "trained": low, "bm25": low, "hybrid:start": high,
+                                   "hybrid:trained": high}), "start", "trained")  # fmt: skip
+    assert ahead["serve_hybrid"] == {"t": "hybrid:start"}  # the first of two equal hybrids
+    assert ahead["trained_minus_start"]["t"]["difference"] == 0.0
+    assert "the starting model's hybrid serves as well" in hybrid_note({"hybrid": ahead})
+    bm25_level = hybrid_summary(report({"start": low, "trained": low, "bm25": high, "hybrid:start": high,
+                                        "hybrid:trained": [0.8] * 40}), "start", "trained")  # fmt: skip
+    assert bm25_level["serve_hybrid"] == {"t": None} and hybrid_note({"hybrid": bm25_level}) is None
+    assert bm25_level["trained_minus_start"]["t"]["verdict"] == "loss"
+    trained_better = hybrid_summary(report({"start": low, "trained": low, "bm25": low, "hybrid:start": [0.6] * 40,
+                                            "hybrid:trained": high}), "start", "trained")  # fmt: skip
+    assert trained_better["serve_hybrid"] == {"t": "hybrid:trained"}
+    assert "serve the trained model's hybrid" in hybrid_note({"hybrid": trained_better})
+    assert hybrid_summary(EvaluationReport(models=models[:3], tasks=["t"]), "start", "trained") == {}

@@ -14,7 +14,7 @@ from xprt_st.cli.app import app
 from xprt_st.encode_backend import OPTION_HELP, check_encode_backend
 from xprt_st.precision import OPTION_HELP as PRECISION_HELP
 from xprt_st.progress_lines import heartbeat_for
-from xprt_st.quickstart.defaults import DEFAULTS, HOLDOUT, LABEL_FREE_NOTE, closing_note
+from xprt_st.quickstart.defaults import DEFAULTS, HOLDOUT, LABEL_FREE_NOTE, closing_note, hybrid_note
 from xprt_st.stage_timing import StageTimer, format_rows, startup_row
 
 console = Console(emoji=False)  # a task or folder named like :m: stays text
@@ -195,7 +195,9 @@ def stage_table(rows: list[dict]) -> Table:
 
 def _print_scores(summary: dict) -> None:
     """The closing table: each labelled task's nDCG@10 before and after, the gain and its paired 95% interval, and
-    BM25's line with the trained model's difference from it (the reference a search team compares with first)."""
+    BM25's line with the trained model's difference from it (the reference a search team compares with first), and
+    the hybrids of BM25 with the start and with the trained model, with the trained hybrid's difference from the
+    start's (whether pre-training still adds where a team serves a hybrid)."""
     table = Table(title="Retrieval before and after pre-training (nDCG@10)")
     table.add_column("model", style="bold")
     tasks = list(summary["gain"])
@@ -215,10 +217,21 @@ def _print_scores(summary: dict) -> None:
             for task in tasks
         ]
         table.add_row("after - BM25, 95% CI", *cells, style="italic")
+    hybrid = summary.get("hybrid") or {}
+    if hybrid.get("scores"):
+        table.add_section()
+        for name, scores in hybrid["scores"].items():
+            table.add_row(f"{name} (BM25 + model)", *[f"{scores[task]:.4f}" for task in tasks])
+        over = hybrid["trained_minus_start"]
+        cells = [
+            "n/a" if over[task]["difference"] is None else f"{over[task]['difference']:+.4f} {_bounds(over[task])}"
+            for task in tasks
+        ]
+        table.add_row("hybrid trained - start, 95% CI", *cells, style="italic")
     console.print(table)
-    note = closing_note(summary)
-    if note:
-        console.print(note, highlight=False, markup=False)
+    for note in (closing_note(summary), hybrid_note(summary)):
+        if note:
+            console.print(note, highlight=False, markup=False)
 
 
 def check_quickstart_values(*, max_steps: int | None, batch_size: int, seed: int) -> None:

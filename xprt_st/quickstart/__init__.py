@@ -30,6 +30,7 @@ _HOMES = {
             "QuickstartDefaults",
             "closing_note",
             "corpus_steps",
+            "hybrid_note",
         ),
         "defaults",
     ),

@@ -14,6 +14,8 @@ from xprt_st.precision import resolve_precision
 from xprt_st.quickstart.defaults import DEFAULTS, HOLDOUT
 
 __all__ = [
+    "HYBRID_START",
+    "HYBRID_TRAINED",
     "MINED",
     "MODEL",
     "PACKAGED_DATA",
@@ -28,6 +30,8 @@ QUICKSTART_CORPUS = PACKAGED_DATA / "python-docs-pages.jsonl.gz"
 """The shipped corpus: 100 pages of the Python documentation as raw HTML."""
 MINED, MODEL = "mined", "model"
 """The quickstart's two stages with a fingerprint, by the folder each writes."""
+HYBRID_START, HYBRID_TRAINED = "hybrid:start", "hybrid:trained"
+"""The labels of BM25 fused with the start and with the trained model in the quickstart's evaluation."""
 
 
 class QuickstartInputError(XPRTError, ValueError):

@@ -42,6 +42,50 @@ def closing_note(summary: dict) -> str | None:
     return LOSS_NOTE.format(tasks=", ".join(lost)) if lost else NO_GAIN_NOTE
 
 
+def hybrid_note(summary: dict) -> str | None:
+    """What to serve where a hybrid (BM25 fused with a model by reciprocal-rank fusion) is ahead of the start, the
+    trained model and BM25 alone, each beyond its interval (``summary.json``'s ``hybrid.serve_hybrid``); with
+    whether pre-training still adds to the hybrid. None where no task has such a hybrid.
+
+    Example:
+        >>> hybrid = {"serve_hybrid": {"faq": "hybrid:start"},
+        ...           "trained_minus_start": {"faq": {"difference": -0.004, "ci_low": "-0.02", "ci_high": "0.01",
+        ...                                           "verdict": "no clear difference"}}}
+        >>> print(hybrid_note({"hybrid": hybrid}))
+        Serve a hybrid on faq: BM25 fused with the starting model (hybrid:start) is ahead of the start, the trained \
+model and BM25 alone, each beyond its 95% interval. Pre-training adds nothing measurable to the hybrid (trained \
+minus start -0.0040 [-0.0200, +0.0100]): the starting model's hybrid serves as well.
+    """
+    from xprt_st.evaluation.bootstrap import GAIN, LOSS
+
+    hybrid = summary.get("hybrid") or {}
+    lines = []
+    for task, best in (hybrid.get("serve_hybrid") or {}).items():
+        if not best:
+            continue
+        fields = hybrid["trained_minus_start"][task]
+        interval = f"{fields['difference']:+.4f} [{float(fields['ci_low']):+.4f}, {float(fields['ci_high']):+.4f}]"
+        which = "the trained model" if best.endswith("trained") else "the starting model"
+        if fields["verdict"] == GAIN:
+            adds = (
+                f"Pre-training adds to the hybrid (trained minus start {interval}): serve the trained model's hybrid."
+            )
+        elif fields["verdict"] == LOSS:
+            adds = (
+                f"Pre-training lowers the hybrid (trained minus start {interval}): serve the starting model's hybrid."
+            )
+        else:
+            adds = (
+                f"Pre-training adds nothing measurable to the hybrid (trained minus start {interval}): the starting "
+                "model's hybrid serves as well."
+            )
+        lines.append(
+            f"Serve a hybrid on {task}: BM25 fused with {which} ({best}) is ahead of the start, the trained model and "
+            f"BM25 alone, each beyond its 95% interval. {adds}"
+        )
+    return "\n".join(lines) or None
+
+
 LABEL_FREE_NOTE = (
     "A drift and sanity signal, not a verdict: the held-out documents' related passages were chosen by the "
     "mining model, so this check is of the objective's own kind (README, 'Did it help?')."

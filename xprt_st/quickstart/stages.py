@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from xprt_st.evaluation.lexical import BM25
+from xprt_st.evaluation.lexical import BM25, HYBRID_PREFIX
 from xprt_st.evaluation.run import evaluate_models
 from xprt_st.fingerprint import SetBy
 from xprt_st.mining import mine
@@ -31,7 +31,14 @@ from xprt_st.mining.after_merge import AfterMerge, finish_mining, has_hard_negat
 from xprt_st.mining.config import MiningConfigError
 from xprt_st.mining.layout import read_stats
 from xprt_st.output_folder import OutputFolder
-from xprt_st.quickstart.config import MINED, MODEL, QUICKSTART_CORPUS, QuickstartInputError
+from xprt_st.quickstart.config import (
+    HYBRID_START,
+    HYBRID_TRAINED,
+    MINED,
+    MODEL,
+    QUICKSTART_CORPUS,
+    QuickstartInputError,
+)
 from xprt_st.quickstart.defaults import DEFAULTS, corpus_steps
 from xprt_st.quickstart.notes import passes_note, training_passes
 from xprt_st.quickstart.summary import label_free_summary, run_notes, scores_summary, titles_summary
@@ -329,8 +336,9 @@ class ScoresSettings:
 
 @dataclass
 class ScoresStage:
-    """Score the start, the trained model and BM25 on the labelled tasks (``evaluation/``), the label-free check and
-    the titles, and write ``summary.json``; afterwards :attr:`summary` is what it wrote."""
+    """Score the start, the trained model, BM25 and each model's hybrid with BM25 on the labelled tasks
+    (``evaluation/``), the label-free check and the titles, and write ``summary.json``; afterwards :attr:`summary` is
+    what it wrote."""
 
     config: ScoresSettings
     output: OutputFolder
@@ -360,10 +368,11 @@ class ScoresStage:
         if settings.tasks:
             self.output.record("evaluation")
             with stage(f"evaluate: {', '.join(settings.tasks)}"):
-                report = evaluate_models(  # BM25 as the reference line: seconds on a task, and the first question
-                    [settings.model, model_dir, BM25],
+                start = settings.model or "default"
+                report = evaluate_models(  # BM25 and the hybrids as reference lines: a search team's first question
+                    [start, model_dir, BM25, f"{HYBRID_PREFIX}{start}", f"{HYBRID_PREFIX}{model_dir}"],
                     list(settings.tasks),
-                    labels=["starting model", f"after {settings.recipe}", BM25],
+                    labels=["starting model", f"after {settings.recipe}", BM25, HYBRID_START, HYBRID_TRAINED],
                     seed=settings.seed,
                     cache_dir=folder / "evaluation" / "cache",
                     show_progress=False,

@@ -10,10 +10,11 @@ from typing import Any
 from xprt_st.evaluation.bootstrap import GAIN, interval_fields, paired_interval, retrieval_items
 from xprt_st.evaluation.lexical import BM25
 from xprt_st.evaluation.run import EvaluationReport
+from xprt_st.quickstart.config import HYBRID_START, HYBRID_TRAINED
 from xprt_st.quickstart.notes import passes_note, task_corpus_note, task_corpus_overlap
 from xprt_st.stage_timing import stage
 
-__all__ = ["label_free_summary", "run_notes", "scores_summary", "titles_summary"]
+__all__ = ["hybrid_summary", "label_free_summary", "run_notes", "scores_summary", "titles_summary"]
 
 
 def run_notes(
@@ -132,6 +133,7 @@ def scores_summary(
         "config": config_record,
         "mining": stats,
         "scores": scores,
+        "hybrid": hybrid_summary(report, before, after),
         "gain": {task: scores[after][task] - scores[before][task] for task in report.tasks},
         "interval": intervals,
         "gained": all(fields["verdict"] == GAIN for fields in intervals.values()),
@@ -141,3 +143,36 @@ def scores_summary(
             "after_minus_bm25": over_bm25,
         },
     }
+
+
+def hybrid_summary(report: EvaluationReport, start: str, trained: str) -> dict[str, Any]:
+    """Each task's hybrids (BM25 fused with the start, and with the trained model): their scores, the trained
+    hybrid's paired interval against the start's (does pre-training still add to a hybrid?), and whether a hybrid is
+    ahead of every single model (``serve_hybrid``: the better hybrid's interval above 0 against the start, the
+    trained model and BM25 alike). Empty where the report has no hybrid line."""
+    if HYBRID_START not in report.models or HYBRID_TRAINED not in report.models:
+        return {}
+    hybrids = (HYBRID_START, HYBRID_TRAINED)
+    summary: dict[str, Any] = {
+        "scores": {name: {task: report.score(name, task) for task in report.tasks} for name in hybrids},
+        "trained_minus_start": {},
+        "serve_hybrid": {},
+    }
+    for task in report.tasks:
+        per_query = report.per_query.get(task, {})
+        if not all(name in per_query for name in (*hybrids, start, trained, BM25)):
+            summary["trained_minus_start"][task] = interval_fields(None) | {"difference": None}
+            summary["serve_hybrid"][task] = None
+            continue
+        interval = paired_interval(retrieval_items(per_query[HYBRID_TRAINED], per_query[HYBRID_START]))
+        summary["trained_minus_start"][task] = interval_fields(interval) | {"difference": interval.estimate}
+        best = max(hybrids, key=lambda name: report.score(name, task))
+        summary["serve_hybrid"][task] = (
+            best
+            if all(
+                paired_interval(retrieval_items(per_query[best], per_query[single])).verdict == GAIN
+                for single in (start, trained, BM25)
+            )
+            else None
+        )
+    return summary
