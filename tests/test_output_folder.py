@@ -229,3 +229,35 @@ def test_mine_refuses_a_model_folder(tmp_path):
         (model / "modules.json").write_text("[]")
     with pytest.raises(MiningOutputError, match=r"xprt-st mine did not write \(\.xprt-st-manifest\.json, config\.json"):
         MiningLayout(model).check_not_foreign()
+
+
+@pytest.mark.parametrize(
+    ("command", "args"),
+    [
+        ("evaluate", ["evaluate", "default", "--tasks", "python-faq", "--no-cache", "-o"]),
+        ("quickstart", ["quickstart", "-o"]),
+        ("interpolate", ["interpolate", "default", "default", "--alpha", "0.5", "-o"]),
+        ("finetune-compare", ["finetune-compare", "--pretrained", "default", "-o"]),
+    ],
+)
+def test_every_writing_command_refuses_a_folder_another_live_run_is_writing_before_any_work(
+    command: str, args: list[str], tmp_path, live_pid, no_work
+):
+    """Two commands into one output folder at once: the second stops in one line naming the holder, before a model
+    loads, and leaves the holder's lock alone (``train`` and ``mine`` have their own tests of this)."""
+    from typer.testing import CliRunner
+
+    from xprt_st.cli import app
+
+    out = tmp_path / "run"
+    out.mkdir()
+    record = {"pid": live_pid, "host": socket.gethostname(), "command": command, "started": "2026-12-07 09:00:00"}
+    (out / LOCK_FILE).write_text(json.dumps(record))
+    result = CliRunner().invoke(app, [*args, str(out)])
+    message = " ".join(result.output.split())
+    assert result.exit_code == 2, message
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert f"pid {live_pid} on host {socket.gethostname()} (xprt-st {command})" in message, message
+    assert message.count("error") == 1 and "Traceback" not in message
+    assert json.loads((out / LOCK_FILE).read_text()) == record
+    assert sorted(path.name for path in out.iterdir()) == [LOCK_FILE]
