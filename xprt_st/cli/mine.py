@@ -345,7 +345,7 @@ def _held_out_draw(merge_dir: Path | None, seed: int | None, holdout: float | No
     """``--seed`` and ``--holdout`` as given, else (for ``--merge DIR``) the ones DIR was merged with, else the
     defaults. The held-out part is part of a mined folder's identity: a re-merge to retune the threshold or add
     structure pairs keeps it (and says so) unless the user gives another draw."""
-    stored = (read_stats(merge_dir) or {}).get("settings", {}) if merge_dir is not None else {}
+    stored = (read_stats(merge_dir, unfinished_ok=True) or {}).get("settings", {}) if merge_dir is not None else {}
     kept = []
     if seed is None:
         seed = stored.get("seed", DEFAULTS.seed) if isinstance(stored.get("seed"), int) else DEFAULTS.seed
@@ -366,7 +366,7 @@ def _held_out_draw(merge_dir: Path | None, seed: int | None, holdout: float | No
 def _stored_hard_negatives(folder: Path) -> int:
     """The hard negatives per group a mined folder holds (0 when it holds none or has no stats yet)."""
     try:
-        return int((read_stats(folder) or {}).get("settings", {}).get("hard_negatives", 0) or 0)
+        return int((read_stats(folder, unfinished_ok=True) or {}).get("settings", {}).get("hard_negatives", 0) or 0)
     except (TypeError, ValueError, AttributeError):
         return 0
 

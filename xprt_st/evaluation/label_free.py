@@ -69,7 +69,7 @@ from datasets import Dataset, load_from_disk
 from xprt_st.columns import LABEL
 from xprt_st.evaluation.bootstrap import Interval, PairedItems, paired_interval, retrieval_items
 from xprt_st.evaluation.readers import BEIRData, TaskLoadError
-from xprt_st.mining.layout import HELDOUT_DIR, HELDOUT_GROUPS, HELDOUT_PASSAGES
+from xprt_st.mining.layout import HELDOUT_DIR, HELDOUT_GROUPS, HELDOUT_PASSAGES, unfinished_problem
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -233,6 +233,7 @@ def load_heldout_task(folder: str | Path) -> HeldOut:
     derived = derived_folder_problem(folder, "mined:{}")
     if derived is not None:
         raise HeldOutError(derived)
+    unfinished_problem(folder)  # a killed merge: its held-out part may be another merge's draw
     loaded = read_heldout(folder)
     if loaded is None:
         raise HeldOutError(

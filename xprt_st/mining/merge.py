@@ -45,11 +45,13 @@ from xprt_st.mining.layout import (
     HELDOUT_GROUPS,
     HELDOUT_PASSAGES,
     HELDOUT_TITLES,
+    MERGE_UNFINISHED,
     META_FILE,
     PASSAGES_FILE,
     STATS_FILE,
     MergedParts,
     MiningLayout,
+    atomic_write_json,
     concatenate_text,
     part_name,
     publish_dataset,
@@ -337,6 +339,9 @@ def finish_merge(plan: MergePlan, stored: dict[str, Any], part_counts: list[dict
     if stats["groups"] == 0 and previous:
         # a re-merge that forms no group leaves the groups it would replace as they are
         _raise_without_groups(stats, int(merged.get("scored_documents", 0)), stored, plan, output_dir, previous)
+    # from the first part moved into place to stats.json, readers are refused the folder (a killed merge)
+    unfinished = {key: getattr(config, key) for key in config.MERGE_FIELDS}
+    atomic_write_json(output_dir / MERGE_UNFINISHED, {"settings": unfinished})
     publish_dataset(staging / MergedParts.GROUPS, output_dir, group_features(plan.top_k))
     concatenate_text([part.meta for part in parts], output_dir / META_FILE)
     publish_passages(staging / "passages", output_dir / PASSAGES_FILE)
@@ -359,6 +364,7 @@ def finish_merge(plan: MergePlan, stored: dict[str, Any], part_counts: list[dict
     kept = ("rows", "dimension", "dtype", "precision")  # precision: what the vectors and so the groups came from
     stats["embeddings"] = None if record is None else {k: record.get(k, "fp32") for k in kept}
     layout.write_stats(stats)
+    (output_dir / MERGE_UNFINISHED).unlink(missing_ok=True)
     shutil.rmtree(staging, ignore_errors=True)
     _raise_without_groups(stats, int(merged.get("scored_documents", 0)), stored, plan, output_dir)
     return stats

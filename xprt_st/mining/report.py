@@ -33,6 +33,7 @@ from xprt_st.mining.layout import (
     STATS_FILE,
     MiningLayout,
     atomic_write_text,
+    read_stats,
 )
 from xprt_st.mining.quantiles import exact_quantiles
 from xprt_st.mining.stats import SUMMARY_KEYS
@@ -301,7 +302,7 @@ def write_report(
         raise MiningError(derived)
     if not stats_path.is_file() or not (output_dir / PASSAGES_FILE).exists():
         raise MiningError(f"{output_dir} has no {STATS_FILE} / {PASSAGES_FILE}: run xprt-st mine (and its merge) first")
-    stats = json.loads(stats_path.read_text())
+    stats = read_stats(output_dir) or {}  # refuses a folder whose last merge was stopped midway
     layout = MiningLayout(output_dir)
     num_shards = int(layout.require_run()["num_shards"])
     if threshold is None:

@@ -59,7 +59,7 @@ def remerge_note(output: Path, config: MiningConfig) -> str | None:
     are replaced, so a model trained on the earlier merge no longer matches the folder. None when they are equal."""
     from xprt_st.fingerprint import describe_differences, differences
 
-    previous = (read_stats(output) or {}).get("settings", {})
+    previous = (read_stats(output, unfinished_ok=True) or {}).get("settings", {})
     merged = {key: previous[key] for key in MiningConfig.MERGE_FIELDS if key in previous}
     found = differences(merged, {key: getattr(config, key) for key in merged})
     if not found:

@@ -20,7 +20,14 @@ from datasets import Dataset, DatasetDict, load_from_disk
 
 from xprt_st.columns import GROUP_COLUMNS, LABEL
 from xprt_st.errors import XPRTError
-from xprt_st.mining.layout import CONFIG_FILE, STATS_FILE, STRUCTURE_DIR, STRUCTURE_MIXED_DIR, stats_shape_problem
+from xprt_st.mining.layout import (
+    CONFIG_FILE,
+    STATS_FILE,
+    STRUCTURE_DIR,
+    STRUCTURE_MIXED_DIR,
+    stats_shape_problem,
+    unfinished_problem,
+)
 
 if TYPE_CHECKING:
     from xprt_st.recipe import Recipe
@@ -52,6 +59,7 @@ def read_stats(path: str | Path) -> dict[str, Any]:
         if none is not None:  # the mining ran with --structure and found nothing to pair
             raise MinedDataError(f"data folder {folder} was not written: {none}")
         raise MinedDataError(f"data folder {folder} does not exist or is not a folder; {MINE_HINT}")
+    unfinished_problem(folder)  # a killed merge: its groups and stats.json may come from two merges
     if not stats_path.is_file():
         if (folder / CONFIG_FILE).is_file():
             raise MinedDataError(

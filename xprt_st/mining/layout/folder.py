@@ -75,6 +75,7 @@ __all__ = [
     "LOCK_PREFIX",
     "LOG_FILE",
     "MERGE_TMP",
+    "MERGE_UNFINISHED",
     "META_FILE",
     "OWNED_NAMES",
     "PASSAGES_FILE",
@@ -96,10 +97,14 @@ __all__ = [
     "load_heldout",
     "load_passages",
     "remove_temporary",
+    "unfinished_problem",
 ]
 
 COMPLETE = "COMPLETE"
 STATS_FILE = "stats.json"
+MERGE_UNFINISHED = ".xprt-merge-unfinished.json"
+"""Written before a merge moves its first part into place and removed once ``stats.json`` is written: while it
+exists, the folder's groups, held-out part and statistics may come from two merges (a killed merge)."""
 CONFIG_FILE = "mining_config.json"
 META_FILE = "groups_meta.jsonl"
 PASSAGES_FILE = "passages.parquet"
@@ -130,6 +135,7 @@ INPUTS_KEY = "inputs"
 OWNED_NAMES = (
     CONFIG_FILE,
     STATS_FILE,
+    MERGE_UNFINISHED,
     META_FILE,
     PASSAGES_FILE,
     REPORT_FILE,
@@ -456,6 +462,27 @@ def link_stored_run(source: str | Path, target: str | Path) -> dict[str, Any]:
     return json.loads((source / CONFIG_FILE).read_text(encoding="utf-8"))
 
 
+def unfinished_problem(folder: Path) -> None:
+    """Raise a :class:`MiningConfigError` naming the merge to run again where ``folder``'s last merge was stopped
+    before it wrote ``stats.json`` (its groups may be the new merge's and its statistics and held-out part the old
+    one's: a model trained on it would be trained on what no merge made)."""
+    marker = folder / MERGE_UNFINISHED
+    if not marker.is_file():
+        return
+    try:
+        settings = json.loads(marker.read_text(encoding="utf-8")).get("settings", {})
+    except (ValueError, AttributeError):
+        settings = {}
+    flags = "".join(
+        f" --{key.replace('_', '-')} {value}" for key, value in (settings or {}).items() if value is not None
+    )
+    raise MiningConfigError(
+        f"{folder}: its last merge was stopped before it finished (its groups, held-out part and stats.json may "
+        f"come from two merges); merge it again, which reuses every scored passage: xprt-st mine --merge {folder}"
+        f"{flags}"
+    )
+
+
 def load_heldout(folder: str | Path) -> tuple[Any, Any] | None:
     """The held-out part of a mined folder: ``(groups, passages)`` datasets, or None without one.
 
@@ -467,6 +494,7 @@ def load_heldout(folder: str | Path) -> tuple[Any, Any] | None:
     """
     import datasets
 
+    unfinished_problem(Path(folder))
     groups, passages = Path(folder) / HELDOUT_GROUPS, Path(folder) / HELDOUT_PASSAGES
     if not (groups / DATASET_STATE).is_file() or not (passages / DATASET_STATE).is_file():
         return None

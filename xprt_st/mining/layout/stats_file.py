@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from xprt_st.mining.config import MiningConfigError
-from xprt_st.mining.layout.folder import STATS_FILE
+from xprt_st.mining.layout.folder import STATS_FILE, unfinished_problem
 
 STATS_OBJECTS = ("settings", "holdout", "structure")
 """Entries of ``stats.json`` that mining writes as JSON objects, and that its readers take settings from."""
@@ -25,14 +25,21 @@ def stats_shape_problem(stats: Any, objects: tuple[str, ...] = STATS_OBJECTS) ->
     return None
 
 
-def read_stats(folder: str | Path) -> dict[str, Any] | None:
+def read_stats(folder: str | Path, *, unfinished_ok: bool = False) -> dict[str, Any] | None:
     """The ``stats.json`` of a merged mining folder, or None when it has none.
+
+    ``unfinished_ok``: for the mining command itself, which is about to merge the folder again; every other reader
+    is refused a folder whose last merge was stopped midway.
 
     Raises:
         MiningConfigError: (a ``ValueError``) the file is not valid JSON, or it or its ``settings`` is no JSON
             object (:func:`stats_shape_problem`: edited by hand, or cut short), naming the file. The other entries
-            are left to their readers: a re-merge writes the file again.
+            are left to their readers: a re-merge writes the file again. Also the folder's last merge was stopped
+            before it finished (:data:`~xprt_st.mining.layout.folder.MERGE_UNFINISHED`), naming the merge to run
+            again.
     """
+    if not unfinished_ok:
+        unfinished_problem(Path(folder))
     path = Path(folder) / STATS_FILE
     if not path.is_file():
         return None
