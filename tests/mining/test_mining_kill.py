@@ -85,6 +85,15 @@ def test_a_merge_killed_midway_is_refused_by_every_reader_and_its_rerun_equals_a
     readers = {
         "train": ["train", "--mined", str(out), "--recipe", "change-only-positive", "-o", str(tmp_path / "model")],
         "evaluate mined:": ["evaluate", "default", "--tasks", f"mined:{out}", "--no-cache", "-o", str(tmp_path / "e")],
+        "evaluate titles:": [
+            "evaluate",
+            "default",
+            "--tasks",
+            f"titles:{out}",
+            "--no-cache",
+            "-o",
+            str(tmp_path / "t"),
+        ],
         "inspect": ["inspect", str(out)],
     }
     import xprt_st.models

@@ -144,7 +144,10 @@ def read_heldout(folder: str | Path) -> tuple[Dataset, Dataset] | None:
 
     Raises:
         HeldOutError: only one of the two datasets is present, or one does not load.
+        MiningConfigError: the folder's last merge was stopped midway (its held-out part may be another merge's
+            draw), naming the merge to run again.
     """
+    unfinished_problem(Path(folder))
     base = Path(folder) / HELDOUT_DIR
     paths = (Path(folder) / HELDOUT_GROUPS, Path(folder) / HELDOUT_PASSAGES)
     present = [path.is_dir() for path in paths]
@@ -233,7 +236,6 @@ def load_heldout_task(folder: str | Path) -> HeldOut:
     derived = derived_folder_problem(folder, "mined:{}")
     if derived is not None:
         raise HeldOutError(derived)
-    unfinished_problem(folder)  # a killed merge: its held-out part may be another merge's draw
     loaded = read_heldout(folder)
     if loaded is None:
         raise HeldOutError(
