@@ -52,6 +52,7 @@ from xprt_st.mining.config import (
 )
 from xprt_st.mining.layout.embeddings import EMBEDDINGS_FILE, EMBEDDINGS_RECORD
 from xprt_st.mining.layout.split import DF_FILE, SPLIT_FILE, SPLIT_ROW_GROUP, SPLIT_STATS_FILE, SplitFolder
+from xprt_st.mining.layout.unfinished import MERGE_UNFINISHED, unfinished_problem
 from xprt_st.mining.reader import input_differences, input_identity
 from xprt_st.mining.stages import PASSAGE_SCHEMA
 from xprt_st.mining.tfidf import TfidfScorer
@@ -102,9 +103,6 @@ __all__ = [
 
 COMPLETE = "COMPLETE"
 STATS_FILE = "stats.json"
-MERGE_UNFINISHED = ".xprt-merge-unfinished.json"
-"""Written before a merge moves its first part into place and removed once ``stats.json`` is written: while it
-exists, the folder's groups, held-out part and statistics may come from two merges (a killed merge)."""
 CONFIG_FILE = "mining_config.json"
 META_FILE = "groups_meta.jsonl"
 PASSAGES_FILE = "passages.parquet"
@@ -460,27 +458,6 @@ def link_stored_run(source: str | Path, target: str | Path) -> dict[str, Any]:
         link.symlink_to((source / SHARDS_DIR).resolve(), target_is_directory=True)
     shutil.copyfile(source / CONFIG_FILE, target / CONFIG_FILE)
     return json.loads((source / CONFIG_FILE).read_text(encoding="utf-8"))
-
-
-def unfinished_problem(folder: Path) -> None:
-    """Raise a :class:`MiningConfigError` naming the merge to run again where ``folder``'s last merge was stopped
-    before it wrote ``stats.json`` (its groups may be the new merge's and its statistics and held-out part the old
-    one's: a model trained on it would be trained on what no merge made)."""
-    marker = folder / MERGE_UNFINISHED
-    if not marker.is_file():
-        return
-    try:
-        settings = json.loads(marker.read_text(encoding="utf-8")).get("settings", {})
-    except (ValueError, AttributeError):
-        settings = {}
-    flags = "".join(
-        f" --{key.replace('_', '-')} {value}" for key, value in (settings or {}).items() if value is not None
-    )
-    raise MiningConfigError(
-        f"{folder}: its last merge was stopped before it finished (its groups, held-out part and stats.json may "
-        f"come from two merges); merge it again, which reuses every scored passage: xprt-st mine --merge {folder}"
-        f"{flags}"
-    )
 
 
 def load_heldout(folder: str | Path) -> tuple[Any, Any] | None:

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from xprt_st.mining.config import MiningConfigError
-from xprt_st.mining.layout.folder import STATS_FILE, unfinished_problem
+from xprt_st.mining.layout.folder import STATS_FILE
+from xprt_st.mining.layout.unfinished import unfinished_problem
 
 STATS_OBJECTS = ("settings", "holdout", "structure")
 """Entries of ``stats.json`` that mining writes as JSON objects, and that its readers take settings from."""
