@@ -29,7 +29,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench_step_pace import cpu_description, mine_shipped, variant
+from bench_step_pace import cpu_description, machine_line, mine_shipped, variant
 
 from xprt_st.evaluation.bootstrap import paired_interval, retrieval_items
 from xprt_st.evaluation.run import evaluate_models
@@ -73,8 +73,7 @@ def main() -> None:
     args = parser.parse_args()
 
     machine = cpu_description()
-    print(f"cpu: {machine['cpu']}; bf16 flags: {', '.join(machine['bf16_flags']) or 'none'}; "
-          f"threads {machine['threads']}")  # fmt: skip
+    print(machine_line(machine))
     with tempfile.TemporaryDirectory() as scratch:
         mined = args.mined or mine_shipped(Path(scratch) / "mined")
         losses: dict[str, list[float]] = {}

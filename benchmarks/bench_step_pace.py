@@ -147,6 +147,13 @@ def cpu_description() -> dict[str, Any]:
     return {"cpu": name, "bf16_flags": bf16, "threads": torch.get_num_threads()}
 
 
+def machine_line(machine: dict[str, Any]) -> str:
+    """The line a benchmark prints first: :func:`cpu_description`'s CPU, bf16 flags and threads."""
+    return (
+        f"cpu: {machine['cpu']}; bf16 flags: {', '.join(machine['bf16_flags']) or 'none'}; threads {machine['threads']}"
+    )
+
+
 def mine_shipped(folder: Path) -> Path:
     """The shipped pages mined as the quickstart mines them (a tenth held out, two hard negatives)."""
     from xprt_st.mining import mine
@@ -265,8 +272,7 @@ def main() -> None:
     args = parser.parse_args()
 
     machine = cpu_description()
-    print(f"cpu: {machine['cpu']}; bf16 flags: {', '.join(machine['bf16_flags']) or 'none'}; "
-          f"threads {machine['threads']}")  # fmt: skip
+    print(machine_line(machine))
     with tempfile.TemporaryDirectory() as scratch:
         mined = args.mined or mine_shipped(Path(scratch) / "mined")
         precisions = [args.precision]
