@@ -119,7 +119,7 @@ def test_evaluate_bm25_default_prints_both_and_their_interval(beir_writer, tmp_p
     out = tmp_path / "out"
     result = runner.invoke(
         app,
-        ["evaluate", "bm25", "default", "--tasks", str(folder), "-o", str(out), "--no-cache"],
+        ["evaluate", "bm25", "default", "--tasks", str(folder), "-o", str(out), "--no-cache", "--no-hybrids"],
         catch_exceptions=False,
     )
     assert result.exit_code == 0, result.output
@@ -130,6 +130,51 @@ def test_evaluate_bm25_default_prints_both_and_their_interval(beir_writer, tmp_p
     (difference,) = payload["differences"]
     assert difference["reference"] == "bm25" and difference["items"] == 3
     assert difference["ci_low"] <= difference["difference"] <= difference["ci_high"]
+
+
+def test_evaluate_with_bm25_adds_each_dense_models_hybrid_and_compares_the_hybrids(
+    tiny_model_path: Path, beir_writer, tmp_path: Path
+) -> None:
+    folder = beir_writer(tmp_path / "lexical", CORPUS, QUERIES, QRELS)
+    out = tmp_path / "out"
+    args = ["evaluate", "default", str(tiny_model_path), "bm25", "--label", "start", "--label", "trained"]
+    result = runner.invoke(
+        app, [*args, "--label", "bm25", "--tasks", str(folder), "-o", str(out), "--no-cache"], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    payload = json.loads((out / "scores.json").read_text())
+    assert payload["models"] == ["start", "trained", "bm25", "hybrid:start", "hybrid:trained"]
+    text = " ".join(result.output.split())
+    assert "Difference from hybrid:start" in text
+    scores = {(row["model"], row["task"]): row["score"] for row in payload["scores"]}
+    direct = evaluate_models(["hybrid:default"], [str(folder)], labels=["fused"])
+    assert scores[("hybrid:start", "lexical")] == pytest.approx(direct.score("fused", "lexical"))
+
+
+def test_a_hybrid_is_served_only_where_it_is_ahead_of_every_single_model_beyond_its_interval() -> None:
+    from xprt_st.evaluation.hybrid_lines import serve_hybrid, serve_hybrid_lines, with_hybrids
+    from xprt_st.evaluation.run import EvaluationReport, TaskScore
+
+    queries = [f"q{i}" for i in range(40)]
+    per_query = {
+        "start": dict.fromkeys(queries, 0.5),
+        "bm25": {q: 0.4 + 0.2 * (i % 2) for i, q in enumerate(queries)},  # as good as the start on average
+        "hybrid:start": {q: 0.7 + 0.1 * (i % 3) for i, q in enumerate(queries)},  # ahead of both on every query
+    }
+    report = EvaluationReport(models=list(per_query), tasks=["faq"], per_query={"faq": per_query})
+    report.scores = [
+        TaskScore(model, "faq", "ndcg_at_10", sum(values.values()) / len(values), model, "faq")
+        for model, values in per_query.items()
+    ]
+    assert serve_hybrid(report, "faq") == "hybrid:start"
+    assert serve_hybrid_lines(report) == [
+        "faq: serve hybrid:start (BM25 fused with start by reciprocal ranks): it is ahead of every single model, BM25 "
+        "included, each beyond its 95% interval"
+    ]
+    # BM25 alone as good as the hybrid on every query: the hybrid is not ahead of every single model, so no line
+    per_query["bm25"] = dict(per_query["hybrid:start"])
+    assert serve_hybrid(report, "faq") is None and serve_hybrid_lines(report) == []
+    assert with_hybrids(["default", "runs/a"]) == (("default", "runs/a"), ())
 
 
 @pytest.mark.parametrize(

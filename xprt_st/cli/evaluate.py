@@ -85,6 +85,13 @@ def evaluate(
     ] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the result cache.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Re-run even when cached results exist.")] = False,
+    hybrids: Annotated[
+        bool,
+        typer.Option(
+            help="With bm25 among MODELS, also score hybrid:MODEL for each dense model, and each hybrid against the "
+            "first one's (does pre-training still add to a hybrid?)."
+        ),
+    ] = True,
     batch_size: Annotated[int, typer.Option("--encode-batch-size", help="Texts per encoding batch.")] = 32,
     device: Annotated[str | None, typer.Option(help="Torch device, e.g. cpu or cuda.")] = None,
     encode_backend: Annotated[str, typer.Option(help=OPTION_HELP)] = "torch",
@@ -100,6 +107,10 @@ def evaluate(
     from xprt_st.pipeline.evaluate import EvaluateStage
 
     specs, labels = tuple(models or ["default"]), tuple(label or ())
+    if hybrids and (not labels or len(labels) == len(specs)):  # a label count that is off is refused by the check
+        from xprt_st.evaluation.hybrid_lines import with_hybrids
+
+        specs, labels = with_hybrids(specs, labels)
     config = config_from(EvaluateConfig, flags, models=specs, tasks=tuple(tasks), label=labels, show_progress=verbose)
     written: dict[str, Path] = {}
 
@@ -149,6 +160,7 @@ def _write_report(
         differences = report.differences()
         if differences:
             console.print(report.differences_table(differences))
+        _print_hybrid_lines(report)
     paths = report.write(output_dir)
     if overlap_thirds:
         rows = []
@@ -176,6 +188,20 @@ def _write_report(
         paths["label_free"] = output_dir / "label_free.json"
         paths["label_free"].write_text(json.dumps(drift, indent=2) + "\n", encoding="utf-8")
     return paths
+
+
+def _print_hybrid_lines(report: EvaluationReport) -> None:
+    """Each hybrid against the first one (the start's, when the start comes first), and where a hybrid is what to
+    serve (:mod:`xprt_st.evaluation.hybrid_lines`)."""
+    from xprt_st.evaluation.hybrid_lines import hybrid_labels, serve_hybrid_lines
+
+    hybrid = hybrid_labels(report)
+    if len(hybrid) > 1:
+        rows = report.differences(reference=hybrid[0], models=hybrid[1:])
+        if rows:
+            console.print(report.differences_table(rows))
+    for line in serve_hybrid_lines(report):
+        console.print(line, highlight=False, markup=False)
 
 
 def _quiet_or_print(quiet: bool) -> Callable[[str], None]:

@@ -161,8 +161,9 @@ class EvaluationReport:
             rows.append({"model": model, **values, "mean": sum(labelled) / len(labelled) if labelled else None})
         return rows
 
-    def differences(self) -> list[dict[str, Any]]:
-        """Each model after the first against the first, per task: the difference and its paired 95% interval.
+    def differences(self, reference: str | None = None, models: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Each model after the first against the first, per task: the difference and its paired 95% interval
+        (``reference`` and ``models`` choose other lines, e.g. each hybrid against the start's hybrid).
 
         The interval is the paired bootstrap over the task's queries (retrieval) or pairs (STS) of
         :mod:`xprt_st.evaluation.bootstrap`, as ``xprt-st compare`` and the quickstart report it. Tasks without
@@ -171,8 +172,9 @@ class EvaluationReport:
         from xprt_st.evaluation.bootstrap import paired_interval, retrieval_items, sts_items
 
         rows: list[dict[str, Any]] = []
-        reference = self.models[0] if self.models else None
-        for model in self.models[1:]:
+        if reference is None:
+            reference = self.models[0] if self.models else None
+        for model in self.models[1:] if models is None else models:
             for task in self.tasks:
                 queries, pairs = self.per_query.get(task, {}), self.per_pair.get(task, {})
                 if model in queries and reference in queries:
@@ -204,7 +206,7 @@ class EvaluationReport:
         from rich.table import Table
 
         rows = self.differences() if rows is None else rows
-        reference = self.models[0] if self.models else ""
+        reference = rows[0]["reference"] if rows else (self.models[0] if self.models else "")
         table = Table(
             title=f"Difference from {escape(reference)} (paired bootstrap 95% interval over queries or pairs)"
         )

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from xprt_st.evaluation.bootstrap import GAIN, interval_fields, paired_interval, retrieval_items
+from xprt_st.evaluation.hybrid_lines import serve_hybrid
 from xprt_st.evaluation.lexical import BM25
 from xprt_st.evaluation.run import EvaluationReport
 from xprt_st.quickstart.config import HYBRID_START, HYBRID_TRAINED
@@ -166,13 +167,5 @@ def hybrid_summary(report: EvaluationReport, start: str, trained: str) -> dict[s
             continue
         interval = paired_interval(retrieval_items(per_query[HYBRID_TRAINED], per_query[HYBRID_START]))
         summary["trained_minus_start"][task] = interval_fields(interval) | {"difference": interval.estimate}
-        best = max(hybrids, key=lambda name: report.score(name, task))
-        summary["serve_hybrid"][task] = (
-            best
-            if all(
-                paired_interval(retrieval_items(per_query[best], per_query[single])).verdict == GAIN
-                for single in (start, trained, BM25)
-            )
-            else None
-        )
+        summary["serve_hybrid"][task] = serve_hybrid(report, task)
     return summary
