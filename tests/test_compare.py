@@ -128,6 +128,13 @@ def test_compare_cli_end_to_end_and_resume(tmp_path: Path, tiny_model_path: Path
     reference = json.loads((scores_dir / "bm25.json").read_text())
     assert list(reference["scores"]) == ["beir"] and reference["per_item"]["beir"]["kind"] == "retrieval"
     assert f"| beir | {100 * reference['scores']['beir']:.2f} |" in markdown
+    # and the start's hybrid once, each recipe's hybrid per seed, on the retrieval task alone: the hybrid lines
+    hybrid = json.loads((scores_dir / "hybrid" / "start.json").read_text())
+    assert list(hybrid["scores"]) == ["beir"] and hybrid["model"].startswith("hybrid:")
+    recipe_hybrid = json.loads((scores_dir / "hybrid" / "seed-1" / "change-only-positive.json").read_text())
+    assert recipe_hybrid["model"] == f"hybrid:{run / 'seed-1' / 'change-only-positive'}"
+    assert "### Hybrid lines" in markdown
+    assert f"| change-only-positive | beir | {100 * hybrid['scores']['beir']:.2f} |" in markdown
 
     # a second run finds everything complete: nothing is trained or evaluated again
     timings = (run / "timings.json").read_text()
@@ -324,6 +331,40 @@ def test_report_gives_bm25_a_reference_line_on_retrieval_tasks_only(tmp_path: Pa
     assert row.endswith("+20.00 [+20.00, +20.00] gain |")
     assert not any(line.startswith("| b | ") for line in lines)  # STS has no BM25 line
     assert "bm25" not in result.models  # never in a mean or a gain
+
+
+def test_report_compares_each_recipes_hybrid_with_the_starts_and_names_the_hybrid_to_serve(tmp_path: Path) -> None:
+    result = _hand_result()
+    start = result.per_item[1]["start"]["a"]["ndcg_at_10"]
+    result.reference = {  # BM25 0.3 below the start on every query
+        "scores": {"a": sum(start.values()) / 4 - 0.3},
+        "per_item": {"a": {"kind": "retrieval", "ndcg_at_10": {q: v - 0.3 for q, v in start.items()}}},
+    }
+
+    def record(shift: float) -> dict:
+        values = {query: value + shift for query, value in start.items()}
+        return {
+            "scores": {"a": sum(values.values()) / 4},
+            "per_item": {"a": {"kind": "retrieval", "ndcg_at_10": values}},
+        }
+
+    # the start's hybrid +0.2 over the start; the recipe's +0.25 (seed 1) and +0.2 (seed 2): +5 and 0 over the start's
+    result.hybrids = {seed: {"start": record(0.2), "xprt": record(shift)} for seed, shift in ((1, 0.25), (2, 0.2))}
+    interval = result.hybrid_interval(1, "xprt", "a")
+    assert (interval.estimate, interval.low, interval.high) == pytest.approx((0.05, 0.05, 0.05))
+    assert result.hybrid_interval(1, "xprt", "b") is None
+    markdown = markdown_report(result, load_compare_config(_config_stub(tmp_path)))
+    row = next(line for line in markdown.splitlines() if line.startswith("| xprt | a | "))
+    hybrid_start = 100 * result.hybrids[1]["start"]["scores"]["a"]
+    assert row == (
+        f"| xprt | a | {hybrid_start:.2f} | {hybrid_start + 2.5:.2f} | +5.00 [+5.00, +5.00] | +0.00 [+0.00, +0.00] "
+        "| seeds disagree |"
+    )
+    # the recipe's hybrid (best on average) is ahead of BM25, the start and the recipe's model in both seeds
+    assert "a: serve the hybrid of xprt (BM25 fused with it)" in markdown
+    # as good as the recipe's own model on every query in seed 2: no longer ahead of every single model
+    result.per_item[2]["xprt"]["a"] = result.hybrids[2]["xprt"]["per_item"]["a"]
+    assert "serve the hybrid" not in markdown_report(result, load_compare_config(_config_stub(tmp_path)))
 
 
 def test_report_states_each_seeds_interval_and_flags_disagreeing_seeds(tmp_path: Path) -> None:

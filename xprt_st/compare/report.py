@@ -100,6 +100,7 @@ def markdown_report(result: CompareResult, config: CompareConfig) -> str:
             + " |"
         )
     lines += _reference_lines(result)
+    lines += _hybrid_lines(result)
     lines += _head_to_head(result)
     lines += [
         "",
@@ -133,6 +134,56 @@ def _reference_lines(result: CompareResult) -> list[str]:
         interval = result.start_minus_reference(task)
         difference = _cell(interval, start[task] - scores[task]) + (f" {interval.verdict}" if interval else "")
         lines.append(f"| {task} | {100 * scores[task]:.2f} | {100 * start[task]:.2f} | {difference} |")
+    return lines
+
+
+def _hybrid_lines(result: CompareResult) -> list[str]:
+    """Each recipe's hybrid (BM25 fused with its model) beside the start's on each retrieval task (×100), with the
+    difference per seed and its paired interval: does pre-training still add to a hybrid? Then the hybrid to serve,
+    where one is ahead of every single model (:func:`xprt_st.compare.hybrids.serve_hybrid`)."""
+    from xprt_st.compare.hybrids import serve_hybrid
+    from xprt_st.evaluation.bootstrap import seeds_verdict
+
+    seeds = [seed for seed in result.seeds if seed in result.hybrids]
+    if not seeds:
+        return []
+    start = result.hybrids[seeds[0]][START_LABEL]["scores"]
+    tasks = [task for task in result.tasks if task in start]
+    lines = [
+        "",
+        "### Hybrid lines: BM25 fused with each model by reciprocal ranks (×100; outside the means)",
+        "",
+        "| model | task | hybrid of the start | hybrid of the model (mean over seeds) | "
+        + " | ".join(f"seed {seed}: minus the start's [95% CI]" for seed in seeds)
+        + " | verdict |",
+        "|" + "---|" * (len(seeds) + 5),
+    ]
+    for model in result.models[1:]:
+        for task in tasks:
+            present = [seed for seed in seeds if task in result.hybrids[seed].get(model, {}).get("scores", {})]
+            if not present:
+                continue
+            values = [result.hybrids[seed][model]["scores"][task] for seed in present]
+            cells, intervals = [], []
+            for seed in seeds:
+                if seed not in present:
+                    cells.append("")
+                    continue
+                interval = result.hybrid_interval(seed, model, task)
+                cells.append(_cell(interval, result.hybrids[seed][model]["scores"][task] - start[task]))
+                intervals.append(interval)
+            lines.append(
+                f"| {model} | {task} | {100 * start[task]:.2f} | {100 * statistics.fmean(values):.2f} | "
+                + " | ".join(cells)
+                + f" | {seeds_verdict(intervals)} |"
+            )
+    served = [(task, serve_hybrid(result, task)) for task in tasks]
+    lines += [""] + [
+        f"{task}: serve the hybrid of {best} (BM25 fused with it): it is ahead of every single model, BM25 included, "
+        "beyond its 95% interval in every seed."
+        for task, best in served
+        if best is not None
+    ]
     return lines
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,10 +12,51 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from xprt_st.compare.config import CompareConfig
     from xprt_st.evaluation.bootstrap import Interval
+    from xprt_st.evaluation.run import EvaluationReport
 
 START_LABEL = "start"
 REFERENCE_LABEL = "bm25"
 """The lexical reference scored beside the start on the retrieval tasks (``run/scores/KEY/bm25.json``)."""
+
+
+HYBRID_FOLDER = "hybrid"
+
+
+def hybrid_file(run: Path, config: CompareConfig, label: str, seed: int | None = None) -> Path:
+    """Where the hybrid of ``label`` is kept: the start's without a seed, a recipe's under its seed."""
+    folder = Path(run) / "scores" / config.evaluation_key() / HYBRID_FOLDER
+    return folder / f"{label}.json" if seed is None else folder / f"seed-{seed}" / f"{label}.json"
+
+
+def read_hybrids(run: Path, config: CompareConfig, labels: Sequence[str], start: str) -> dict[int, dict[str, Any]]:
+    """``{seed: {label: record}}`` of the hybrids kept in ``run``: ``start`` (the start's, under every seed) and each
+    recipe's of ``labels``; a seed without a recipe's hybrid is left out."""
+    kept: dict[int, dict[str, Any]] = {}
+    start_file = hybrid_file(run, config, start)
+    if not start_file.is_file():
+        return kept
+    start_record = json.loads(start_file.read_text(encoding="utf-8"))
+    for seed in config.seeds:
+        rows = {
+            label: json.loads(path.read_text(encoding="utf-8"))
+            for label in labels
+            if (path := hybrid_file(run, config, label, seed)).is_file()
+        }
+        if rows:
+            kept[seed] = {start: start_record, **rows}
+    return kept
+
+
+def per_item_record(report: EvaluationReport, label: str) -> dict[str, dict[str, Any]]:
+    """Each task's per-item scores of ``label`` (queries' nDCG@10, pairs' cosine and gold), as a scores file keeps
+    them: what the report's bootstrap resamples."""
+    items: dict[str, dict[str, Any]] = {}
+    for task in report.tasks:
+        if label in report.per_query.get(task, {}):
+            items[task] = {"kind": "retrieval", "ndcg_at_10": report.per_query[task][label]}
+        elif label in report.per_pair.get(task, {}):
+            items[task] = {"kind": "sts", **report.per_pair[task][label]}
+    return items
 
 
 @dataclass
@@ -32,6 +74,9 @@ class CompareResult:
     reference: dict[str, Any] = field(default_factory=dict)
     """BM25's stored record (``scores``, ``per_item``) on the retrieval tasks; empty when it was not scored (a run
     without a retrieval task, or made before the reference was kept). Never part of a mean or a gain."""
+    hybrids: dict[int, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    """``hybrids[seed][model]``: the stored record of BM25 fused with the start and with each recipe's model
+    (:mod:`xprt_st.compare.hybrids`) on the retrieval tasks; never part of a mean or a gain."""
     _intervals: dict[tuple[int, str, str | None, str], Interval | None] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -85,6 +130,18 @@ class CompareResult:
             return None
         return paired_interval(paired_items(start[task], lexical[task]))
 
+    def hybrid_interval(self, seed: int, model: str, task: str) -> Interval | None:
+        """Paired bootstrap 95% interval of (``model``'s hybrid - the start's hybrid) on one retrieval task in one
+        seed; None without both records."""
+        from xprt_st.evaluation.bootstrap import paired_interval, paired_items
+
+        rows = self.hybrids.get(seed, {})
+        mine = rows.get(model, {}).get("per_item", {})
+        base = rows.get(START_LABEL, {}).get("per_item", {})
+        if model == START_LABEL or task not in mine or task not in base:
+            return None
+        return paired_interval(paired_items(mine[task], base[task]))
+
     def verdict(self, model: str, task: str | None = None) -> str:
         """Verdict over the seeds that have ``model`` (gain, loss, no clear difference, seeds disagree, n/a)."""
         from xprt_st.evaluation.bootstrap import seeds_verdict
@@ -124,6 +181,7 @@ def collect_results(run: Path, config: CompareConfig, tasks: list[str]) -> Compa
     reference_file = start_file.with_name(f"{REFERENCE_LABEL}.json")
     reference = json.loads(reference_file.read_text(encoding="utf-8")) if reference_file.is_file() else {}
     return CompareResult(
+        hybrids=read_hybrids(run, config, models[1:], START_LABEL),
         tasks=tasks,
         metrics=metrics,
         models=models,

@@ -21,8 +21,9 @@ from xprt_st.compare.config import (
     resolve_compare_tasks,
 )
 from xprt_st.compare.corpus import CORPUS_FILE, build_corpus, corpus_problems, mining_settings
+from xprt_st.compare.hybrids import evaluate_hybrid, hybrid_file, labelled_retrieval
 from xprt_st.compare.report import write_report
-from xprt_st.compare.results import REFERENCE_LABEL, START_LABEL, CompareResult, collect_results
+from xprt_st.compare.results import REFERENCE_LABEL, START_LABEL, CompareResult, collect_results, per_item_record
 from xprt_st.compare.reuse import (
     CORPUS,
     check_inputs_unchanged,
@@ -37,7 +38,6 @@ from xprt_st.fingerprint import dataset_identity
 if TYPE_CHECKING:
     from mteb.abstasks import AbsTask
 
-    from xprt_st.evaluation.run import EvaluationReport
     from xprt_st.recipe import Recipe
 
 logger = logging.getLogger(__name__)
@@ -203,23 +203,12 @@ def _evaluate(
         "model": str(model_spec) if model_spec is not None else "default",
         "scores": {task: report.score(label, task) for task in report.tasks},
         "metrics": {task: report.metric(task) for task in report.tasks},
-        "per_item": _per_item(report, label),
+        "per_item": per_item_record(report, label),
         **report.precision,
     }
     scores_file.parent.mkdir(parents=True, exist_ok=True)
     scores_file.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
     return payload
-
-
-def _per_item(report: EvaluationReport, label: str) -> dict[str, dict[str, Any]]:
-    """Each task's per-item scores (queries' nDCG@10, pairs' cosine and gold): what the report's bootstrap resamples."""
-    items: dict[str, dict[str, Any]] = {}
-    for task in report.tasks:
-        if label in report.per_query.get(task, {}):
-            items[task] = {"kind": "retrieval", "ndcg_at_10": report.per_query[task][label]}
-        elif label in report.per_pair.get(task, {}):
-            items[task] = {"kind": "sts", **report.per_pair[task][label]}
-    return items
 
 
 def _held_elsewhere(lock: Path) -> bool:
@@ -293,6 +282,9 @@ def _train_and_evaluate(
         started = time.perf_counter()
         _evaluate(folder, label, tasks, config, cache_dir, scores_file)
         _record_timing(run, f"seed {seed} evaluate {label}", time.perf_counter() - started)
+    started = time.perf_counter()
+    if evaluate_hybrid(config, str(folder), label, hybrid_file(run, config, label, seed), tasks, cache_dir):
+        _record_timing(run, f"seed {seed} evaluate hybrid {label}", time.perf_counter() - started)
 
 
 def data_folders(config: CompareConfig, run: Path) -> dict[str, Path]:
@@ -395,10 +387,9 @@ def evaluate_start(config: CompareConfig, run: Path, tasks: Sequence[Any]) -> No
 def evaluate_reference(config: CompareConfig, run: Path, tasks: Sequence[Any]) -> None:
     """Score BM25 (:mod:`xprt_st.evaluation.lexical`) on the retrieval tasks with labels into ``run/scores`` (once):
     the lexical reference line of the report, kept out of every mean (it has no score on an STS task)."""
-    from xprt_st.evaluation.run import evaluate_models, is_label_free
-    from xprt_st.evaluation.tasks import task_label
+    from xprt_st.evaluation.run import evaluate_models
 
-    retrieval = [t for t in tasks if t.metadata.type == "Retrieval" and not is_label_free(task_label(t))]
+    retrieval = labelled_retrieval(tasks)
     reference_file = run / "scores" / config.evaluation_key() / f"{REFERENCE_LABEL}.json"
     if not retrieval or reference_file.is_file():
         return
@@ -408,11 +399,20 @@ def evaluate_reference(config: CompareConfig, run: Path, tasks: Sequence[Any]) -
         "model": REFERENCE_LABEL,
         "scores": {task: report.score(REFERENCE_LABEL, task) for task in report.tasks},
         "metrics": {task: report.metric(task) for task in report.tasks},
-        "per_item": _per_item(report, REFERENCE_LABEL),
+        "per_item": per_item_record(report, REFERENCE_LABEL),
     }
     reference_file.parent.mkdir(parents=True, exist_ok=True)
     reference_file.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
     _record_timing(run, "evaluate bm25", time.perf_counter() - started)
+
+
+def evaluate_start_hybrid(config: CompareConfig, run: Path, tasks: Sequence[Any]) -> None:
+    """Score the start fused with BM25 on the retrieval tasks (once): the hybrid each recipe's hybrid is compared
+    with (:mod:`xprt_st.compare.hybrids`)."""
+    started = time.perf_counter()
+    target = hybrid_file(run, config, START_LABEL)
+    if evaluate_hybrid(config, config.model or "default", START_LABEL, target, tasks, _cache_dir(config, run)):
+        _record_timing(run, "evaluate hybrid start", time.perf_counter() - started)
 
 
 def _cache_dir(config: CompareConfig, run: Path) -> Path:
@@ -518,6 +518,7 @@ def run_compare(
         data = prepare_data(config, run, progress=progress)
         evaluate_start(config, run, tasks)
         evaluate_reference(config, run, tasks)
+        evaluate_start_hybrid(config, run, tasks)
         for seed in config.seeds:
             for name in config.recipes:
                 if not train_one(config, run, name, seed, data[name], tasks, progress=progress):

@@ -430,6 +430,7 @@ def evaluate_models(
     encode_backend: str = "torch",
     backend_cache: str | Path | None = None,
     precision: str = "auto",
+    max_seq_length: int | None = None,
 ) -> EvaluationReport:
     """Evaluate several models on the same tasks, one after the other, into one report.
 
@@ -452,6 +453,8 @@ def evaluate_models(
         backend_cache: the folder that keeps a non-torch backend's exports (``.onnx-cache`` in it); required then.
         precision: auto, fp32 or bf16 (:mod:`xprt_st.precision`; auto: bf16 where the device computes it natively,
             as mining and training do); each model runs so (a loaded model in place), the report records it.
+        max_seq_length: the token limit of every model loaded here, a hybrid's dense model included (None: each
+            model's own; a trained folder keeps its training's). A loaded model in ``models`` keeps its own.
 
     Raises:
         xprt_st.evaluation.readers.TaskLoadError: a task spec could not be resolved.
@@ -494,6 +497,8 @@ def evaluate_models(
             dense = spec if lexical is None else lexical.dense
             on = device if device is not None or encode_backend == "torch" else "cpu"  # other backends run on the CPU
             model = dense if isinstance(dense, SentenceTransformer) else load_model(dense, device=on)
+            if max_seq_length is not None and model is not dense:
+                model.max_seq_length = max_seq_length
             if encode_backend != "torch":
                 if backend_cache is None:
                     raise ValueError(
