@@ -66,6 +66,7 @@ CONFIGS = (
     "cross_passage_cached",
     "xprt_hard",
     "hybrid_teacher_hard",
+    "hybrid_teacher_lexical",
 )
 PRECISIONS = ("fp32", "bf16")
 DESCRIPTIONS = {
@@ -87,9 +88,13 @@ DESCRIPTIONS = {
     "xprt_hard": "XPRTLoss, all terms, retention on, 2 hard negatives in L_xp: the xprt-hard recipe's loss",
     "hybrid_teacher_hard": "HybridTeacherLoss, 2 hard negatives, retention on: the hybrid-teacher-hard recipe's loss "
     "(the start's pass over every column, BM25 of each anchor against the batch's candidates)",
+    "hybrid_teacher_lexical": "HybridTeacherLoss, 2 hard negatives and 2 lexical candidates, retention on: the "
+    "hybrid-teacher-lexical recipe's loss (96 texts a step at 16 groups, not 64)",
 }
 HARD_NEGATIVES = 2
 """Hard-negative columns of the ``*_hard`` and ``*_cached`` configurations, as the recipes mine them."""
+LEXICAL_CANDIDATES = 2
+"""Lexical-candidate columns of ``hybrid_teacher_lexical``, as its recipe mines them."""
 
 
 CHILD_ENV = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
@@ -128,6 +133,11 @@ def build(name: str, model, prediction_ratio: float, mini_batch: int = 8) -> tor
     if name == "hybrid_teacher_hard":
         lexicon = corpus_lexicon(passages(1024, words=64), model)  # the counts of a small corpus
         return HybridTeacherLoss(model, lexicon, hard_negatives=HARD_NEGATIVES, hybrid_weight=40.0)
+    if name == "hybrid_teacher_lexical":
+        lexicon = corpus_lexicon(passages(1024, words=64), model)
+        return HybridTeacherLoss(
+            model, lexicon, hard_negatives=HARD_NEGATIVES, lexical_candidates=LEXICAL_CANDIDATES, hybrid_weight=40.0
+        )
     if name in ("positive_only", "positive_only_retention"):
         retention = 40.0 if name.endswith("retention") else None
         return XPRTLoss(model, cross_weight=0, self_weight=0, mlm_weight=0, unif_weight=0, retention_weight=retention)
@@ -166,7 +176,7 @@ def make_step(
     model.max_seq_length = tokens
     model.train()
     loss = build(name, model, prediction_ratio, mini_batch).to(device)
-    count = len(GROUP_COLUMNS) + HARD_NEGATIVES
+    count = len(GROUP_COLUMNS) + HARD_NEGATIVES + (LEXICAL_CANDIDATES if name == "hybrid_teacher_lexical" else 0)
     texts = passages(groups * count, words=tokens)  # ~1.3 tokens per word: every row is full
     columns = [texts[i * groups : (i + 1) * groups] for i in range(count)]
     negatives = columns[len(GROUP_COLUMNS) :]
@@ -174,6 +184,8 @@ def make_step(
     if name in ("mnrl", "cross_passage"):
         columns = columns[:2]
     elif name in ("cross_passage_hard", "cross_passage_hard_retention", "cross_passage_cached", "hybrid_teacher_hard"):
+        columns = columns[:2] + negatives
+    elif name == "hybrid_teacher_lexical":  # the lexical columns after the hard negatives, as the recipe reads them
         columns = columns[:2] + negatives
     elif name == "xprt_hard":
         columns = columns + negatives

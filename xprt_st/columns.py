@@ -17,3 +17,14 @@ written by :func:`xprt_st.mining.hard_negatives.add_hard_negatives` (mining's ``
 def negative_columns(count: int) -> tuple[str, ...]:
     """``("negative_1", ..., "negative_{count}")``; empty for 0."""
     return tuple(f"{NEGATIVE_PREFIX}{i}" for i in range(1, count + 1))
+
+
+LEXICAL_PREFIX = "lexical_"
+"""Lexical-candidate columns: ``lexical_1 .. lexical_L``, each anchor's BM25 top passages of OTHER documents across
+the corpus, written by :func:`xprt_st.mining.lexical_candidates.add_lexical_candidates` (``--lexical-candidates``):
+candidates the hybrid teacher ranks beside the batch's own, passages the start may not find."""
+
+
+def lexical_columns(count: int) -> tuple[str, ...]:
+    """``("lexical_1", ..., "lexical_{count}")``; empty for 0."""
+    return tuple(f"{LEXICAL_PREFIX}{i}" for i in range(1, count + 1))

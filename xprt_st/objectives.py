@@ -29,7 +29,7 @@ from datasets import Dataset
 from sentence_transformers import SentenceTransformer
 from torch import Tensor, nn
 
-from xprt_st.columns import ANCHOR, GROUP_COLUMNS, POSITIVE, negative_columns
+from xprt_st.columns import ANCHOR, GROUP_COLUMNS, POSITIVE, lexical_columns, negative_columns
 from xprt_st.errors import XPRTError
 
 logger = logging.getLogger(__name__)
@@ -243,6 +243,13 @@ def add_damaged_anchor(dataset: Dataset, seed: int, ratio: float = 0.6) -> Datas
     return dataset.add_column(DAMAGED, damaged)
 
 
+def teacher_columns(args: dict[str, Any]) -> tuple[str, ...]:
+    """The columns the hybrid teacher's ``hard_negatives: K`` and ``lexical_candidates: L`` add, in that order."""
+    count = args.get("lexical_candidates", 0)
+    lexical = lexical_columns(count) if isinstance(count, int) and count > 0 else ()
+    return (*hard_negative_columns(args), *lexical)
+
+
 def hard_negative_columns(args: dict[str, Any]) -> tuple[str, ...]:
     """The columns ``hard_negatives: K`` adds: ``negative_1 .. negative_K`` (none for 0 or a bad value)."""
     count = args.get("hard_negatives", 0)
@@ -342,8 +349,9 @@ register_objective(
             "hard_negatives": NON_NEGATIVE,
             "hybrid_weight": NON_NEGATIVE,
             "lexical_weight": NON_NEGATIVE,
+            "lexical_candidates": NON_NEGATIVE,
         },
-        extra_columns=hard_negative_columns,
+        extra_columns=teacher_columns,
         from_data=_hybrid_teacher_data,
         data_args=("lexicon",),
     )

@@ -113,3 +113,28 @@ def test_retention_reads_its_own_columns_when_given(tiny_model, group_batch) -> 
     assert terms["retention"].item() != pytest.approx(same_text["retention"].item(), rel=1e-3)
     with pytest.raises(ValueError, match="retention_columns"):
         HybridTeacherLoss(tiny_model, lexicon, hard_negatives=2, retention_columns=(2, 3))
+
+
+def test_lexical_candidates_join_the_teachers_candidates_and_not_l_xps_negatives(tiny_model, group_batch) -> None:
+    tiny_model.eval()
+    features, labels = group_batch(tiny_model)
+    lexicon = corpus_lexicon(PASSAGES, tiny_model)
+    columns = features[:5]  # anchor, positive, one hard negative, two lexical candidates
+    loss = HybridTeacherLoss(tiny_model, lexicon, hard_negatives=1, lexical_candidates=2, retention_weight=None)
+    terms = loss([dict(column) for column in columns], labels)
+    # L_xp sees the hard negative only: as the loss without the lexical columns
+    without = HybridTeacherLoss(tiny_model, lexicon, hard_negatives=1, retention_weight=None, teacher=loss.teacher)
+    alone = without([dict(column) for column in columns[:3]], labels)
+    assert terms["xp"].item() == pytest.approx(alone["xp"].item(), rel=1e-5)
+    # the hybrid term ranks every positive, the hard negatives and the lexical candidates, by hand
+    with torch.no_grad():
+        vectors = [tiny_model(dict(column))["sentence_embedding"] for column in columns]
+        lexical = torch.as_tensor(
+            lexicon.scores(loss._texts(columns[:1]), loss._texts(columns[1:])), dtype=torch.float32
+        )
+        assert lexical.shape == (4, 4 * 4)
+        expected = hybrid_teacher_loss(vectors[0], torch.cat(vectors[1:]), vectors[0], torch.cat(vectors[1:]), lexical)
+    assert terms["hybrid"].item() == pytest.approx(loss.hybrid_weight * expected.item(), rel=1e-4)
+    assert terms["hybrid"].item() != pytest.approx(alone["hybrid"].item(), rel=1e-3)
+    with pytest.raises(ValueError, match="2 lexical columns"):
+        loss([dict(column) for column in columns[:4]], labels)

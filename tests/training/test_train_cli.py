@@ -24,6 +24,7 @@ DATA_SETTINGS = {
     "xprt-hard": {"positive": "mined", "pairs": "mined", "hard_negatives": 2},
     "structure-positive": {"pairs": "structure", "hard_negatives": 2},
     "hybrid-teacher-hard": {"positive": "mined", "pairs": "mined", "hard_negatives": 2},
+    "hybrid-teacher-lexical": {"positive": "mined", "pairs": "mined", "hard_negatives": 2, "lexical_candidates": 2},
     "lexical-positive-hard": {"positive": "mined", "pairs": "mined", "rank_by": "bm25", "hard_negatives": 2},
     "inverse-cloze-hard": {"positive": "mined", "pairs": "inverse-cloze", "hard_negatives": 2},
     "structure-mixed": {"pairs": "structure-mixed", "hard_negatives": 2, "structure_mix": 0.5},
@@ -38,7 +39,10 @@ def _train(*extra: str) -> object:
 def test_every_recipe_trains_a_few_steps(recipe, tiny_model_path, tmp_path):
     settings = DATA_SETTINGS.get(recipe, {"positive": "mined", "pairs": "mined"})
     negatives = settings.get("hard_negatives", 0)
-    data = write_mined(tmp_path / "mined", n_groups=8, stats={"settings": settings}, negatives=negatives)
+    lexical = settings.get("lexical_candidates", 0)
+    data = write_mined(
+        tmp_path / "mined", n_groups=8, stats={"settings": settings}, negatives=negatives, lexical=lexical
+    )
     output = tmp_path / "run"
     result = _train(
         "--recipe", recipe, "--mined", str(data), "--output", str(output), "--model", str(tiny_model_path),

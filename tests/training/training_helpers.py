@@ -68,11 +68,14 @@ def make_groups(n_groups: int = 16) -> dict[str, list]:
     return rows
 
 
-def write_mined(folder: Path, n_groups: int = 16, stats: dict | None = None, negatives: int = 0) -> Path:
+def write_mined(
+    folder: Path, n_groups: int = 16, stats: dict | None = None, negatives: int = 0, lexical: int = 0
+) -> Path:
     """Save a mined folder (datasets.save_to_disk + stats.json) like ``xprt-st mine`` does.
 
     With ``negatives`` K, the groups also get ``negative_1..K``: passages of other documents, as
-    ``xprt-st mine --hard-negatives K`` writes them.
+    ``xprt-st mine --hard-negatives K`` writes them; with ``lexical`` L, ``lexical_1..L`` (other documents' second
+    passages), as ``--lexical-candidates L`` does.
     """
     from datasets import Dataset, Features, Value
 
@@ -80,6 +83,10 @@ def write_mined(folder: Path, n_groups: int = 16, stats: dict | None = None, neg
     for k in range(1, negatives + 1):
         groups[f"negative_{k}"] = [
             f"{DOCUMENTS[(label + k) % len(DOCUMENTS)][1][0]} ({index})" for index, label in enumerate(groups["label"])
+        ]
+    for k in range(1, lexical + 1):
+        groups[f"lexical_{k}"] = [
+            f"{DOCUMENTS[(label + k) % len(DOCUMENTS)][1][-1]} [{index}]" for index, label in enumerate(groups["label"])
         ]
     features = Features({name: Value("string") for name in groups if name != "label"})
     features["label"] = Value("int64")

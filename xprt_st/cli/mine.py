@@ -161,6 +161,15 @@ def mine(
             "re-merge keeps its negatives (--hard-negatives 0 drops them). Read by recipe change-only-positive-hard."
         ),
     ] = None,
+    lexical_candidates: Annotated[
+        int | None,
+        typer.Option(
+            help="After the merge, add L lexical candidates per group (columns lexical_1..L): BM25's top passages of "
+            "OTHER documents for the anchor across the corpus (the bm25 reference's settings), which the hybrid "
+            "teacher ranks beside the batch's own. Default 0: none; with --merge, the folder's own L. Read by recipe "
+            "hybrid-teacher-lexical."
+        ),
+    ] = None,
     hard_negative_max_ratio: Annotated[
         float,
         typer.Option(help="Drop a candidate whose cosine to the anchor exceeds this x the positive's (NV-Retriever)."),
@@ -264,12 +273,13 @@ def _stages(flags: dict[str, Any]) -> tuple[MineStage, AfterMergeStage]:
             AfterMerge,
             flags,
             hard_negatives=flags["hard_negatives"] or 0,
+            lexical_candidates=flags["lexical_candidates"] or 0,
             max_ratio=flags["hard_negative_max_ratio"],
             structure=(),
             structure_mix=flags["structure_mix"],
             seed=seed,
         ),
-        flags["hard_negatives"] is None,
+        (flags["hard_negatives"] is None, flags["lexical_candidates"] is None),
         flags["structure"],
         flags["pairs"],
         merge_dir if merge_dir is not None else (None if overwrite else output),
@@ -307,23 +317,29 @@ def _log_dir(output: Path | None, merge_dir: Path | None) -> Path | None:
 
 def _after_merge(
     after: AfterMerge,
-    negatives_unset: bool,
+    unset: tuple[bool, bool],
     structure: str | None,
     pairs: str,
     stored_run: Path | None,
     merge_dir: Path | None,
 ) -> AfterMerge:
     """The chain after the merge from its flags, refused before any work when they do not fit: without
-    --hard-negatives a re-merge keeps the folder's; the structure kinds parsed, their mix and the stored run checked."""
-    if negatives_unset and merge_dir is not None:
-        after = replace(after, hard_negatives=_stored_hard_negatives(merge_dir))
-        if after.hard_negatives:
-            console.print(
-                f"keeping the {after.hard_negatives} hard negatives per group that {merge_dir} was mined with "
-                "(--hard-negatives 0 drops them)",
-                markup=False,
-            )
+    --hard-negatives (--lexical-candidates) a re-merge keeps the folder's; the structure kinds parsed, their mix and
+    the stored run checked."""
+    for given, key, what in zip(
+        unset, ("hard_negatives", "lexical_candidates"), ("hard negatives", "lexical candidates"), strict=True
+    ):
+        if given and merge_dir is not None:
+            after = replace(after, **{key: _stored_count(merge_dir, key)})
+            if getattr(after, key):
+                console.print(
+                    f"keeping the {getattr(after, key)} {what} per group that {merge_dir} was mined with "
+                    f"(--{key.replace('_', '-')} 0 drops them)",
+                    markup=False,
+                )
     _check_hard_negatives(after.hard_negatives, after.max_ratio, pairs)
+    if after.lexical_candidates < 0:
+        raise typer.BadParameter(f"--lexical-candidates must be >= 0, got {after.lexical_candidates}")
     try:
         kinds = parse_kinds(structure)
         if after.structure_mix is not None and not kinds:
@@ -363,10 +379,11 @@ def _held_out_draw(merge_dir: Path | None, seed: int | None, holdout: float | No
     return seed, holdout
 
 
-def _stored_hard_negatives(folder: Path) -> int:
-    """The hard negatives per group a mined folder holds (0 when it holds none or has no stats yet)."""
+def _stored_count(folder: Path, key: str) -> int:
+    """The hard negatives (``key``: or lexical candidates) per group a mined folder holds (0 when it holds none or
+    has no stats yet)."""
     try:
-        return int((read_stats(folder, unfinished_ok=True) or {}).get("settings", {}).get("hard_negatives", 0) or 0)
+        return int((read_stats(folder, unfinished_ok=True) or {}).get("settings", {}).get(key, 0) or 0)
     except (TypeError, ValueError, AttributeError):
         return 0
 

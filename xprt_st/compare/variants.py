@@ -16,9 +16,12 @@ def data_variant(requires: dict[str, str]) -> tuple[str, dict[str, str]]:
     if options["pairs"] == "structure-mixed":  # RUN/mined/structure mixed with the mined groups (same negatives)
         ratio = str(requires.get("structure_mix", "0.5"))
         return f"structure-mixed-{ratio}-{negatives}", {"structure_mix": ratio, "hard_negatives": str(negatives)}
-    if negatives > 0:  # the groups plus hard-negative columns; the mined pairs keep the folder name they always had
+    lexical = int(requires.get("lexical_candidates", 0) or 0)
+    if negatives > 0 or lexical > 0:  # the groups plus the columns; the mined pairs keep the name they always had
         prefix = "" if options["pairs"] == "mined" else f"pairs-{options['pairs']}-"
-        return f"{prefix}hard-negatives-{negatives}", {**options, "hard_negatives": str(negatives)}
+        name = f"{prefix}hard-negatives-{negatives}" + (f"-lexical-{lexical}" if lexical else "")
+        added = {"hard_negatives": str(negatives)} | ({"lexical_candidates": str(lexical)} if lexical else {})
+        return name, {**options, **added}
     if options["pairs"] == "random-span":
         return "pairs-random-span", {"positive": "mined", "pairs": "random-span"}
     if options["positive"] == "random":
@@ -31,9 +34,9 @@ def prepare_variant(
 ) -> dict[str, Any]:
     """Re-merge the stored passages of ``mined`` into ``folder`` with other merge options (no encoding).
 
-    With ``hard_negatives`` in ``options``, the re-merged groups then get their hard-negative columns
-    (the chain every entry point runs, :func:`~xprt_st.mining.after_merge.finish_mining`, which embeds the
-    passages with ``model``).
+    With ``hard_negatives`` (``lexical_candidates``) in ``options``, the re-merged groups then get their hard-negative
+    (lexical-candidate) columns (the chain every entry point runs, :func:`~xprt_st.mining.after_merge.finish_mining`,
+    which embeds the passages with ``model``).
     """
     from xprt_st.mining import MiningConfig, merge
     from xprt_st.mining.after_merge import AfterMerge, finish_mining
@@ -41,6 +44,7 @@ def prepare_variant(
 
     options = dict(options)
     negatives = int(options.pop("hard_negatives", 0) or 0)
+    lexical = int(options.pop("lexical_candidates", 0) or 0)
 
     mined_stats = read_stats(mined)
     if mined_stats is None:
@@ -56,6 +60,7 @@ def prepare_variant(
     if stats is not None:
         settings = stats.get("settings", {})
         wanted = {**options, "seed": seed, **threshold} | ({"hard_negatives": negatives} if negatives else {})
+        wanted |= {"lexical_candidates": lexical} if lexical else {}
         if all(settings.get(k) == v for k, v in wanted.items()):
             return stats
     stored = link_stored_run(mined, folder)
@@ -63,7 +68,8 @@ def prepare_variant(
     base = {k: v for k, v in stored.items() if k in fields}
     base |= threshold
     stats = merge(folder, MiningConfig(**{**base, **options, "seed": seed}), progress=progress)
-    return finish_mining(folder, AfterMerge(hard_negatives=negatives, seed=seed), model=model, stats=stats)
+    steps = AfterMerge(hard_negatives=negatives, lexical_candidates=lexical, seed=seed)
+    return finish_mining(folder, steps, model=model, stats=stats)
 
 
 def prepare_mixed(

@@ -113,6 +113,7 @@ class HybridTeacherLoss(nn.Module):
         hybrid_weight: float = 1.0,
         lexical_weight: float = 1.0,
         retention_columns: tuple[int, int] | None = None,
+        lexical_candidates: int = 0,
     ) -> None:
         r"""
         ``L_xp`` plus a hybrid teacher: each anchor's distribution over the batch's candidates (every positive and
@@ -144,6 +145,12 @@ class HybridTeacherLoss(nn.Module):
         - The fusion is a z-score sum inside the batch's candidates, not the reciprocal-rank fusion over the corpus
           that ``hybrid:MODEL`` evaluates with: RRF's scores carry no scale to distil, and a batch holds 16 to 48
           candidates, not the corpus.
+        - Lexical candidates (``lexical_candidates: L``): beside the batch's positives and the start's hard
+          negatives, each anchor's BM25 top passages of other documents across the corpus (mined once,
+          :mod:`xprt_st.mining.lexical_candidates`) join the candidates of the hybrid term only, not ``L_xp``'s
+          negatives: a passage BM25 finds may be relevant, and the teacher, not the contrastive term, says how much.
+          GPL's teacher likewise scores negatives retrieved from the whole corpus; here they come from BM25 rather
+          than from dense retrievers, since the start's own neighbours are the hard negatives already.
         - BM25 reads the text back from the batch's token ids (the model's tokenizer decoded; lower-cased and cut at
           ``max_seq_length``), scored with :class:`~xprt_st.mining.bm25.BM25Lexicon`'s hashed words, ``k1 = 1.2``,
           ``b = 0.75``, its statistics counted over the training groups' passages (:func:`corpus_lexicon`).
@@ -161,6 +168,8 @@ class HybridTeacherLoss(nn.Module):
                 and candidates of every anchor in the hybrid term.
             hybrid_weight: :math:`\lambda_{hyb}`; 0 leaves ``L_xp`` and retention.
             lexical_weight: :math:`w`, BM25's weight in the fusion; 0 makes the teacher the start alone.
+            lexical_candidates: ``L`` columns ``lexical_1 .. lexical_L`` after the hard negatives: candidates of
+                the hybrid term only (BM25's top passages of other documents for the anchor).
             retention_columns: None (default): ``L_ret`` reads the (anchor, positive) columns. Two column positions
                 after the loss's own: ``L_ret`` reads those instead (``xprt-st compare`` puts the mined pair there so
                 every recipe of a comparison gets the same retention text, as
@@ -202,8 +211,10 @@ class HybridTeacherLoss(nn.Module):
         super().__init__()
         if not temperature > 0:
             raise ValueError(f"temperature must be positive, got {temperature}")
-        if hard_negatives < 0:
-            raise ValueError(f"hard_negatives must be >= 0, got {hard_negatives}")
+        if hard_negatives < 0 or lexical_candidates < 0:
+            raise ValueError(
+                f"hard_negatives and lexical_candidates must be >= 0, got {hard_negatives}, {lexical_candidates}"
+            )
         if hybrid_weight < 0 or lexical_weight < 0:
             raise ValueError(f"hybrid_weight and lexical_weight must be >= 0, got {hybrid_weight}, {lexical_weight}")
         self.model = model
@@ -215,20 +226,25 @@ class HybridTeacherLoss(nn.Module):
         self.hard_negatives = int(hard_negatives)
         self.hybrid_weight = float(hybrid_weight)
         self.lexical_weight = float(lexical_weight)
-        needed = 2 + self.hard_negatives
+        self.lexical_candidates = int(lexical_candidates)
+        needed = 2 + self.hard_negatives + self.lexical_candidates
         if retention_columns is not None and (len(retention_columns) != 2 or min(retention_columns) < needed):
             raise ValueError(f"retention_columns must be two column positions after the loss's {needed}")
         self.retention_columns = None if retention_columns is None else tuple(int(i) for i in retention_columns)
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None) -> dict[str, Tensor]:
         columns = list(sentence_features)
-        needed = 2 + self.hard_negatives
+        negatives_end = 2 + self.hard_negatives
+        needed = negatives_end + self.lexical_candidates
         if len(columns) < needed:
-            raise ValueError(f"HybridTeacherLoss needs anchor, positive and {self.hard_negatives} negative columns")
+            raise ValueError(
+                f"HybridTeacherLoss needs anchor, positive, {self.hard_negatives} negative and "
+                f"{self.lexical_candidates} lexical columns"
+            )
         features = columns[:needed]
         student = embed_by_length(self.model, features)
         teacher = teacher_embeddings(self.teacher, features)
-        negatives = torch.stack(student[2:], dim=1) if self.hard_negatives else None
+        negatives = torch.stack(student[2:negatives_end], dim=1) if self.hard_negatives else None
         terms = {
             "xp": cross_passage_loss(
                 student[0], student[1], _document_ids(labels), self.temperature, negatives=negatives
@@ -237,7 +253,7 @@ class HybridTeacherLoss(nn.Module):
         if self.hybrid_weight > 0:
             lexical = torch.as_tensor(
                 self.lexicon.scores(self._texts(features[:1]), self._texts(features[1:])), dtype=torch.float32
-            )  # (batch, batch * (1 + K)): positives, then each negative column
+            )  # (batch, batch * (1 + K + L)): positives, then each negative column, then each lexical one
             terms["hybrid"] = self.hybrid_weight * hybrid_teacher_loss(
                 student[0], torch.cat(student[1:]), teacher[0], torch.cat(teacher[1:]), lexical,
                 self.temperature, self.lexical_weight,
@@ -268,6 +284,7 @@ class HybridTeacherLoss(nn.Module):
             "hard_negatives": self.hard_negatives,
             "hybrid_weight": self.hybrid_weight,
             "lexical_weight": self.lexical_weight,
+            "lexical_candidates": self.lexical_candidates,
             "lexicon": self.lexicon.describe(),
             "retention_columns": self.retention_columns,
         }

@@ -1,4 +1,5 @@
-"""The one chain that follows a merge: hard negatives -> structure pairs -> their mix with the mined groups.
+"""The one chain that follows a merge: hard negatives -> lexical candidates -> structure pairs -> their mix with the
+mined groups.
 
 ``xprt-st mine``, :func:`xprt_st.mining.mine.mine`, the quickstart and the comparison's data variants all call
 :func:`finish_mining`, so each step receives the same settings from every entry point (the seed of the stand-in
@@ -15,6 +16,7 @@ from typing import Any
 
 from xprt_st.mining.hard_negatives import DEFAULT_MAX_RATIO, add_hard_negatives
 from xprt_st.mining.layout import STRUCTURE_DIR, STRUCTURE_MIXED_DIR, read_stats
+from xprt_st.mining.lexical_candidates import add_lexical_candidates
 from xprt_st.mining.structure import parse_kinds, structure_line, write_mixed_groups, write_structure_groups
 
 
@@ -33,6 +35,9 @@ class AfterMerge:
     """Hard negatives per mined group (``negative_1 .. negative_K``); 0 adds none."""
     max_ratio: float = DEFAULT_MAX_RATIO
     """The positive-aware filter of the hard negatives (``--hard-negative-max-ratio``)."""
+    lexical_candidates: int = 0
+    """BM25's top passages of other documents per mined group (``lexical_1 .. lexical_L``,
+    :mod:`xprt_st.mining.lexical_candidates`); 0 adds none."""
     structure: tuple[str, ...] | str | None = ()
     """Structure kinds written to ``DIR/structure`` (titles, headings, links); empty writes none."""
     structure_hard_negatives: int | None = None
@@ -66,6 +71,12 @@ def has_hard_negatives(folder: str | Path, count: int, max_ratio: float = DEFAUL
     settings = (read_stats(folder) or {}).get("settings", {})
     stored_ratio = settings.get("hard_negative_max_ratio", DEFAULT_MAX_RATIO)
     return int(settings.get("hard_negatives", 0) or 0) == count and float(stored_ratio) == float(max_ratio)
+
+
+def has_lexical_candidates(folder: str | Path, count: int) -> bool:
+    """Whether ``folder`` already holds ``count`` lexical candidates per group (a merge drops them, as it drops the
+    hard negatives)."""
+    return int((read_stats(folder) or {}).get("settings", {}).get("lexical_candidates", 0) or 0) == count
 
 
 def finish_mining(
@@ -104,6 +115,9 @@ def finish_mining(
             encode_backend=steps.encode_backend,
             precision=steps.precision,
         )
+    if steps.lexical_candidates > 0 and not has_lexical_candidates(folder, steps.lexical_candidates):
+        ran = True
+        add_lexical_candidates(folder, steps.lexical_candidates, seed=steps.seed)
     if steps.structure:
         ran = True
         found = write_structure_groups(

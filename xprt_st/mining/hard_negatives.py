@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from xprt_st.columns import ANCHOR, negative_columns
+from xprt_st.columns import ANCHOR, NEGATIVE_PREFIX, negative_columns
 from xprt_st.mining.config import MiningError
 from xprt_st.mining.passage_vectors import fill_passage_vectors
 
@@ -229,7 +229,7 @@ def add_hard_negatives(
     from xprt_st.encode_backend import load_encoder
     from xprt_st.mining.layout import DATASET_STATE, STATS_FILE, atomic_write_json, read_stats
     from xprt_st.mining.layout.embeddings import stored_precision
-    from xprt_st.mining.layout.merged import publish_dataset
+    from xprt_st.mining.layout.merged import replace_columns
 
     folder = Path(folder)
     if count < 1:
@@ -298,18 +298,11 @@ def add_hard_negatives(
             survived[start : start + len(a)] = found
         del pool
 
-    columns = negative_columns(count)
-    dataset = dataset.remove_columns([c for c in dataset.column_names if c.startswith("negative_")])
-    for k, name in enumerate(columns):
-        dataset = dataset.add_column(name, [texts[int(r)].as_py() for r in chosen_rows[:, k]])
-    features = dataset.features
-    staging = folder / ".hard-negatives.tmp"
-    dataset.save_to_disk(str(staging))
+    columns = {
+        name: [texts[int(r)].as_py() for r in chosen_rows[:, k]] for k, name in enumerate(negative_columns(count))
+    }
+    replace_columns(folder, dataset, NEGATIVE_PREFIX, columns)
     del dataset
-    publish_dataset(staging, folder, features)
-    for leftover in staging.iterdir():
-        leftover.unlink()
-    staging.rmdir()
     summary = {
         "count": count,
         "max_ratio": max_ratio,

@@ -98,7 +98,14 @@ def _run(
     return builder.run(shard_index=shard_index)
 
 
-CHAIN_SETTINGS = ("hard_negatives", "hard_negative_max_ratio", "structure", "structure_hard_negatives", "structure_mix")
+CHAIN_SETTINGS = (
+    "hard_negatives",
+    "hard_negative_max_ratio",
+    "lexical_candidates",
+    "structure",
+    "structure_hard_negatives",
+    "structure_mix",
+)
 """The settings of :func:`mine` for the chain after the merge (:class:`~xprt_st.mining.after_merge.AfterMerge`)."""
 
 
@@ -108,7 +115,8 @@ def mine(corpus: Any, output_dir: str | Path, **settings: Any) -> dict[str, Any]
     ``settings`` are :class:`MiningConfig` fields plus ``model`` as a loaded SentenceTransformer or a
     name, ``progress`` and ``overwrite`` (see :class:`~xprt_st.mining.engines.local.GroupBuilder`).
     ``hard_negatives=K`` (and ``hard_negative_max_ratio``) then adds K hard-negative columns to the groups
-    (:func:`~xprt_st.mining.hard_negatives.add_hard_negatives`).
+    (:func:`~xprt_st.mining.hard_negatives.add_hard_negatives`), and ``lexical_candidates=L`` L columns of BM25's
+    top passages of other documents (:func:`~xprt_st.mining.lexical_candidates.add_lexical_candidates`).
     The defaults are the CLI's: anchors above the median centrality of the corpus unless
     ``threshold`` or ``threshold_quantile`` is given (``threshold=0.825`` is the paper's).
     ``engine="ray"`` (with ``num_workers`` and ``ray_address``) runs on a Ray cluster instead, with
@@ -141,6 +149,7 @@ def mine(corpus: Any, output_dir: str | Path, **settings: Any) -> dict[str, Any]
     after = AfterMerge(
         hard_negatives=int(chain.get("hard_negatives", 0) or 0),
         max_ratio=float(chain.get("hard_negative_max_ratio", DEFAULT_MAX_RATIO)),
+        lexical_candidates=int(chain.get("lexical_candidates", 0) or 0),
         structure=structure,
         structure_hard_negatives=chain.get("structure_hard_negatives"),
         structure_mix=chain.get("structure_mix"),

@@ -27,7 +27,7 @@ from xprt_st.evaluation.lexical import BM25, HYBRID_PREFIX
 from xprt_st.evaluation.run import evaluate_models
 from xprt_st.fingerprint import SetBy
 from xprt_st.mining import mine
-from xprt_st.mining.after_merge import AfterMerge, finish_mining, has_hard_negatives
+from xprt_st.mining.after_merge import AfterMerge, finish_mining, has_hard_negatives, has_lexical_candidates
 from xprt_st.mining.config import MiningConfigError
 from xprt_st.mining.layout import read_stats
 from xprt_st.output_folder import OutputFolder
@@ -189,8 +189,15 @@ class HardNegativesSettings:
 def after_merge(recipe: Recipe, seed: int, encode_backend: str = "torch", precision: str = "fp32") -> AfterMerge:
     """The chain after the merge for ``recipe``: the hard negatives it reads (``change-only-positive-hard``), drawn
     with ``seed`` and the backend, as ``xprt-st mine --hard-negatives K --seed S`` draws them."""
-    count = int(recipe.data.requires.get("hard_negatives", 0) or 0)
-    return AfterMerge(hard_negatives=count, seed=seed, encode_backend=encode_backend, precision=precision)
+    requires = recipe.data.requires
+    count, lexical = (int(requires.get(key, 0) or 0) for key in ("hard_negatives", "lexical_candidates"))
+    return AfterMerge(
+        hard_negatives=count,
+        lexical_candidates=lexical,
+        seed=seed,
+        encode_backend=encode_backend,
+        precision=precision,
+    )
 
 
 @dataclass
@@ -222,11 +229,17 @@ class HardNegativesStage:
                 f"step (--batch-size); give more documents or --batch-size {max(2, groups)} (the same --output reuses "
                 "the mining)"
             )
-        if steps.hard_negatives and not has_hard_negatives(folder, steps.hard_negatives, steps.max_ratio):
+        record = {"hard_negatives": steps.hard_negatives}
+        if steps.lexical_candidates:
+            record["lexical_candidates"] = steps.lexical_candidates
+        missing = (steps.hard_negatives and not has_hard_negatives(folder, steps.hard_negatives, steps.max_ratio)) or (
+            steps.lexical_candidates and not has_lexical_candidates(folder, steps.lexical_candidates)
+        )
+        if missing:
             with stage("hard negatives"):
                 finish_mining(folder, steps, model=settings.model)
-            return {"hard_negatives": steps.hard_negatives}
-        return {"hard_negatives": steps.hard_negatives, "kept": True}
+            return record
+        return {**record, "kept": True}
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,10 @@ def read_stats(path: str | Path) -> dict[str, Any]:
     return stats
 
 
+PASS_COUNTS = ("hard_negatives", "lexical_candidates")
+"""The settings a pass after the merge records in ``stats.json`` when it runs (none: it has not run)."""
+
+
 def stats_value(stats: Mapping[str, Any], key: str) -> Any:
     """Look up a mining option in ``stats``: under ``settings`` (what ``xprt-st mine`` writes) or at the top."""
     for scope in (stats.get("settings"), stats):
@@ -141,6 +145,8 @@ def load_mined(
         problems.append(f"it holds {len(loaded)} groups, fewer than the {min_rows} one batch needs")
     for key, expected in (requires or {}).items():
         found = stats_value(stats, key)
+        if found is None and key in PASS_COUNTS and stats is not None:
+            found = 0  # a merged folder that records no such pass has had none
         if found is None:
             logger.warning("%s/%s does not record %r; assuming it was mined with %r", folder, STATS_FILE, key, expected)
         elif str(found) != str(expected):
@@ -149,7 +155,7 @@ def load_mined(
             if source is not None:  # DIR/structure: written by a pass over DIR
                 kinds = (stats or {}).get("settings", {}).get("structure") or "titles,headings,links"
                 fix = f"write it again with them: `xprt-st mine --merge {source} --structure {kinds} {option}`"
-            elif key == "hard_negatives":  # the one setting a re-merge adds to a mined folder
+            elif key in PASS_COUNTS:  # the settings a pass adds to a mined folder
                 fix = f"add them to this folder with `xprt-st mine --merge {folder} {option}`"
             elif key == "pairs" and str(expected) in (STRUCTURE_DIR, STRUCTURE_MIXED_DIR):
                 fix = _structure_fix(folder, str(expected), stats)

@@ -120,3 +120,20 @@ def concatenate_text(parts: list[Path], path: Path) -> None:
             with part.open("rb") as handle:
                 shutil.copyfileobj(handle, out)
     os.replace(tmp, path)
+
+
+def replace_columns(folder: Path, dataset: Any, prefix: str, columns: dict[str, list[str]]) -> None:
+    """Write ``dataset`` (the folder's groups) back into ``folder`` with its ``prefix*`` columns replaced by
+    ``columns`` (name -> one text per group, in order): how a pass after the merge adds its columns (the hard
+    negatives, the lexical candidates), staged and moved into place as a merge publishes its groups."""
+    dataset = dataset.remove_columns([name for name in dataset.column_names if name.startswith(prefix)])
+    for name, values in columns.items():
+        dataset = dataset.add_column(name, values)
+    features = dataset.features
+    staging = folder / f".{prefix.strip('_')}.tmp"
+    if staging.exists():  # left by a pass that was killed while it wrote
+        shutil.rmtree(staging)
+    dataset.save_to_disk(str(staging))
+    del dataset
+    publish_dataset(staging, folder, features)
+    shutil.rmtree(staging)
