@@ -359,6 +359,10 @@ def test_recipe_step_costs_are_the_measured_ones() -> None:
     # the hybrid teacher: measured at the recipes' training shape (16 groups x 64 tokens), its own run
     hybrid = _json("bench-losses-hybrid-cpu.json")["results"]["hybrid_teacher_hard"]["cpu_ratio"]
     assert costs["hybrid-teacher-hard"] == round(hybrid, 1)
+    # its lexical candidates: their cost against hybrid-teacher-hard's in one run of both, on the measured 1.3x
+    both = _json("bench-losses-hybrid-lexical-cpu.json")["results"]
+    lexical = both["hybrid_teacher_lexical"]["cpu_ratio"] / both["hybrid_teacher_hard"]["cpu_ratio"]
+    assert costs["hybrid-teacher-lexical"] == costs["hybrid-teacher-cloze"] == round(hybrid * lexical, 1)
     # no step benchmark: training time relative to change-only-positive in the from-BERT run (seeds 42, 43)
     run_times = _table(_study("run-times.md", "## Run times"), "stage")
     times = {row["stage"]: float(row["wall seconds"]) for row in run_times if row["stage"].startswith("seed")}

@@ -274,8 +274,8 @@ def test_finetune_compare_with_fewer_pairs_than_a_batch_is_refused_before_any_mo
 ) -> None:
     from typer.testing import CliRunner
 
-    import xprt_st.finetune.pretrained
     import xprt_st.models
+    import xprt_st.pipeline.stages
     from xprt_st.cli import app
     from xprt_st.finetune import finetune_compare
 
@@ -283,7 +283,7 @@ def test_finetune_compare_with_fewer_pairs_than_a_batch_is_refused_before_any_mo
         raise AssertionError("a model loaded (or pre-training started) before the pairs were counted")
 
     monkeypatch.setattr(xprt_st.models, "load_model", started)
-    monkeypatch.setattr(xprt_st.finetune.pretrained, "pretrain_from_recipe", started)
+    monkeypatch.setattr(xprt_st.pipeline.stages, "train_into", started)
     out = tmp_path / "out"
     for source in (["--pretrained", "default"], ["--recipe", "xprt", "--mined", str(tmp_path / "mined")]):
         result = CliRunner().invoke(app, ["finetune-compare", *source, "--task", str(beir_folder), "-o", str(out)])

@@ -110,7 +110,7 @@ def test_a_killed_pretraining_with_the_same_settings_resumes_or_starts_again(tmp
     import shutil
 
     from tests.training.training_helpers import write_mined
-    from xprt_st.finetune.pretrained import PretrainedStage, PretrainSettings
+    from xprt_st.finetune.pretrained import PretrainSettings, pretrained_stage
     from xprt_st.output_folder import command_folder
     from xprt_st.pipeline import Action, run_pipeline
 
@@ -123,7 +123,7 @@ def test_a_killed_pretraining_with_the_same_settings_resumes_or_starts_again(tmp
     def rerun() -> str:
         """What the stage did: reused by the stage layer, or its own outcome (kept, resume, restart, train)."""
         with command_folder(out, "finetune-compare") as folder:
-            stage = PretrainedStage(settings, folder)
+            stage = pretrained_stage(settings, folder)
             (row,) = run_pipeline([stage], folder.path)
             return "reused" if row.action is Action.REUSE else stage.outcome
 

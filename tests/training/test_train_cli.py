@@ -25,6 +25,12 @@ DATA_SETTINGS = {
     "structure-positive": {"pairs": "structure", "hard_negatives": 2},
     "hybrid-teacher-hard": {"positive": "mined", "pairs": "mined", "hard_negatives": 2},
     "hybrid-teacher-lexical": {"positive": "mined", "pairs": "mined", "hard_negatives": 2, "lexical_candidates": 2},
+    "hybrid-teacher-cloze": {
+        "positive": "mined",
+        "pairs": "inverse-cloze",
+        "hard_negatives": 2,
+        "lexical_candidates": 2,
+    },
     "lexical-positive-hard": {"positive": "mined", "pairs": "mined", "rank_by": "bm25", "hard_negatives": 2},
     "inverse-cloze-hard": {"positive": "mined", "pairs": "inverse-cloze", "hard_negatives": 2},
     "structure-mixed": {"pairs": "structure-mixed", "hard_negatives": 2, "structure_mix": 0.5},

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -152,15 +151,14 @@ def unfinished_run_problem(folder: Path) -> str | None:
 def _train(
     recipe_name: str, config: CompareConfig, seed: int, data: Path, output: Path, progress: bool, mined: Path
 ) -> None:
-    from xprt_st.training import train_recipe
-    from xprt_st.training.trainer import last_complete_checkpoint
+    from xprt_st.pipeline.stages import RecipeRun, train_into
+    from xprt_st.training.checkpoints import continuation
 
     recipe = _resolved_recipe(recipe_name, config, seed)
-    resume = None
-    if last_complete_checkpoint(output) is not None:
-        resume = "last"
+    how = continuation(output)
+    if how == "resume":
         logger.info("%s: resuming from its last complete checkpoint", output)
-    elif output.exists() or output.is_symlink():
+    elif how == "restart":
         # Neither finished (no COMPLETE marker) nor resumable: left by a run killed before its first checkpoint, and
         # removed only when it holds nothing but what train wrote (checked before any work; again here, as a user
         # may have put files there since).
@@ -168,11 +166,11 @@ def _train(
         if problem is not None:
             raise CompareConfigError(problem)
         logger.info("%s: removing an unfinished run without a complete checkpoint", output)
-        shutil.rmtree(output)
     # every recipe's retention term reads the mined (anchor, positive): the same text, as in the paper; the structure
     # recipes' rows are other groups (titles and headings), so theirs reads their own pairs
     retention_data = None if data.name.startswith("structure") else mined
-    train_recipe(recipe, data=data, output=output, resume=resume, progress=progress, retention_data=retention_data)
+    run = RecipeRun(recipe=lambda: recipe, data=data, retention_data=retention_data)
+    train_into(output, run, how, progress=progress, recipe=recipe)
 
 
 def _evaluate(

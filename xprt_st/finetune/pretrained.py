@@ -4,7 +4,7 @@ Everything else a run writes (the fine-tuned models, the tables) is computed aga
 the slow part, and a rerun into the same ``--output`` may reuse it, but only when it was made with the same
 settings: its fingerprint (:mod:`xprt_st.fingerprint`) holds the recipe and its resolved values (the
 ``--pretrain-set`` overrides included), the mined folder and what its ``stats.json`` says of it, and the starting
-model. It is a stage of the stage layer (:class:`PretrainedStage`, run by :func:`xprt_st.pipeline.run_pipeline`),
+model. It is a stage of the stage layer (:func:`pretrained_stage`, run by :func:`xprt_st.pipeline.run_pipeline`),
 whose one reuse policy compares the fingerprint. Equal: a finished model is reused, a killed one resumes from its
 last checkpoint (or starts again when it saved none; :func:`xprt_st.training.checkpoints.continuation`). Different,
 or recorded by an older xprt-st: the rerun stops before any work with one line naming each difference and the ways
@@ -15,12 +15,17 @@ on (``--overwrite``, or a new ``--output``). Before, every rerun with ``--recipe
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from xprt_st.fingerprint import recipe_values
-from xprt_st.output_folder import OutputFolder
+from xprt_st.pipeline.stages import RecipeRun, RecipeStage, train_into
+
+if TYPE_CHECKING:
+    from xprt_st.output_folder import OutputFolder
+    from xprt_st.recipe import Recipe
 
 PRETRAINED = "pretrained"
 """The stage's folder name inside the ``--output`` of finetune-compare."""
@@ -51,6 +56,26 @@ def pretraining_fingerprint(
     }
 
 
+def pretraining_recipe(recipe: str | Path, overrides: Mapping[str, Any] | None = None) -> Recipe:
+    """``recipe`` with the ``--pretrain-set`` ``overrides`` (dotted recipe keys), named as the command's flags in
+    its messages."""
+    from xprt_st.recipe import load_recipe
+
+    labels = override_labels(overrides)
+    return load_recipe(recipe, overrides=dict(overrides) if overrides else None, override_labels=labels)
+
+
+def pretraining_run(
+    recipe: str | Path, mined: str | Path, base: str | Path | None, overrides: Mapping[str, Any] | None = None
+) -> RecipeRun:
+    """What the pre-trained model is made of: the recipe from ``base`` (None: the default model, not the recipe's:
+    base is what the comparison starts from) on the mined folder."""
+    from xprt_st.models import DEFAULT_MODEL
+
+    start = DEFAULT_MODEL if base is None else str(base)
+    return RecipeRun(recipe=partial(pretraining_recipe, recipe, overrides), data=Path(mined), model=start)
+
+
 def pretrain_from_recipe(
     recipe: str | Path,
     mined: str | Path,
@@ -59,30 +84,19 @@ def pretrain_from_recipe(
     *,
     overrides: Mapping[str, Any] | None = None,
     progress: bool = False,
-    resume: bool = False,
-    overwrite: bool = False,
 ) -> Path:
-    """Produce the pre-trained model: train ``recipe`` from ``base`` on a mined folder (``xprt-st mine``).
-
-    A thin call of :func:`xprt_st.training.train_recipe` so that finetune-compare can start from a
-    recipe and a corpus; ``overrides`` are dotted recipe keys, e.g. ``{"training.max_steps": 100}`` (the
-    command's ``--pretrain-set KEY=VALUE``, as its messages call them). ``resume`` continues a killed run in
-    ``output`` from its last checkpoint; ``overwrite`` deletes what it left (:class:`PretrainedStage` decides which).
+    """Produce the pre-trained model from Python: train ``recipe`` from ``base`` on a mined folder (``xprt-st
+    mine``) into ``output``; ``overrides`` are dotted recipe keys, e.g. ``{"training.max_steps": 100}`` (the
+    command's ``--pretrain-set KEY=VALUE``, as its messages call them). finetune-compare runs the same as a stage
+    (:func:`pretrained_stage`), which also keeps or resumes what a run of the same settings left.
 
     Returns:
         The folder of the pre-trained model.
     """
-    from xprt_st.models import DEFAULT_MODEL
-    from xprt_st.recipe import load_recipe
-    from xprt_st.training import train_recipe
-
-    labels = override_labels(overrides)
-    loaded = load_recipe(recipe, overrides=dict(overrides) if overrides else None, override_labels=labels)
-    # None means the default model, not the recipe's: base is what the comparison starts from.
-    start = DEFAULT_MODEL if base is None else str(base)
-    return train_recipe(
-        loaded, mined, output, resume="last" if resume else None, model=start, progress=progress, overwrite=overwrite
-    )
+    run = pretraining_run(recipe, mined, base, overrides)
+    resolved = run.recipe()  # a bad override is the flag's, found before anything is written
+    train_into(Path(output), run, "train", progress=progress, recipe=resolved)
+    return Path(output)
 
 
 @dataclass(frozen=True)
@@ -96,41 +110,10 @@ class PretrainSettings:
     overrides: Mapping[str, Any] | None = None
 
 
-@dataclass
-class PretrainedStage:
-    """Pre-train into ``OUTPUT/pretrained`` (:func:`pretrain_from_recipe`), or keep or resume what a run of the same
-    settings left there (see the module); afterwards :attr:`outcome` says which (``kept``, ``resume``, ``restart``,
-    ``train``: :func:`xprt_st.training.checkpoints.continuation`)."""
-
-    config: PretrainSettings
-    output: OutputFolder
-    progress: bool = False
-    outcome: str = field(default="", init=False)
-    _fingerprint: dict[str, Any] | None = field(default=None, init=False, repr=False)
-    name: ClassVar[str] = PRETRAINED
-    folder: ClassVar[str] = PRETRAINED
-
-    def fingerprint(self) -> dict[str, Any]:
-        """What decides the model (:func:`pretraining_fingerprint`), worked out once."""
-        if self._fingerprint is None:
-            config = self.config
-            self._fingerprint = pretraining_fingerprint(config.recipe, config.mined, config.base, config.overrides)
-        return self._fingerprint
-
-    def check(self) -> None:
-        """The recipe and its overrides load (:meth:`fingerprint` loads them), before any model does."""
-        self.fingerprint()
-
-    def run(self, folder: Path) -> dict[str, Any]:
-        """Pre-train, resume or keep (:func:`xprt_st.training.checkpoints.continuation`)."""
-        from xprt_st.training.checkpoints import continuation
-
-        self.outcome = continuation(folder)
-        if self.outcome != "kept":
-            self.output.record(PRETRAINED)
-            settings = self.config
-            pretrain_from_recipe(
-                settings.recipe, settings.mined, settings.base, folder, overrides=settings.overrides,
-                progress=self.progress, resume=self.outcome == "resume", overwrite=self.outcome == "restart",
-            )  # fmt: skip
-        return {"outcome": self.outcome}
+def pretrained_stage(settings: PretrainSettings, output: OutputFolder, progress: bool = False) -> RecipeStage:
+    """Pre-train into ``OUTPUT/pretrained`` (:class:`xprt_st.pipeline.stages.RecipeStage`), or keep or resume what
+    a run of the same settings left there (see the module); afterwards its ``outcome`` says which (``kept``,
+    ``resume``, ``restart``, ``train``)."""
+    run = pretraining_run(settings.recipe, settings.mined, settings.base, settings.overrides)
+    fingerprint = partial(pretraining_fingerprint, settings.recipe, settings.mined, settings.base, settings.overrides)
+    return RecipeStage(PRETRAINED, PRETRAINED, run, fingerprint, output=output, progress=progress, timed_as=PRETRAINED)

@@ -242,7 +242,7 @@ def run_finetune_compare(
     from xprt_st.evaluation.catalog import resolve_beir
     from xprt_st.evaluation.readers import read_beir_folder, subsample_beir
     from xprt_st.finetune.folds import beir_train_pairs, query_domains, read_pairs
-    from xprt_st.finetune.pretrained import PRETRAINED, PretrainedStage, PretrainSettings
+    from xprt_st.finetune.pretrained import PRETRAINED, PretrainSettings, pretrained_stage
     from xprt_st.pipeline import Action, run_pipeline
     from xprt_st.pipeline import plan as stage_actions
 
@@ -256,7 +256,7 @@ def run_finetune_compare(
     recipe, mined, base = config.recipe, config.mined, config.base
     stage = None
     if recipe is not None and mined is not None:
-        stage = PretrainedStage(PretrainSettings(recipe, mined, base, overrides), folder, progress)
+        stage = pretrained_stage(PretrainSettings(recipe, mined, base, overrides), folder, progress)
         stage.check()
         stage_actions([stage], folder.path)  # a model of other settings, or one that records none: refused here
     data, label, ignore_identical_ids = resolve_beir(config.task, config.data_dir)

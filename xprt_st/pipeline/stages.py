@@ -1,5 +1,7 @@
 """The stages the commands are made of: mining (all shards, or one, then the merge), the chain after the merge, and
-training.
+training (``xprt-st train``'s run folder, and a recipe trained into a folder of its own: the quickstart's
+``model/``, finetune-compare's ``pretrained/``, each of compare's models). Every recipe is trained here, through
+:func:`train_into`.
 
 ``xprt-st mine`` is ``run_pipeline([MineStage, AfterMergeStage])``; neither has a fingerprint of its own, since mining
 keeps its own record of what made a folder (its manifest, refused with ``MiningConfigError`` when the settings
@@ -10,6 +12,7 @@ differ) and the chain after the merge reuses what ``stats.json`` says is there
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +24,12 @@ from xprt_st.mining.engines.base import ShardResult
 from xprt_st.mining.layout import MiningLayout, read_stats
 
 if TYPE_CHECKING:  # training loads torch and transformers: imported when a TrainStage checks, not for mining
+    from xprt_st.output_folder import OutputFolder
+    from xprt_st.recipe import Recipe
     from xprt_st.training.run import TrainPlan, TrainSettings
+
+
+logger = logging.getLogger(__name__)
 
 
 def _silent(line: str) -> None:
@@ -219,3 +227,91 @@ class TrainStage:
         plan = self.plan if self.plan is not None else check_training(self.config)
         output = run_training(plan)
         return {"model": str(output), "trained": plan.finished is None}
+
+
+@dataclass(frozen=True)
+class RecipeRun:
+    """What a trained folder is made of: the recipe, its mined data, the start and the retention term's text."""
+
+    recipe: Callable[[], Recipe]
+    """The recipe, resolved when the stage runs (the quickstart's steps follow the groups mined just before)."""
+    data: Path
+    model: str | None = None
+    """The starting model, overriding the recipe's (None: the recipe's)."""
+    retention_data: Path | None = None
+    """A mined folder whose (anchor, positive) the retention term reads (compare's, the same for every recipe)."""
+
+
+def train_into(folder: Path, run: RecipeRun, how: str, *, progress: bool = False, recipe: Recipe | None = None) -> bool:
+    """Go on in ``folder`` as ``how`` says (:func:`xprt_st.training.checkpoints.continuation`): ``kept`` trains
+    nothing, ``resume`` continues from the newest whole checkpoint, ``restart`` deletes what a stopped run left (only
+    what train wrote) and trains, ``train`` trains; returns whether it trained. The one call of
+    :func:`xprt_st.training.train_recipe` into a folder of its own (``recipe``: ``run.recipe()`` already resolved)."""
+    if how == "kept":
+        return False
+    from xprt_st.training.run import train_recipe
+
+    train_recipe(
+        recipe if recipe is not None else run.recipe(),
+        data=run.data,
+        output=folder,
+        resume="last" if how == "resume" else None,
+        model=run.model,
+        progress=progress,
+        overwrite=how == "restart",
+        retention_data=run.retention_data,
+    )
+    return True
+
+
+@dataclass
+class RecipeStage:
+    """Train a recipe into a folder of its own (the quickstart's ``model/``, finetune-compare's ``pretrained/``):
+    the pipeline reuses it by its fingerprint; a rerun of equal settings keeps the model a run finished, resumes one
+    stopped after a checkpoint, and starts again over one stopped before any (:func:`train_into`). Afterwards
+    :attr:`outcome` says which (``kept``, ``resume``, ``restart``, ``train``)."""
+
+    name: str
+    folder: str
+    config: RecipeRun
+    fingerprint_record: dict[str, Any] | Callable[[], dict[str, Any]]
+    """What decides the folder (a callable: worked out once, when the pipeline first asks, which checks it)."""
+    output: OutputFolder | None = None
+    """The held output folder, whose manifest records :attr:`folder` before it is written."""
+    progress: bool = False
+    timed_as: str = "train"
+    """The row of the command's stage table the training time goes to."""
+    outcome: str = field(default="", init=False)
+    _fingerprint: dict[str, Any] | None = field(default=None, init=False, repr=False)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What decides the folder."""
+        if self._fingerprint is None:
+            record = self.fingerprint_record
+            self._fingerprint = record() if callable(record) else record
+        return self._fingerprint
+
+    def check(self) -> None:
+        """The fingerprint can be worked out (a recipe and its overrides load), before any model does."""
+        self.fingerprint()
+
+    def run(self, folder: Path) -> dict[str, Any]:
+        """Resolve the recipe, then keep, resume or train."""
+        from xprt_st.stage_timing import stage
+        from xprt_st.training.checkpoints import continuation
+
+        recipe = self.config.recipe()
+        self.outcome = continuation(folder)
+        if self.outcome == "resume":
+            logger.warning("%s holds checkpoints of a stopped run of these settings: resuming it", folder)
+        if self.outcome != "kept":
+            if self.output is not None:
+                self.output.record(self.folder)
+            with stage(self.timed_as):
+                train_into(folder, self.config, self.outcome, progress=self.progress, recipe=recipe)
+        return {
+            "outcome": self.outcome,
+            "trained": self.outcome != "kept",
+            "steps": recipe.training.max_steps,
+            "resumed": self.outcome == "resume",
+        }

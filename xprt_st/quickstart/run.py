@@ -24,6 +24,7 @@ from xprt_st.fingerprint import FingerprintError
 from xprt_st.output_folder import OutputFolder, command_folder
 from xprt_st.pipeline import plan as stage_actions
 from xprt_st.pipeline import run_pipeline
+from xprt_st.pipeline.stages import RecipeStage
 from xprt_st.quickstart.config import (
     MINED,
     MODEL,
@@ -49,10 +50,10 @@ from xprt_st.quickstart.stages import (
     MinedSettings,
     MinedStage,
     ModelSettings,
-    ModelStage,
     ScoresSettings,
     ScoresStage,
     after_merge,
+    model_stage,
 )
 from xprt_st.quickstart.summary import label_free_summary, titles_summary
 from xprt_st.recipe import load_recipe
@@ -95,7 +96,7 @@ def plan_quickstart(config: QuickstartConfig) -> QuickstartPlan:
 
 def quickstart_stages(
     plan: QuickstartPlan, folder: OutputFolder, progress: bool = True, timer: StageTimer | None = None
-) -> list[MinedStage | HardNegativesStage | ModelStage | ScoresStage]:
+) -> list[MinedStage | HardNegativesStage | RecipeStage | ScoresStage]:
     """The quickstart as stages (:mod:`xprt_st.quickstart.stages`), each given its settings from ``plan``'s config,
     writing into the held ``folder``: mine, hard negatives, train, scores."""
     config = plan.config
@@ -145,7 +146,7 @@ def quickstart_stages(
     return [
         MinedStage(mining, plan.fingerprints[MINED], folder, progress),
         HardNegativesStage(negatives, folder),
-        ModelStage(training, plan.fingerprints[MODEL], folder, progress),
+        model_stage(training, plan.fingerprints[MODEL], folder, progress),
         ScoresStage(scores, folder, timer),
     ]
 

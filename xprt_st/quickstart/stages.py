@@ -3,8 +3,9 @@
 - :class:`MinedStage` (``mined/``, fingerprinted): mine the documents, as ``xprt-st mine`` does given the same options;
 - :class:`HardNegativesStage`: check that the groups fill a step, then add the hard negatives the recipe reads
   (:func:`xprt_st.mining.after_merge.finish_mining`, the chain every entry point runs), unless the folder has them;
-- :class:`ModelStage` (``model/``, fingerprinted): train the recipe, unless the folder holds its trained model (a run
-  stopped after a checkpoint resumes from it);
+- :func:`model_stage` (``model/``, fingerprinted): train the recipe (the pipeline's
+  :class:`~xprt_st.pipeline.stages.RecipeStage`), unless the folder holds its trained model (a run stopped after a
+  checkpoint resumes from it);
 - :class:`ScoresStage`: score the start, the trained model and BM25, the label-free check, the titles, and write
   ``summary.json`` (:mod:`xprt_st.quickstart.summary`).
 
@@ -20,6 +21,7 @@ import gzip
 import json
 import logging
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -31,6 +33,7 @@ from xprt_st.mining.after_merge import AfterMerge, finish_mining, has_hard_negat
 from xprt_st.mining.config import MiningConfigError
 from xprt_st.mining.layout import read_stats
 from xprt_st.output_folder import OutputFolder
+from xprt_st.pipeline.stages import RecipeRun, RecipeStage
 from xprt_st.quickstart.config import (
     HYBRID_START,
     HYBRID_TRAINED,
@@ -44,8 +47,6 @@ from xprt_st.quickstart.notes import passes_note, training_passes
 from xprt_st.quickstart.summary import label_free_summary, run_notes, scores_summary, titles_summary
 from xprt_st.recipe import Recipe, load_recipe
 from xprt_st.stage_timing import StageTimer, stage
-from xprt_st.training import train_recipe
-from xprt_st.training.checkpoints import continuation
 
 logger = logging.getLogger(__name__)
 
@@ -55,11 +56,12 @@ __all__ = [
     "MinedSettings",
     "MinedStage",
     "ModelSettings",
-    "ModelStage",
     "ScoresSettings",
     "ScoresStage",
     "after_merge",
     "mine_documents",
+    "model_recipe",
+    "model_stage",
     "steps_for",
 ]
 
@@ -273,57 +275,31 @@ class ModelSettings:
         )
 
 
-@dataclass
-class ModelStage:
-    """Train the recipe on ``mined/`` into ``model/`` (:func:`xprt_st.training.train_recipe`), unless ``model/``
-    holds the model a run of the same settings trained; its fingerprint is the plan's."""
+def model_recipe(settings: ModelSettings, mined: Path) -> Recipe:
+    """The recipe ``model/`` is trained with: ``settings`` and the steps the mined groups give without
+    ``--max-steps``, each short schedule or repeated pass said on the log first."""
+    groups = groups_in(mined)
+    steps = steps_for(settings.max_steps, groups, settings.batch_size)
+    if settings.max_steps is None and steps < DEFAULTS.corpus_max_steps:
+        logger.warning(
+            "%d groups were mined: training %d steps of %d, one pass over them, instead of the default %d "
+            "(--max-steps sets it)", groups, steps, settings.batch_size, DEFAULTS.corpus_max_steps,
+        )  # fmt: skip
+    passes = passes_note(steps, settings.batch_size, groups)
+    if passes is not None:
+        logger.warning("%s", passes)
+    return settings.recipe_for(steps)
 
-    config: ModelSettings
-    fingerprint_record: dict[str, Any]
-    """What decides ``model/`` beside its data (:meth:`QuickstartConfig.training_fingerprint`): the steps as given."""
-    output: OutputFolder
-    progress: bool = True
-    name: ClassVar[str] = MODEL
-    folder: ClassVar[str] = MODEL
 
-    def fingerprint(self) -> dict[str, Any]:
-        """What decides ``model/`` beside its data."""
-        return self.fingerprint_record
-
-    def check(self) -> None:
-        """Nothing beyond the command's checks of the recipe and the starting model."""
-
-    def run(self, folder: Path) -> dict[str, Any]:
-        """Train, or keep the model a stopped rerun of the same settings finished."""
-        settings = self.config
-        groups = groups_in(self.output.path / MINED)
-        steps = steps_for(settings.max_steps, groups, settings.batch_size)
-        if settings.max_steps is None and steps < DEFAULTS.corpus_max_steps:
-            logger.warning(
-                "%d groups were mined: training %d steps of %d, one pass over them, instead of the default %d "
-                "(--max-steps sets it)", groups, steps, settings.batch_size, DEFAULTS.corpus_max_steps,
-            )  # fmt: skip
-        passes = passes_note(steps, settings.batch_size, groups)
-        if passes is not None:
-            logger.warning("%s", passes)
-        # what a run of these settings (the pipeline compared them) left: a model, or checkpoints to go on from
-        how = continuation(folder)
-        if how == "kept":
-            return {"trained": False, "steps": steps}
-        if how == "resume":
-            logger.warning("%s holds checkpoints of a stopped run of these settings: resuming it", folder)
-        self.output.record(MODEL)
-        mined = self.output.path / MINED
-        with stage("train"):
-            train_recipe(
-                settings.recipe_for(steps),
-                data=mined,
-                output=folder,
-                progress=self.progress,
-                resume="last" if how == "resume" else None,
-                overwrite=how == "restart",
-            )
-        return {"trained": True, "steps": steps, "resumed": how == "resume"}
+def model_stage(
+    settings: ModelSettings, fingerprint: dict[str, Any], output: OutputFolder, progress: bool = True
+) -> RecipeStage:
+    """Train the recipe on ``mined/`` into ``model/`` (:class:`xprt_st.pipeline.stages.RecipeStage`), unless
+    ``model/`` holds the model a run of the same settings trained; ``fingerprint`` is the plan's (what decides
+    ``model/`` beside its data: :meth:`QuickstartConfig.training_fingerprint`, the steps as given)."""
+    mined = output.path / MINED
+    run = RecipeRun(recipe=partial(model_recipe, settings, mined), data=mined)
+    return RecipeStage(MODEL, MODEL, run, fingerprint, output=output, progress=progress)
 
 
 @dataclass(frozen=True)
