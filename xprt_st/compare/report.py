@@ -179,8 +179,8 @@ def _hybrid_lines(result: CompareResult) -> list[str]:
             )
     served = [(task, serve_hybrid(result, task)) for task in tasks]
     lines += [""] + [
-        f"{task}: serve the hybrid of {best} (BM25 fused with it): it is ahead of every single model, BM25 included, "
-        "beyond its 95% interval in every seed."
+        f"{task}: serve the hybrid of {'the start' if best == START_LABEL else best} (BM25 fused with it): it is ahead "
+        "of every single model, BM25 included, beyond its 95% interval in every seed."
         for task, best in served
         if best is not None
     ]
