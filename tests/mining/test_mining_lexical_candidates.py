@@ -100,3 +100,27 @@ def test_mine_and_a_re_merge_keep_the_lexical_candidates_and_train_names_the_pas
     assert "lexical_2" in datasets.load_from_disk(str(out)).column_names
     bad = runner.invoke(app, ["mine", "--merge", str(out), "--lexical-candidates", "-1", *common])
     assert bad.exit_code == 2 and "--lexical-candidates must be >= 0" in bad.output
+
+
+def test_a_corpus_of_stopwords_only_pads_every_group_and_says_so(tmp_path: Path, tiny_model) -> None:
+    """bm25s cannot index a corpus without a term (a hostile corpus): no traceback, random stand-ins, a note."""
+    words = "an and are as at be but by for if in into is it no not of on or such that the their then there these"
+    rows = [
+        # a one-digit number tells the documents apart and is no term (BM25 indexes words of 2+ characters)
+        {
+            "id": f"d{i}",
+            "text": "\n\n".join(" ".join(words.split()[j:] + words.split()[:j]) + f" {i}" for j in range(4)),
+        }
+        for i in range(6)
+    ]
+    corpus = tmp_path / "stop.jsonl"
+    corpus.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    settings = {**SETTINGS, "holdout": 0.0, "threshold_quantile": 0.0}
+    stats = mine(corpus, tmp_path / "mined", model=tiny_model, progress=False, lexical_candidates=2, **settings)
+    summary = stats["lexical_candidates"]
+    assert summary["groups"] > 0 and summary["groups_padded"] == summary["groups_none_found"] == summary["groups"]
+    assert "random passages of other documents" in summary["note"]
+    groups = datasets.load_from_disk(str(tmp_path / "mined"))
+    texts = pq.read_table(tmp_path / "mined" / "passages.parquet").to_pylist()
+    label_of = {row["text"]: row["label"] for row in texts}
+    assert all(label_of[group["lexical_1"]] != group["label"] for group in groups)

@@ -74,7 +74,8 @@ def other_document_candidates(
 
 
 def _bm25_index(texts: list[str]) -> tuple[Any, Any]:
-    """bm25s's retriever over ``texts`` with the ``bm25`` reference's settings, and its stemmer."""
+    """bm25s's retriever over ``texts`` with the ``bm25`` reference's settings (None when no text has a term BM25
+    indexes: bm25s cannot index such a corpus), and its stemmer."""
     import bm25s
     import Stemmer
 
@@ -84,6 +85,8 @@ def _bm25_index(texts: list[str]) -> tuple[Any, Any]:
     check_bm25_memory(len(texts), sum(map(len, texts)), available_ram_bytes())
     stemmer = Stemmer.Stemmer(BM25_SETTINGS["stemmer_language"])
     tokens = bm25s.tokenize(texts, stopwords=BM25_SETTINGS["stopwords"], stemmer=stemmer, show_progress=False)
+    if not tokens.vocab:
+        return None, stemmer
     retriever = bm25s.BM25(**{key: BM25_SETTINGS[key] for key in ("k1", "b", "method")})
     retriever.index(tokens, show_progress=False)
     return retriever, stemmer
@@ -95,6 +98,8 @@ def _retrieve(retriever: Any, stemmer: Any, queries: list[str], depth: int) -> t
 
     from xprt_st.evaluation.lexical import BM25_SETTINGS
 
+    if retriever is None:  # no passage has a term: BM25 finds nothing for any anchor
+        return np.full((len(queries), depth), -1, dtype=np.int64), np.zeros((len(queries), depth))
     tokens = bm25s.tokenize(
         queries, stopwords=BM25_SETTINGS["stopwords"], stemmer=stemmer, return_ids=False, show_progress=False
     )
