@@ -70,12 +70,13 @@ def _job(config_path: str, run: str, recipe: str | None, seed: int | None, threa
 
     torch.set_num_threads(threads)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s [{os.getpid()}] %(name)s: %(message)s")
-    from xprt_st.compare.run import data_folders, evaluate_start, train_one
+    from xprt_st.compare.run import data_folders, evaluate_start, evaluate_start_hybrid, train_one
 
     started = time.perf_counter()
     config, tasks = _load(Path(config_path), Path(run), report_only=True)
     if recipe is None:
         evaluate_start(config, Path(run), tasks)
+        evaluate_start_hybrid(config, Path(run), tasks)  # the hybrid each model's is compared with, as compare does
         return f"{run} start", time.perf_counter() - started, "scored"
     data = data_folders(config, Path(run))[recipe]
     done = train_one(config, Path(run), recipe, seed, data, tasks, progress=False)

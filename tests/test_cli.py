@@ -153,6 +153,7 @@ def _no_work(monkeypatch: pytest.MonkeyPatch) -> None:
 
     targets = (
         ("xprt_st.training.run", "train_recipe"),
+        ("xprt_st.training", "train_recipe"),  # the one every stage that trains into a folder calls (train_into)
         ("xprt_st.evaluation.run", "evaluate_models"),
         ("xprt_st.evaluation.catalog", "resolve_tasks"),
         ("xprt_st.finetune.run", "finetune_compare"),

@@ -71,6 +71,8 @@ OPTIONS: dict[str, tuple[str, str]] = {
     "--threshold-quantile": ("float", "the anchor threshold as a quantile"),
     "--top-k": ("int", "related passages per anchor"),
     "--hard-negatives": ("int", "passages of other documents mined as hard negatives per anchor"),
+    "--lexical-candidates": ("int", "BM25's top passages of other documents per anchor, for the hybrid teacher"),
+    "--hybrids": ("bool", "beside bm25, each dense model's hybrid with it, compared"),
     "--hard-negative-max-ratio": (
         "float",
         "the false-negative filter: most cosine to the anchor, as a share of the positive's",
@@ -117,7 +119,7 @@ OPTIONS: dict[str, tuple[str, str]] = {
 SHORT_NAMES = {"-o": "--output", "-q": "--quiet", "-v": "--verbose", "-c": "--config", "-t": "--tasks"}
 """A short name always stands for the same long one."""
 
-NEGATIONS = {"--no-keep-best": "--keep-best", "--no-skip-unreadable": "--skip-unreadable"}
+NEGATIONS = {"--no-keep-best": "--keep-best", "--no-skip-unreadable": "--skip-unreadable", "--no-hybrids": "--hybrids"}
 
 ENCODING_COMMANDS = {"mine", "evaluate", "interpolate"}
 """Commands that encode but never train: their batch is --encode-batch-size, never --batch-size."""

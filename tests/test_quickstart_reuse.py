@@ -113,12 +113,12 @@ def test_a_rerun_whose_recipe_changes_the_mining_names_the_recipe_not_a_mining_o
 @pytest.fixture
 def no_training(monkeypatch: pytest.MonkeyPatch) -> None:
     """A quickstart that would train fails the test: the rerun must reuse the model."""
-    import xprt_st.quickstart.stages
+    import xprt_st.training
 
     def trained(*args, **kwargs):
         raise AssertionError("a rerun that should reuse the model trained again")
 
-    monkeypatch.setattr(xprt_st.quickstart.stages, "train_recipe", trained)
+    monkeypatch.setattr(xprt_st.training, "train_recipe", trained)  # the one the training stage calls
 
 
 def test_a_rerun_with_the_same_settings_reuses_the_model_without_training(

@@ -52,6 +52,8 @@ def test_prepare_then_parallel_training_gives_compares_report_and_a_pack_without
     with tarfile.open(packed) as archive:
         names = archive.getnames()
     assert any(name.endswith("/compare.md") for name in names)
-    assert sum(name.endswith(".json") and "/scores/" in name for name in names) == 1 + 4  # the start and 4 models
+    scores = [name for name in names if name.endswith(".json") and "/scores/" in name]
+    assert len(scores) == 2 * (1 + 4)  # the start and 4 models, each alone and fused with BM25 (scores/KEY/hybrid/)
+    assert sum("/hybrid/" in name for name in scores) == 1 + 4
     assert any(name.endswith("/seed-2/random-span-contrastive/COMPLETE") for name in names)
     assert not [name for name in names if name.endswith((".safetensors", ".bin", ".pt", "vocab.txt"))]

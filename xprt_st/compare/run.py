@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -166,6 +167,8 @@ def _train(
         if problem is not None:
             raise CompareConfigError(problem)
         logger.info("%s: removing an unfinished run without a complete checkpoint", output)
+        shutil.rmtree(output)
+        how = "train"
     # every recipe's retention term reads the mined (anchor, positive): the same text, as in the paper; the structure
     # recipes' rows are other groups (titles and headings), so theirs reads their own pairs
     retention_data = None if data.name.startswith("structure") else mined

@@ -249,7 +249,7 @@ def train_into(folder: Path, run: RecipeRun, how: str, *, progress: bool = False
     :func:`xprt_st.training.train_recipe` into a folder of its own (``recipe``: ``run.recipe()`` already resolved)."""
     if how == "kept":
         return False
-    from xprt_st.training.run import train_recipe
+    from xprt_st.training import train_recipe
 
     train_recipe(
         recipe if recipe is not None else run.recipe(),
