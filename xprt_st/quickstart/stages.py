@@ -190,7 +190,8 @@ class HardNegativesSettings:
 
 def after_merge(recipe: Recipe, seed: int, encode_backend: str = "torch", precision: str = "fp32") -> AfterMerge:
     """The chain after the merge for ``recipe``: the hard negatives it reads (``change-only-positive-hard``), drawn
-    with ``seed`` and the backend, as ``xprt-st mine --hard-negatives K --seed S`` draws them."""
+    with ``seed`` and the backend, as ``xprt-st mine --hard-negatives K --seed S`` draws them, and the lexical
+    candidates (``hybrid-teacher-lexical``: ``--lexical-candidates L``)."""
     requires = recipe.data.requires
     count, lexical = (int(requires.get(key, 0) or 0) for key in ("hard_negatives", "lexical_candidates"))
     return AfterMerge(
