@@ -130,6 +130,20 @@ def positive_aware_filter(
     return chosen, found
 
 
+def check_other_documents(
+    folder: Path, option: str, count: int, what: str, pool_labels: np.ndarray, error: type[MiningError]
+) -> np.ndarray:
+    """The training passages of each training document (``pool_labels``: each passage's document); ``error`` naming
+    ``option`` when there are fewer than 2 documents, since ``what`` are passages of other documents."""
+    documents, sizes = np.unique(pool_labels, return_counts=True)
+    if len(documents) < 2:
+        raise error(
+            f"{option} {count}: {folder} has {len(documents)} training document(s) and {what} are passages of OTHER "
+            f"documents; mine a corpus of 2 or more documents (the mined groups are kept and train without {option})"
+        )
+    return sizes
+
+
 def check_candidates(folder: Path, count: int, pool_labels: np.ndarray) -> None:
     """Refuse ``count`` hard negatives that the training passages of ``folder`` cannot give without repeats.
 
@@ -144,13 +158,7 @@ def check_candidates(folder: Path, count: int, pool_labels: np.ndarray) -> None:
         ...
         xprt_st.mining.hard_negatives.HardNegativesError: --hard-negatives 3: mined has 4 training passages, ...
     """
-    documents, sizes = np.unique(pool_labels, return_counts=True)
-    if len(documents) < 2:
-        raise HardNegativesError(
-            f"--hard-negatives {count}: {folder} has {len(documents)} training document(s) and hard negatives "
-            "are passages of OTHER documents; mine a corpus of 2 or more documents (the mined groups are kept "
-            "and train without --hard-negatives)"
-        )
+    sizes = check_other_documents(folder, "--hard-negatives", count, "hard negatives", pool_labels, HardNegativesError)
     limit = int(len(pool_labels) - sizes.max())
     if count > limit:
         raise HardNegativesError(

@@ -134,6 +134,7 @@ def add_lexical_candidates(folder: str | Path, count: int, *, seed: int = 0, que
     import datasets
     import pyarrow.parquet as pq
 
+    from xprt_st.mining.hard_negatives import check_other_documents
     from xprt_st.mining.layout import DATASET_STATE, PASSAGES_FILE, STATS_FILE, atomic_write_json, read_stats
     from xprt_st.mining.layout.merged import replace_columns
 
@@ -147,13 +148,8 @@ def add_lexical_candidates(folder: str | Path, count: int, *, seed: int = 0, que
     held_out = np.asarray(table.column("held_out").to_numpy(zero_copy_only=False), dtype=bool)
     pool_rows = np.flatnonzero(~held_out)
     pool_labels = np.asarray(table.column("label").to_numpy(), dtype=np.int64)[pool_rows]
-    documents, sizes = np.unique(pool_labels, return_counts=True)
-    if len(documents) < 2:
-        raise LexicalCandidatesError(
-            f"--lexical-candidates {count}: {folder} has {len(documents)} training document(s) and lexical "
-            "candidates are passages of OTHER documents; mine a corpus of 2 or more documents (the mined groups are "
-            "kept and train without --lexical-candidates)"
-        )
+    what = "lexical candidates"
+    sizes = check_other_documents(folder, "--lexical-candidates", count, what, pool_labels, LexicalCandidatesError)
     every_text = table.column("text").to_pylist()
     texts = [every_text[int(row)] for row in pool_rows]
     dataset = datasets.load_from_disk(str(folder))
