@@ -47,20 +47,24 @@ TIMER_FILE = REPO / "xprt_st" / "stage_timing.py"
 WRAPPED = [  # (module, attribute or Class.method, stage): names both the older and this checkout have (the
     # quickstart's module: xprt_st/quickstart.py before it was a package, xprt_st/quickstart/run.py since, and
     # xprt_st/quickstart/stages.py, whose stages call them, since the quickstart runs through run_pipeline; "a|b": the
-    # name older code has, then this checkout's)
+    # name older code has, then this checkout's; "module:name": a name of another module, where this checkout's
+    # stages, the pipeline's own, call it)
     ("xprt_st.quickstart", "run_quickstart", "other"),
-    ("xprt_st.quickstart", "mine", "mine"),
+    ("xprt_st.quickstart", "mine|xprt_st.mining.mine:run_mining", "mine"),
     ("xprt_st.mining.engines.local", "GroupBuilder.split_shard", "read corpus"),
     ("xprt_st.mining.encoder", "MiningEncoder.encode", "encode for mining"),
-    ("xprt_st.quickstart", "_add_hard_negatives|finish_mining", "hard negatives"),
-    ("xprt_st.quickstart", "train_recipe", "train"),
+    ("xprt_st.quickstart", "_add_hard_negatives|finish_mining|xprt_st.pipeline.stages:finish_mining", "hard negatives"),
+    ("xprt_st.quickstart", "train_recipe|xprt_st.training:train_recipe", "train"),
     ("xprt_st.training.label_free", "LabelFreeEvaluator.score_start", "label-free: start (in training)"),
     ("xprt_st.training.label_free", "LabelFreeEvaluator.__call__", "label-free: trained (in training)"),
     ("xprt_st.training.run", "finish", "label-free: trained (in training)"),
-    ("xprt_st.quickstart", "evaluate_models", "evaluate: task (start and trained)"),
-    ("xprt_st.quickstart", "label_free_summary", "label-free summary"),
-    ("xprt_st.quickstart", "titles_summary", "titles: start and trained"),
-]
+    ("xprt_st.quickstart", "evaluate_models|xprt_st.evaluation.run:evaluate_models",
+     "evaluate: task (start and trained)"),
+    # this checkout scores the label-free check and the titles in one runner: both go to the first row
+    ("xprt_st.quickstart", "label_free_summary|xprt_st.evaluation.heldout_checks:run_heldout_checks",
+     "label-free summary"),
+    ("xprt_st.quickstart", "titles_summary|xprt_st.quickstart.summary:titles_summary", "titles: start and trained"),
+]  # fmt: skip
 TRAINING = "train"
 EVALUATION = "evaluate: task (start and trained)"
 
@@ -118,9 +122,15 @@ def _wrap(timer: Any, module_name: str, attribute: str, name: str) -> None:
                 homes.append(importlib.import_module(f"xprt_st.quickstart.{home}"))
             except ModuleNotFoundError:  # a package from before the stages
                 continue
-        found = [home for home in homes if any(hasattr(home, name.split(".")[0]) for name in attribute.split("|"))]
+        own = [name for name in attribute.split("|") if ":" not in name]
+        found = [home for home in homes if any(hasattr(home, name.split(".")[0]) for name in own)]
         module = (found or homes)[0]
-    attribute = next((name for name in attribute.split("|") if hasattr(module, name.split(".")[0])), attribute)
+    for option in attribute.split("|"):
+        home_name, _, name = option.rpartition(":")
+        home = importlib.import_module(home_name) if home_name else module
+        if hasattr(home, name.split(".")[0]):
+            module, attribute = home, name
+            break
     owner, _, method = attribute.rpartition(".")
     target = getattr(module, owner) if owner else module
     original = getattr(target, method)

@@ -509,7 +509,7 @@ def test_a_mixed_folder_of_pages_is_read_whole_and_skipped_files_are_named(tmp_p
 def test_html_extracts_the_html_pages_of_a_mixed_folder_and_reads_the_others_as_text(tmp_path, tiny_model):
     """Issue 41: with --html, .txt pages went through trafilatura and were blamed on --html."""
     from xprt_st.mining.passages import PassageSplitter
-    from xprt_st.mining.stages import SplitStage
+    from xprt_st.mining.stages import DocumentSplitter
 
     folder = tmp_path / "pages"
     folder.mkdir()
@@ -518,7 +518,7 @@ def test_html_extracts_the_html_pages_of_a_mixed_folder_and_reads_the_others_as_
     (folder / "b.md").write_text(f"# Markdown\n\nBody text. {words}.\n\nMore body. {words}.")
     paragraphs = "".join(f"<p>Paragraph {j} of the article. {words}.</p>" for j in range(3))
     (folder / "c.html").write_text(f"<html><body><article>{paragraphs}</article></body></html>")
-    stage = SplitStage(PassageSplitter(tiny_model.tokenizer, max_tokens=32, min_tokens=8), html=True)
+    stage = DocumentSplitter(PassageSplitter(tiny_model.tokenizer, max_tokens=32, min_tokens=8), html=True)
     documents = list(stage.run(iter_corpus([folder], text_field="html", fallback_text_field="text")))
     assert len(documents) == 3 and not stage.skipped
     assert not any("<p>" in passage for document in documents for passage in document.passages)
@@ -528,12 +528,12 @@ def test_a_page_cut_at_the_cap_before_its_main_text_says_so(tmp_path, tiny_model
     """Issue 41: a 5 MB attribute was cut and then called "no main text: drop --html"."""
     from xprt_st.mining.passages import PassageSplitter
     from xprt_st.mining.records import SKIP_FIXES
-    from xprt_st.mining.stages import SplitStage
+    from xprt_st.mining.stages import DocumentSplitter
 
     page = tmp_path / "big.html"
     body = "".join(f"<p>Paragraph {j} of the article, with enough words to count as text.</p>" for j in range(5))
     page.write_text(f'<html><body><div data-blob="{"x" * 5_000_000}"></div><article>{body}</article></body></html>')
-    stage = SplitStage(PassageSplitter(tiny_model.tokenizer, max_tokens=32, min_tokens=8), html=True)
+    stage = DocumentSplitter(PassageSplitter(tiny_model.tokenizer, max_tokens=32, min_tokens=8), html=True)
     assert list(stage.run(iter_corpus([page], text_field="html", fallback_text_field="text"))) == []
     assert dict(stage.skipped) == {"html_cut_before_main_text": 1}
     assert "read cap" in SKIP_FIXES["html_cut_before_main_text"]

@@ -18,7 +18,7 @@ from xprt_st.mining import MiningConfig
 from xprt_st.mining.encoder import MiningEncoder
 from xprt_st.mining.reader import iter_corpus
 from xprt_st.mining.records import RawRecord
-from xprt_st.mining.stages import SplitStage
+from xprt_st.mining.stages import DocumentSplitter
 from xprt_st.mining.token_ids import token_plan, unsafe_characters, whitespace_compositional
 
 TRICKY = [
@@ -43,8 +43,8 @@ def _assert_ids_equal_text_path(encoder: MiningEncoder, records, html: bool, mon
     model = encoder.model
     splitter = encoder.splitter()
     assert splitter.keep_token_ids
-    documents = list(SplitStage(splitter, html=html).run(records()))
-    plain = list(SplitStage(dataclasses.replace(splitter, keep_token_ids=False), html=html).run(records()))
+    documents = list(DocumentSplitter(splitter, html=html).run(records()))
+    plain = list(DocumentSplitter(dataclasses.replace(splitter, keep_token_ids=False), html=html).run(records()))
     assert [d.passages for d in documents] == [d.passages for d in plain]  # boundaries unchanged
     assert [d.token_counts for d in documents] == [d.token_counts for d in plain]
     assert all(d.token_ids is None for d in plain)

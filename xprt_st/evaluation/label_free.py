@@ -68,6 +68,7 @@ from datasets import Dataset, load_from_disk
 
 from xprt_st.columns import LABEL
 from xprt_st.evaluation.bootstrap import Interval, PairedItems, paired_interval, retrieval_items
+from xprt_st.evaluation.heldout_checks import CheckSkipped, HeldoutCheck
 from xprt_st.evaluation.readers import BEIRData, TaskLoadError
 from xprt_st.mining.layout import HELDOUT_DIR, HELDOUT_GROUPS, HELDOUT_PASSAGES, unfinished_problem
 
@@ -557,3 +558,33 @@ def label_free_task(folder: str | Path, max_queries: int | None = None, seed: in
         revision=revision,
         description=f"Label-free retrieval on the held-out documents of {folder}",
     )
+
+
+# --------------------------------------------------------------------------------------------------
+# The check's declaration
+# --------------------------------------------------------------------------------------------------
+
+
+def _check_task(folder: Path) -> HeldOut | None:
+    """The task of ``folder``, None without a held-out part; a part of fewer than 2 anchors is skipped, saying why."""
+    if read_heldout(folder) is None:
+        return None
+    try:
+        return load_heldout_task(folder)
+    except TooFewAnchorsError as error:
+        raise CheckSkipped({"queries": error.anchors, "skipped": str(error)}) from error
+
+
+def _check_score(heldout: HeldOut, model: SentenceTransformer, passages: np.ndarray) -> LabelFreeScore:
+    del model  # the queries are passages: their vectors are all it needs
+    return LabelFreeScore(score_embeddings(heldout, passages), passages)
+
+
+def _check_compare(heldout: HeldOut, model: LabelFreeScore, start: LabelFreeScore) -> dict[str, Any]:
+    del heldout
+    return comparison(model, start)
+
+
+LABEL_FREE_CHECK = HeldoutCheck("label_free", "label-free", _check_task, _check_score, _check_compare)
+"""The label-free check as a :class:`~xprt_st.evaluation.heldout_checks.HeldoutCheck`: its task, a model's score
+from its passage vectors, and the :func:`comparison` record."""

@@ -550,6 +550,8 @@ class EvaluateConfig:
     encode_backend: str = "torch"
     precision: str = "auto"
     show_progress: bool = False
+    backend_cache: Path | None = None
+    """Where a non-torch backend keeps its exports; None: ``output_dir`` (the quickstart's: its mined folder)."""
 
 
 def run_evaluation(config: EvaluateConfig) -> EvaluationReport:
@@ -577,6 +579,6 @@ def run_evaluation(config: EvaluateConfig) -> EvaluationReport:
         device=config.device,
         show_progress=config.show_progress,
         encode_backend=config.encode_backend,
-        backend_cache=config.output_dir,
+        backend_cache=config.backend_cache if config.backend_cache is not None else config.output_dir,
         precision=resolve_precision(config.precision, config.device, config.encode_backend).precision,
     )

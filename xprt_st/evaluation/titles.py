@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from xprt_st.evaluation.bootstrap import Interval, paired_interval, retrieval_items
+from xprt_st.evaluation.heldout_checks import HeldoutCheck
 from xprt_st.evaluation.label_free import HeldOutError, cosine_scores, read_heldout
 from xprt_st.evaluation.readers import BEIRData
 from xprt_st.mining.layout import HELDOUT_DIR, HELDOUT_PASSAGES, HELDOUT_TITLES, read_stats
@@ -362,3 +363,30 @@ def titles_task(folder: str | Path) -> LocalRetrievalTask:
         revision=task.fingerprint,
         description=f"Titles and headings of the held-out documents of {folder} as queries",
     )
+
+
+# --------------------------------------------------------------------------------------------------
+# The check's declaration
+# --------------------------------------------------------------------------------------------------
+
+
+def _check_task(folder: Path) -> TitlesTask | None:
+    """The task of ``folder``, None without a held-out part or fewer than 2 titles and headings in it."""
+    try:
+        return load_titles_task(folder)
+    except HeldOutError:  # no held-out part, or no titles in it (NoTitlesError)
+        return None
+
+
+def _check_score(task: TitlesTask, model: SentenceTransformer, passages: np.ndarray) -> TitlesScore:
+    return score_model(model, task, passages=passages)
+
+
+def _check_compare(task: TitlesTask, model: TitlesScore, start: TitlesScore) -> dict[str, Any]:
+    record = comparison_record(model.per_query, start.per_query) | {"first_lines": task.first_lines}
+    return record | ({"caveat": task.caveat} if task.caveat else {})
+
+
+TITLES_CHECK = HeldoutCheck("titles", "titles", _check_task, _check_score, _check_compare)
+"""The titles check as a :class:`~xprt_st.evaluation.heldout_checks.HeldoutCheck`: its task, a model's score from
+its passage vectors and its queries' encoding, and the :func:`comparison_record` with the task's caveat."""

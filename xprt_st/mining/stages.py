@@ -4,7 +4,7 @@ A stage never knows who runs it: no path, shard, rank, engine or progress bar ap
 engines (:mod:`xprt_st.mining.engines`) decide which records a stage sees and where its output is
 stored (:mod:`xprt_st.mining.layout`).
 
-1. :class:`SplitStage`: input records -> :class:`Document` records (HTML extracted, passages cut,
+1. :class:`DocumentSplitter`: input records -> :class:`Document` records (HTML extracted, passages cut,
    de-duplicated and capped, the title and headings mapped to their passages, an HTML page's links and
    heading anchors kept), with the counts of what was read, skipped and repaired.
 2. :func:`document_frequencies`: documents -> hashed document frequencies (summed over the corpus
@@ -148,8 +148,9 @@ SPLIT_SCHEMA = pa.schema(
 """One split document, as stored between the split stage and the scoring stage."""
 
 
-class SplitStage:
-    """Input records -> documents with passages; :attr:`counts` says what was read, skipped and repaired.
+class DocumentSplitter:
+    """Input records -> documents with passages (the first step inside a mining engine, not a command's stage of
+    :mod:`xprt_st.pipeline`); :attr:`counts` says what was read, skipped and repaired.
 
     Args:
         splitter: the passage splitter (with the mining model's tokenizer and token budget).

@@ -7,6 +7,7 @@ task data (:mod:`xprt_st.evaluation.run`), and each run's results replace the la
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -77,7 +78,13 @@ def check_heldout_contract(specs: list[str], tasks: list[str], warn: Callable[[s
 class EvaluateStage:
     """Score ``config.models`` on ``config.tasks`` (:func:`xprt_st.evaluation.run.run_evaluation`) in the held
     output folder; ``present`` shows and writes the report while the folder is still held (the command's tables and
-    files). Afterwards :attr:`report` is the report."""
+    files). Afterwards :attr:`report` is the report.
+
+    ``xprt-st evaluate`` takes ``config.output_dir`` itself. A command that holds a folder of its own (the
+    quickstart's ``evaluation/``) gives it as ``held``, whose manifest records ``config.output_dir``, and names in
+    ``made`` the models a stage before this one trains (checked when they exist, not before). The scoring is timed
+    as ``evaluate: TASKS``.
+    """
 
     name = "evaluate"
     folder = ""
@@ -87,10 +94,15 @@ class EvaluateStage:
         config: EvaluateConfig,
         present: Callable[[EvaluationReport, OutputFolder], None],
         warn: Callable[[str], None] = _silent,
+        *,
+        held: OutputFolder | None = None,
+        made: tuple[str, ...] = (),
     ) -> None:
         self.config = config
         self.present = present
         self.warn = warn
+        self.held = held
+        self.made = made
         self.report: EvaluationReport | None = None
 
     def fingerprint(self) -> None:
@@ -114,9 +126,11 @@ class EvaluateStage:
         check_sample_sizes(max_queries=config.max_queries, max_corpus=config.max_corpus)
         check_encode_backend(config.encode_backend, config.device)
         resolve_precision(config.precision, config.device, config.encode_backend)
-        command_folder(config.output_dir, "evaluate").check_path()
+        if self.held is None:
+            command_folder(config.output_dir, "evaluate").check_path()
         for spec in specs:
-            check_model_name(spec)
+            if spec not in self.made:
+                check_model_name(spec)
         check_lexical_task_specs(specs, tasks)
         check_heldout_contract(specs, tasks, self.warn)
 
@@ -125,11 +139,19 @@ class EvaluateStage:
         from xprt_st.encode_backend import CACHE_DIR
         from xprt_st.evaluation.run import run_evaluation
         from xprt_st.output_folder import command_folder
+        from xprt_st.stage_timing import stage
 
         del folder
-        with command_folder(self.config.output_dir, "evaluate") as held:
-            if self.config.encode_backend != "torch":
-                held.record(CACHE_DIR)
-            self.report = run_evaluation(self.config)
+        config = self.config
+        with contextlib.ExitStack() as stack:
+            if self.held is None:
+                held = stack.enter_context(command_folder(config.output_dir, "evaluate"))
+                if config.encode_backend != "torch":
+                    held.record(CACHE_DIR)
+            else:
+                held = self.held
+                held.record(str(Path(config.output_dir).relative_to(held.path)))
+            with stage(f"evaluate: {', '.join(config.tasks)}"):
+                self.report = run_evaluation(config)
             self.present(self.report, held)
         return {"models": list(self.report.models), "tasks": list(self.report.tasks)}

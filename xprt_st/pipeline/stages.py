@@ -12,13 +12,15 @@ differ) and the chain after the merge reuses what ``stats.json`` says is there
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from xprt_st.mining.after_merge import AfterMerge, finish_mining
+from xprt_st.fingerprint import SetBy
+from xprt_st.mining.after_merge import AfterMerge, finish_mining, has_hard_negatives, has_lexical_candidates
 from xprt_st.mining.config import MiningConfig
 from xprt_st.mining.engines.base import ShardResult
 from xprt_st.mining.layout import MiningLayout, read_stats
@@ -36,12 +38,19 @@ def _silent(line: str) -> None:
     del line
 
 
+def timed(name: str | None) -> contextlib.AbstractContextManager[None]:
+    """The stage-table row ``name`` (:func:`xprt_st.stage_timing.stage`), or nothing when None."""
+    from xprt_st.stage_timing import stage
+
+    return contextlib.nullcontext() if name is None else stage(name)
+
+
 @dataclass(frozen=True)
 class MineSettings:
     """What :class:`MineStage` mines: a corpus into ``output``, or the stored run of ``merge_dir`` merged again."""
 
     mining: MiningConfig
-    corpus: tuple[str, ...] = ()
+    corpus: tuple[str | Path, ...] = ()
     output: Path | None = None
     merge_dir: Path | None = None
     """A stored run to merge again with ``mining``'s merge settings (no corpus, no ``output``)."""
@@ -85,20 +94,44 @@ def remerge_note(output: Path, config: MiningConfig) -> str | None:
 
 class MineStage:
     """Mine a corpus (or merge a stored run again); afterwards :attr:`stats` is the merge's statistics, or None
-    when only this job's shard was mined (:attr:`shard` then says which; the merge waits for the other shards)."""
+    when only this job's shard was mined (:attr:`shard` then says which; the merge waits for the other shards) or
+    when the pipeline reused the folder.
 
-    name = "mine"
-    folder = ""
+    ``xprt-st mine``'s stage has no fingerprint (mining's manifest decides what a rerun resumes); the quickstart's
+    ``mined/`` gives one (``fingerprint``), which the pipeline then reuses by, with ``set_by`` naming the options
+    that decide its keys, ``output`` the held folder whose manifest records the stage's folder before it is written,
+    ``corpus`` the documents made when the stage runs (the quickstart's copy of its first pages) in place of
+    ``config.corpus``, and ``timed_as`` the row of the command's stage table the mining goes to.
+    """
 
-    def __init__(self, config: MineSettings, say: Callable[[str], None] = _silent) -> None:
+    def __init__(
+        self,
+        config: MineSettings,
+        say: Callable[[str], None] = _silent,
+        *,
+        name: str = "mine",
+        folder: str = "",
+        fingerprint: dict[str, Any] | None = None,
+        set_by: dict[str, SetBy] | None = None,
+        output: OutputFolder | None = None,
+        corpus: Callable[[], tuple[str | Path, ...]] | None = None,
+        timed_as: str | None = None,
+    ) -> None:
         self.config = config
         self.say = say
+        self.name, self.folder = name, folder
+        self.fingerprint_record = fingerprint
+        self.set_by = set_by or {}
+        self.output = output
+        self.corpus = corpus
+        self.timed_as = timed_as
         self.stats: dict[str, Any] | None = None
         self.shard: ShardResult | None = None
 
-    def fingerprint(self) -> None:
-        """None: mining's own manifest decides what a rerun resumes and refuses a folder mined otherwise."""
-        return None
+    def fingerprint(self) -> dict[str, Any] | None:
+        """What decides the folder, when given; else None: mining's own manifest decides what a rerun resumes and
+        refuses a folder mined otherwise."""
+        return self.fingerprint_record
 
     def check(self) -> None:
         """Nothing beyond the config's own validation: mining checks its sources and folder before any work."""
@@ -115,6 +148,9 @@ class MineStage:
                 self.say(remerge)
             self.stats = merge(settings.merge_dir, settings.mining, progress=settings.progress)
             return {"groups": self.stats.get("groups")}
+        if self.output is not None and self.folder:
+            self.output.record(self.folder)
+        corpus = self.corpus() if self.corpus is not None else settings.corpus
         output = settings.folder
         stored = MiningLayout(output)
         # a run of other settings is refused by run_mining: no "resuming" line before that refusal
@@ -130,17 +166,18 @@ class MineStage:
             remerge = remerge_note(output, settings.mining)
             if remerge is not None:
                 self.say(remerge)
-        result = run_mining(
-            list(settings.corpus),
-            output,
-            settings.mining,
-            engine=settings.engine,
-            shard_index=settings.shard_index,
-            progress=settings.progress,
-            overwrite=settings.overwrite,
-            num_workers=settings.num_workers,
-            ray_address=settings.ray_address,
-        )
+        with timed(self.timed_as):
+            result = run_mining(
+                list(corpus),
+                output,
+                settings.mining,
+                engine=settings.engine,
+                shard_index=settings.shard_index,
+                progress=settings.progress,
+                overwrite=settings.overwrite,
+                num_workers=settings.num_workers,
+                ray_address=settings.ray_address,
+            )
         if isinstance(result, ShardResult):
             self.shard = result
             return {"shard": result.shard_index, "chunks_computed": result.chunks_computed}
@@ -149,19 +186,33 @@ class MineStage:
 
 
 class AfterMergeStage:
-    """The chain after the merge (:func:`xprt_st.mining.after_merge.finish_mining`) on what ``mined`` merged;
-    nothing when it mined only a shard. Afterwards :attr:`stats` is the folder's statistics."""
+    """The chain after the merge (:func:`xprt_st.mining.after_merge.finish_mining`) on what ``mined`` merged (or
+    the folder it reused); nothing when it mined only a shard. Afterwards :attr:`stats` is the folder's statistics.
 
-    name = "after merge"
-    folder = ""
+    ``before`` is a check of the merged folder before the chain adds to it (the quickstart's: enough groups for one
+    step); ``name`` and ``folder`` are the pipeline's (the quickstart's ``hard negatives`` in ``mined/``), and
+    ``timed_as`` the row of the command's stage table the passes go to.
+    """
 
     def __init__(
-        self, config: AfterMerge, mined: MineStage, model: object = None, say: Callable[[str], None] = _silent
+        self,
+        config: AfterMerge,
+        mined: MineStage,
+        model: object = None,
+        say: Callable[[str], None] = _silent,
+        *,
+        name: str = "after merge",
+        folder: str = "",
+        before: Callable[[Path], None] | None = None,
+        timed_as: str | None = None,
     ) -> None:
         self.config = config
         self.mined = mined
         self.model = model
         self.say = say
+        self.name, self.folder = name, folder
+        self.before = before
+        self.timed_as = timed_as
         self.stats: dict[str, Any] | None = None
 
     def fingerprint(self) -> None:
@@ -183,13 +234,21 @@ class AfterMergeStage:
     def run(self, folder: Path) -> dict[str, Any]:
         """Add what :attr:`config` asks to the mined folder."""
         del folder
-        if self.mined.stats is None:
+        if self.mined.shard is not None:
             return {"skipped": "only a shard was mined"}
-        with MiningLayout(self.mined.config.folder).lock():  # one writer from the first pass to the last
-            self.stats = finish_mining(
-                self.mined.config.folder, self.config, model=self.model, stats=self.mined.stats, say=self.say
-            )
-        return {"groups": self.stats.get("groups")}
+        mined = self.mined.config.folder
+        if self.before is not None:
+            self.before(mined)
+        steps = self.config
+        added = {"hard_negatives": steps.hard_negatives, "lexical_candidates": steps.lexical_candidates}
+        kept = not (
+            (steps.hard_negatives and not has_hard_negatives(mined, steps.hard_negatives, steps.max_ratio))
+            or (steps.lexical_candidates and not has_lexical_candidates(mined, steps.lexical_candidates))
+        )
+        with MiningLayout(mined).lock(), timed(None if kept else self.timed_as):  # one writer, first pass to last
+            self.stats = finish_mining(mined, steps, model=self.model, stats=self.mined.stats, say=self.say)
+        record = {"groups": self.stats.get("groups"), **{key: n for key, n in added.items() if n}}
+        return record | ({"kept": kept} if any(added.values()) else {})
 
 
 @dataclass

@@ -24,7 +24,9 @@ from xprt_st.fingerprint import FingerprintError
 from xprt_st.output_folder import OutputFolder, command_folder
 from xprt_st.pipeline import plan as stage_actions
 from xprt_st.pipeline import run_pipeline
-from xprt_st.pipeline.stages import RecipeStage
+from xprt_st.pipeline.evaluate import EvaluateStage
+from xprt_st.pipeline.heldout import HeldoutChecksStage
+from xprt_st.pipeline.stage import Stage
 from xprt_st.quickstart.config import (
     MINED,
     MODEL,
@@ -46,16 +48,17 @@ from xprt_st.quickstart.defaults import (
 )
 from xprt_st.quickstart.stages import (
     HardNegativesSettings,
-    HardNegativesStage,
     MinedSettings,
-    MinedStage,
     ModelSettings,
     ScoresSettings,
-    ScoresStage,
     after_merge,
+    hard_negatives_stage,
+    heldout_stage,
+    mined_stage,
     model_stage,
+    scores_stage,
 )
-from xprt_st.quickstart.summary import label_free_summary, titles_summary
+from xprt_st.quickstart.summary import write_summary
 from xprt_st.recipe import load_recipe
 from xprt_st.stage_timing import StageTimer, timing
 
@@ -75,11 +78,9 @@ __all__ = [
     "check_inputs",
     "closing_note",
     "corpus_steps",
-    "label_free_summary",
     "plan_quickstart",
     "quickstart_stages",
     "run_quickstart",
-    "titles_summary",
 ]
 
 
@@ -94,11 +95,10 @@ def plan_quickstart(config: QuickstartConfig) -> QuickstartPlan:
     return plan
 
 
-def quickstart_stages(
-    plan: QuickstartPlan, folder: OutputFolder, progress: bool = True, timer: StageTimer | None = None
-) -> list[MinedStage | HardNegativesStage | RecipeStage | ScoresStage]:
+def quickstart_stages(plan: QuickstartPlan, folder: OutputFolder, progress: bool = True) -> list[Stage[Any]]:
     """The quickstart as stages (:mod:`xprt_st.quickstart.stages`), each given its settings from ``plan``'s config,
-    writing into the held ``folder``: mine, hard negatives, train, scores."""
+    writing into the held ``folder``: mine, hard negatives, train, the labelled scores (with a task), the held-out
+    checks."""
     config = plan.config
     mining = MinedSettings(
         sources=tuple(plan.sources),
@@ -136,18 +136,15 @@ def quickstart_stages(
         seed=config.seed,
         encode_backend=config.encode_backend,
         precision=config.encoding_precision,
-        max_steps=config.max_steps,
-        batch_size=config.batch_size,
-        corpus=tuple(config.corpus),
-        task=config.task,
-        mining_fields=plan.mining_fields,
-        config_record={key: str(v) if isinstance(v, Path) else v for key, v in asdict(config).items()},
     )
+    mined = mined_stage(mining, plan.fingerprints[MINED], folder, progress)
+    labelled = scores_stage(scores, folder)
     return [
-        MinedStage(mining, plan.fingerprints[MINED], folder, progress),
-        HardNegativesStage(negatives, folder),
+        mined,
+        hard_negatives_stage(negatives, mined, folder),
         model_stage(training, plan.fingerprints[MODEL], folder, progress),
-        ScoresStage(scores, folder, timer),
+        *([labelled] if labelled is not None else []),
+        heldout_stage(scores, folder),
     ]
 
 
@@ -255,9 +252,31 @@ def run_quickstart(
 
 
 def _run(plan: QuickstartPlan, progress: bool, folder: OutputFolder, timer: StageTimer) -> dict[str, Any]:
-    """:func:`run_quickstart` once the output folder is held and the plan checked: the stages through the pipeline."""
-    stages = quickstart_stages(plan, folder, progress, timer)
-    run_pipeline(stages, folder.path, option="-o")
-    scores = stages[-1]
-    assert isinstance(scores, ScoresStage)
-    return scores.summary
+    """:func:`run_quickstart` once the output folder is held and the plan checked: the stages through the pipeline,
+    then ``summary.json`` from what they found."""
+    from xprt_st.mining.config import MiningConfigError
+
+    config = plan.config
+    stages = quickstart_stages(plan, folder, progress)
+    try:
+        run_pipeline(stages, folder.path, option="-o")
+    except MiningConfigError as error:  # OUTPUT/mined is another run's: its groups are kept, not mixed with these
+        raise QuickstartInputError(
+            f"--output {config.output}: {error.reason} Give a new --output folder, or delete {folder.path / MINED} "
+            "to mine again."
+        ) from error
+    labelled = next((stage for stage in stages if isinstance(stage, EvaluateStage)), None)
+    heldout = next(stage for stage in stages if isinstance(stage, HeldoutChecksStage))
+    folder.record("summary.json")
+    return write_summary(
+        folder.path,
+        labelled.report if labelled is not None else None,
+        heldout.results,
+        steps_given=config.max_steps,
+        batch_size=config.batch_size,
+        corpus=tuple(config.corpus),
+        task=config.task,
+        mining_fields=plan.mining_fields,
+        config_record={key: str(v) if isinstance(v, Path) else v for key, v in asdict(config).items()},
+        stages=timer.rows(),
+    )

@@ -1,15 +1,20 @@
-"""The quickstart's stages, run by :func:`xprt_st.pipeline.run_pipeline` in this order:
+"""The quickstart's stages, the pipeline's own (:mod:`xprt_st.pipeline`), run by
+:func:`xprt_st.pipeline.run_pipeline` in this order:
 
-- :class:`MinedStage` (``mined/``, fingerprinted): mine the documents, as ``xprt-st mine`` does given the same options;
-- :class:`HardNegativesStage`: check that the groups fill a step, then add the hard negatives the recipe reads
-  (:func:`xprt_st.mining.after_merge.finish_mining`, the chain every entry point runs), unless the folder has them;
-- :func:`model_stage` (``model/``, fingerprinted): train the recipe (the pipeline's
+- :func:`mined_stage` (``mined/``, fingerprinted): mine the documents (a :class:`~xprt_st.pipeline.stages.MineStage`),
+  as ``xprt-st mine`` does given the same options;
+- :func:`hard_negatives_stage`: check that the groups fill a step, then add the hard negatives and lexical candidates
+  the recipe reads (an :class:`~xprt_st.pipeline.stages.AfterMergeStage`), unless the folder has them;
+- :func:`model_stage` (``model/``, fingerprinted): train the recipe (a
   :class:`~xprt_st.pipeline.stages.RecipeStage`), unless the folder holds its trained model (a run stopped after a
   checkpoint resumes from it);
-- :class:`ScoresStage`: score the start, the trained model and BM25, the label-free check, the titles, and write
-  ``summary.json`` (:mod:`xprt_st.quickstart.summary`).
+- :func:`scores_stage`: score the start, the trained model, BM25 and their hybrids on the labelled tasks (an
+  :class:`~xprt_st.pipeline.evaluate.EvaluateStage` into ``evaluation/``);
+- :func:`heldout_stage`: the label-free check and the titles (a
+  :class:`~xprt_st.pipeline.heldout.HeldoutChecksStage`).
 
-Each holds its own settings (a dataclass below it, made from the quickstart's config by
+``summary.json`` is then written from what they found (:func:`xprt_st.quickstart.summary.write_summary`). Each
+stage gets its settings (a dataclass below, made from the quickstart's config by
 :func:`xprt_st.quickstart.run.quickstart_stages`) and the held output folder (whose manifest records what a stage
 writes before it writes), and reads what the stages before it wrote from the folder, so a stage the pipeline reuses
 is read the same way as one that ran.
@@ -18,22 +23,24 @@ is read the same way as one that ran.
 from __future__ import annotations
 
 import gzip
-import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
+from xprt_st.evaluation.label_free import LABEL_FREE_CHECK
 from xprt_st.evaluation.lexical import BM25, HYBRID_PREFIX
-from xprt_st.evaluation.run import evaluate_models
+from xprt_st.evaluation.run import EvaluateConfig, EvaluationReport
+from xprt_st.evaluation.titles import TITLES_CHECK
 from xprt_st.fingerprint import SetBy
-from xprt_st.mining import mine
-from xprt_st.mining.after_merge import AfterMerge, finish_mining, has_hard_negatives, has_lexical_candidates
-from xprt_st.mining.config import MiningConfigError
+from xprt_st.mining.after_merge import AfterMerge
+from xprt_st.mining.config import MiningConfig
 from xprt_st.mining.layout import read_stats
 from xprt_st.output_folder import OutputFolder
-from xprt_st.pipeline.stages import RecipeRun, RecipeStage
+from xprt_st.pipeline.evaluate import EvaluateStage
+from xprt_st.pipeline.heldout import HeldoutChecksStage, HeldoutSettings
+from xprt_st.pipeline.stages import AfterMergeStage, MineSettings, MineStage, RecipeRun, RecipeStage
 from xprt_st.quickstart.config import (
     HYBRID_START,
     HYBRID_TRAINED,
@@ -43,25 +50,25 @@ from xprt_st.quickstart.config import (
     QuickstartInputError,
 )
 from xprt_st.quickstart.defaults import DEFAULTS, corpus_steps
-from xprt_st.quickstart.notes import passes_note, training_passes
-from xprt_st.quickstart.summary import label_free_summary, run_notes, scores_summary, titles_summary
+from xprt_st.quickstart.notes import passes_note
+from xprt_st.quickstart.summary import training_label_free
 from xprt_st.recipe import Recipe, load_recipe
-from xprt_st.stage_timing import StageTimer, stage
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "QUICKSTART_CHECKS",
     "HardNegativesSettings",
-    "HardNegativesStage",
     "MinedSettings",
-    "MinedStage",
     "ModelSettings",
     "ScoresSettings",
-    "ScoresStage",
     "after_merge",
-    "mine_documents",
+    "hard_negatives_stage",
+    "heldout_stage",
+    "mined_stage",
     "model_recipe",
     "model_stage",
+    "scores_stage",
     "steps_for",
 ]
 
@@ -101,35 +108,6 @@ class MinedSettings:
     """The ``--output`` folder, which a refusal names."""
 
 
-def mine_documents(settings: MinedSettings, corpus: list[str | Path], mined: Path, progress: bool) -> dict[str, Any]:
-    """Mine ``corpus`` into ``mined`` with the quickstart's settings (what ``xprt-st mine`` writes given the same
-    options); the hard negatives a recipe reads follow in :class:`HardNegativesStage`.
-
-    Raises:
-        QuickstartInputError: ``mined`` holds another run's mining (kept, not mixed with this one).
-    """
-    try:
-        with stage("mine"):
-            return mine(
-                corpus,
-                mined,
-                **settings.fields,
-                holdout=settings.holdout,
-                model=settings.model,
-                threshold_quantile=settings.threshold_quantile,
-                max_tokens=settings.max_tokens,
-                seed=settings.seed,
-                encode_backend=settings.encode_backend,
-                precision=settings.precision,
-                progress=progress,
-            )
-    except MiningConfigError as error:  # OUTPUT/mined is another run's: its groups are kept, not mixed with these
-        raise QuickstartInputError(
-            f"--output {settings.run_folder}: {error.reason} Give a new --output folder, or delete {mined} to mine "
-            "again."
-        ) from error
-
-
 def first_documents(source: Path, count: int, target: Path) -> Path:
     """Copy the first ``count`` records of the gzipped JSONL ``source`` into ``target`` (plain JSONL)."""
     if count < 1:
@@ -141,37 +119,43 @@ def first_documents(source: Path, count: int, target: Path) -> Path:
     return target
 
 
-@dataclass
-class MinedStage:
-    """Mine the documents into ``mined/`` (:func:`mine_documents`); its fingerprint is the plan's."""
+MINED_SET_BY = {"pairs": SetBy("--recipe", "mined"), "rank_by": SetBy("--recipe", "fused")}
+"""The mining keys the recipe decides (:func:`~xprt_st.quickstart.config.recipe_mining`; the quickstart has no
+``--pairs`` or ``--rank-by``), left out of the fingerprint at their defaults."""
 
-    config: MinedSettings
-    fingerprint_record: dict[str, Any]
-    """What decides ``mined/`` (:meth:`QuickstartConfig.mining_fingerprint`)."""
-    output: OutputFolder
-    progress: bool = True
-    name: ClassVar[str] = MINED
-    folder: ClassVar[str] = MINED
-    set_by: ClassVar[dict[str, SetBy]] = {"pairs": SetBy("--recipe", "mined"), "rank_by": SetBy("--recipe", "fused")}
-    """The mining keys the recipe decides (:func:`~xprt_st.quickstart.config.recipe_mining`; the quickstart has no
-    ``--pairs`` or ``--rank-by``), left out of the fingerprint at their defaults."""
 
-    def fingerprint(self) -> dict[str, Any]:
-        """What decides ``mined/``."""
-        return self.fingerprint_record
+def mining_config(settings: MinedSettings) -> MiningConfig:
+    """The mining of ``mined/``: what ``xprt-st mine`` mines given the same options."""
+    return MiningConfig(
+        model=settings.model,
+        **settings.fields,
+        holdout=settings.holdout,
+        threshold_quantile=settings.threshold_quantile,
+        max_tokens=settings.max_tokens,
+        seed=settings.seed,
+        encode_backend=settings.encode_backend,
+        precision=settings.precision,
+    )
 
-    def check(self) -> None:
-        """Nothing beyond :func:`~xprt_st.quickstart.run.plan_quickstart`'s checks of the corpus."""
 
-    def run(self, folder: Path) -> dict[str, Any]:
-        """Mine; a rerun of the same settings resumes from the chunks the folder keeps."""
-        self.output.record(MINED)
-        corpus = list(self.config.sources)
-        if self.config.max_documents is not None:
-            self.output.record(SUBSET)
-            corpus = [first_documents(QUICKSTART_CORPUS, self.config.max_documents, self.output.path / SUBSET)]
-        stats = mine_documents(self.config, corpus, folder, self.progress)
-        return {"groups": int(stats.get("groups", 0))}
+def _first_pages(count: int, output: OutputFolder) -> tuple[str | Path, ...]:
+    output.record(SUBSET)
+    return (first_documents(QUICKSTART_CORPUS, count, output.path / SUBSET),)
+
+
+def mined_stage(
+    settings: MinedSettings, fingerprint: dict[str, Any], output: OutputFolder, progress: bool = True
+) -> MineStage:
+    """Mine the documents into ``mined/``; ``fingerprint`` is the plan's (:meth:`QuickstartConfig.mining_fingerprint`).
+    A rerun of the same settings resumes from the chunks the folder keeps."""
+    mine = MineSettings(
+        mining=mining_config(settings), corpus=settings.sources, output=output.path / MINED, progress=progress
+    )
+    first = None if settings.max_documents is None else partial(_first_pages, settings.max_documents, output)
+    return MineStage(
+        mine, name=MINED, folder=MINED, fingerprint=fingerprint, set_by=MINED_SET_BY, output=output, corpus=first,
+        timed_as="mine",
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -203,46 +187,29 @@ def after_merge(recipe: Recipe, seed: int, encode_backend: str = "torch", precis
     )
 
 
-@dataclass
-class HardNegativesStage:
-    """Check that the mined groups fill one step, then give them the hard-negative columns the recipe reads, unless
-    ``mined/`` has them already. No fingerprint: the folder's ``stats.json`` records what it holds
-    (:func:`~xprt_st.mining.after_merge.has_hard_negatives`)."""
+def enough_groups(settings: HardNegativesSettings, output: OutputFolder, folder: Path) -> None:
+    """Refuse too few mined groups to train one step on (the mining is kept), unless ``model/`` is trained already.
 
-    config: HardNegativesSettings
-    output: OutputFolder
-    name: ClassVar[str] = "hard negatives"
-    folder: ClassVar[str] = MINED
-
-    def fingerprint(self) -> None:
-        """None: ``stats.json`` says whether the columns are there."""
-        return None
-
-    def check(self) -> None:
-        """Nothing before the mining: the groups are counted once mined."""
-
-    def run(self, folder: Path) -> dict[str, Any]:
-        """Refuse too few groups to train on (the mining is kept), then add the recipe's hard negatives."""
-        settings, steps = self.config, self.config.after
-        groups = groups_in(folder)
-        trained = (self.output.path / MODEL / "modules.json").is_file()
-        if not trained and groups < settings.batch_size:
-            raise QuickstartInputError(
-                f"{settings.given}: {groups} groups were mined ({folder}), fewer than the {settings.batch_size} of one "
-                f"step (--batch-size); give more documents or --batch-size {max(2, groups)} (the same --output reuses "
-                "the mining)"
-            )
-        record = {"hard_negatives": steps.hard_negatives}
-        if steps.lexical_candidates:
-            record["lexical_candidates"] = steps.lexical_candidates
-        missing = (steps.hard_negatives and not has_hard_negatives(folder, steps.hard_negatives, steps.max_ratio)) or (
-            steps.lexical_candidates and not has_lexical_candidates(folder, steps.lexical_candidates)
+    Raises:
+        QuickstartInputError: naming the documents, the count, ``--batch-size`` and the way on.
+    """
+    groups = groups_in(folder)
+    trained = (output.path / MODEL / "modules.json").is_file()
+    if not trained and groups < settings.batch_size:
+        raise QuickstartInputError(
+            f"{settings.given}: {groups} groups were mined ({folder}), fewer than the {settings.batch_size} of one "
+            f"step (--batch-size); give more documents or --batch-size {max(2, groups)} (the same --output reuses "
+            "the mining)"
         )
-        if missing:
-            with stage("hard negatives"):
-                finish_mining(folder, steps, model=settings.model)
-            return record
-        return {**record, "kept": True}
+
+
+def hard_negatives_stage(settings: HardNegativesSettings, mined: MineStage, output: OutputFolder) -> AfterMergeStage:
+    """Check that the mined groups fill one step (:func:`enough_groups`), then give them the columns the recipe reads,
+    unless ``mined/`` has them already (its ``stats.json`` says so: no fingerprint)."""
+    return AfterMergeStage(
+        settings.after, mined, model=settings.model, name="hard negatives", folder=MINED,
+        before=partial(enough_groups, settings, output), timed_as="hard negatives",
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -305,7 +272,7 @@ def model_stage(
 
 @dataclass(frozen=True)
 class ScoresSettings:
-    """What the run is scored on and how, and what ``summary.json`` records of its settings."""
+    """What the run is scored on and how: the labelled tasks and the held-out checks."""
 
     tasks: tuple[str, ...]
     model: str | None
@@ -315,71 +282,42 @@ class ScoresSettings:
     encode_backend: str
     precision: str
     """The encodings' precision."""
-    max_steps: int | None
-    batch_size: int
-    corpus: tuple[str, ...]
-    task: Path | None
-    mining_fields: dict[str, Any]
-    config_record: dict[str, Any]
-    """The quickstart's settings as ``summary.json`` records them (the steps filled in once the groups are known)."""
 
 
-@dataclass
-class ScoresStage:
-    """Score the start, the trained model, BM25 and each model's hybrid with BM25 on the labelled tasks
-    (``evaluation/``), the label-free check and the titles, and write ``summary.json``; afterwards :attr:`summary` is
-    what it wrote."""
-
-    config: ScoresSettings
-    output: OutputFolder
-    timer: StageTimer | None = None
-    summary: dict[str, Any] = field(default_factory=dict, init=False)
-    name: ClassVar[str] = "scores"
-    folder: ClassVar[str] = ""
-
-    def fingerprint(self) -> None:
-        """None: scores are reused through the evaluation's cache, keyed by each model's weights."""
+def scores_stage(settings: ScoresSettings, output: OutputFolder) -> EvaluateStage | None:
+    """Score the start, the trained model, BM25 and each model's hybrid with BM25 on the labelled tasks into
+    ``evaluation/`` (BM25 and the hybrids as reference lines: a search team's first question); None without a
+    labelled task."""
+    if not settings.tasks:
         return None
+    folder = output.path
+    start, trained = settings.model or "default", str(folder / MODEL)
+    config = EvaluateConfig(
+        models=(start, trained, BM25, f"{HYBRID_PREFIX}{start}", f"{HYBRID_PREFIX}{trained}"),
+        tasks=settings.tasks,
+        label=("starting model", f"after {settings.recipe}", BM25, HYBRID_START, HYBRID_TRAINED),
+        seed=settings.seed,
+        output_dir=folder / "evaluation",
+        cache_dir=folder / "evaluation" / "cache",
+        encode_backend=settings.encode_backend,
+        precision=settings.precision,
+        backend_cache=folder / MINED,
+    )
+    return EvaluateStage(config, _write_report, held=output, made=(trained, f"{HYBRID_PREFIX}{trained}"))
 
-    def check(self) -> None:
-        """Nothing beyond :func:`~xprt_st.quickstart.run.plan_quickstart`'s check of the task folder."""
 
-    def run(self, folder: Path) -> dict[str, Any]:
-        """Evaluate before and after, then write ``summary.json`` (:func:`~xprt_st.quickstart.run.run_quickstart`
-        says what it holds)."""
-        settings = self.config
-        mined, model_dir = folder / MINED, folder / MODEL
-        stats = read_stats(mined) or {}
-        groups = int(stats.get("groups", 0))
-        steps = steps_for(settings.max_steps, groups, settings.batch_size)
-        notes, overlap = run_notes(steps, settings.batch_size, groups, settings.corpus, settings.task,
-                                   settings.mining_fields)  # fmt: skip
-        report = None
-        if settings.tasks:
-            self.output.record("evaluation")
-            with stage(f"evaluate: {', '.join(settings.tasks)}"):
-                start = settings.model or "default"
-                report = evaluate_models(  # BM25 and the hybrids as reference lines: a search team's first question
-                    [start, model_dir, BM25, f"{HYBRID_PREFIX}{start}", f"{HYBRID_PREFIX}{model_dir}"],
-                    list(settings.tasks),
-                    labels=["starting model", f"after {settings.recipe}", BM25, HYBRID_START, HYBRID_TRAINED],
-                    seed=settings.seed,
-                    cache_dir=folder / "evaluation" / "cache",
-                    show_progress=False,
-                    encode_backend=settings.encode_backend,
-                    backend_cache=mined,
-                    precision=settings.precision,
-                )
-            report.write(folder / "evaluation")
-        summary = scores_summary(report, stats, {**settings.config_record, "max_steps": steps})
-        encoding = {"encode_backend": settings.encode_backend, "precision": settings.precision}
-        summary["label_free"] = label_free_summary(mined, settings.model, model_dir, **encoding)
-        summary["titles"] = titles_summary(mined, settings.model, model_dir, **encoding)
-        summary["training_passes"] = round(training_passes(steps, settings.batch_size, groups), 3)
-        summary["notes"] = notes
-        summary["task_corpus_overlap"] = overlap
-        summary["stages"] = self.timer.rows() if self.timer is not None else []
-        self.output.record("summary.json")
-        (folder / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
-        self.summary = summary
-        return {"gained": summary["gained"]}
+def _write_report(report: EvaluationReport, held: OutputFolder) -> None:
+    report.write(held.path / "evaluation")
+
+
+QUICKSTART_CHECKS = (replace(LABEL_FREE_CHECK, stored=training_label_free), TITLES_CHECK)
+"""The held-out checks of a quickstart: the label-free check (read from the training run's record where it wrote
+one on the same held-out part) and the titles."""
+
+
+def heldout_stage(settings: ScoresSettings, output: OutputFolder) -> HeldoutChecksStage:
+    """The label-free check and the titles of ``mined/``'s held-out part, the trained model against the start."""
+    models = {"start": settings.model, "trained": output.path / MODEL}
+    return HeldoutChecksStage(
+        HeldoutSettings(MINED, models, QUICKSTART_CHECKS, settings.encode_backend, settings.precision)
+    )

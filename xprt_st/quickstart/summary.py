@@ -4,18 +4,32 @@ titles and headings, and the notes on what they mean (``summary.json``)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xprt_st.evaluation.bootstrap import GAIN, interval_fields, paired_interval, retrieval_items
+from xprt_st.evaluation.heldout_checks import HeldoutCheck, run_heldout_checks
 from xprt_st.evaluation.hybrid_lines import serve_hybrid
 from xprt_st.evaluation.lexical import BM25
 from xprt_st.evaluation.run import EvaluationReport
-from xprt_st.quickstart.config import HYBRID_START, HYBRID_TRAINED
+from xprt_st.mining.layout import read_stats
+from xprt_st.quickstart.config import HYBRID_START, HYBRID_TRAINED, MINED
 from xprt_st.quickstart.notes import passes_note, task_corpus_note, task_corpus_overlap
-from xprt_st.stage_timing import stage
 
-__all__ = ["hybrid_summary", "label_free_summary", "run_notes", "scores_summary", "titles_summary"]
+if TYPE_CHECKING:
+    from xprt_st.evaluation.label_free import HeldOut
+
+__all__ = [
+    "hybrid_summary",
+    "label_free_summary",
+    "run_notes",
+    "scores_summary",
+    "titles_summary",
+    "training_label_free",
+    "write_summary",
+]
 
 
 def run_notes(
@@ -41,6 +55,28 @@ def run_notes(
     return notes, overlap
 
 
+def training_label_free(heldout: HeldOut, trained: Path | str | None) -> dict[str, Any] | None:
+    """The label-free record the training run wrote to ``trained/label_free.json`` when it trained on the folder of
+    ``heldout`` with the same anchors, else None (the label-free check's ``stored`` rule in a quickstart)."""
+    from xprt_st.training.label_free import RESULT_FILE
+
+    written = Path(str(trained)) / RESULT_FILE
+    if not written.is_file():
+        return None
+    record = json.loads(written.read_text(encoding="utf-8"))
+    same_data = Path(record.get("data", "")).resolve() == Path(heldout.path).resolve()
+    return record if same_data and record.get("queries") == len(heldout.queries) else None
+
+
+def _one_check(
+    check: HeldoutCheck, mined: Path, start: str | None, trained: Path, encode_backend: str, precision: str
+) -> dict[str, Any] | None:
+    from xprt_st.encode_backend import load_encoder
+
+    load = partial(load_encoder, backend=encode_backend, cache_root=mined, precision=precision)
+    return run_heldout_checks(mined, [check], {"start": start, "trained": trained}, load)[check.name]
+
+
 def titles_summary(
     mined: Path, start: str | None, trained: Path, encode_backend: str = "torch", precision: str = "fp32"
 ) -> dict[str, Any] | None:
@@ -51,22 +87,11 @@ def titles_summary(
     ``caveat`` when it has one (few queries, or first lines as its titles); None when mining kept fewer than 2
     titles or headings (a corpus without them). People wrote titles and headings, not the mining model, so unlike
     the label-free check of :func:`label_free_summary` the task does not favour the miner
-    (docs/results/12-titles-and-headings.md).
+    (docs/results/12-titles-and-headings.md). The quickstart's check (:data:`xprt_st.evaluation.titles.TITLES_CHECK`).
     """
-    from xprt_st.encode_backend import load_encoder
-    from xprt_st.evaluation.label_free import HeldOutError
-    from xprt_st.evaluation.titles import comparison_record, load_titles_task, score_model
+    from xprt_st.evaluation.titles import TITLES_CHECK
 
-    try:
-        task = load_titles_task(mined)
-    except HeldOutError:  # no held-out part, or no titles in it (NoTitlesError)
-        return None
-    with stage("titles: start"):
-        before = score_model(load_encoder(start, encode_backend, mined, precision=precision), task)
-    with stage("titles: trained"):
-        after = score_model(load_encoder(trained, encode_backend, mined, precision=precision), task)
-    record = comparison_record(after.per_query, before.per_query) | {"first_lines": task.first_lines}
-    return record | ({"caveat": task.caveat} if task.caveat else {})
+    return _one_check(TITLES_CHECK, mined, start, trained, encode_backend, precision)
 
 
 def label_free_summary(
@@ -76,37 +101,48 @@ def label_free_summary(
 
     The record of :func:`xprt_st.evaluation.label_free.comparison`: both nDCG@10 scores, the difference with
     its paired bootstrap interval, and the 10-NN overlap with the start. The training run wrote it to
-    ``trained/label_free.json`` when it trained on ``mined``; it is read from there rather than encoded again.
-    When the held-out part holds fewer than 2 anchors (a small corpus's draw), the record is
-    ``{"queries": n, "skipped": why}`` instead.
+    ``trained/label_free.json`` when it trained on ``mined``; it is read from there rather than encoded again
+    (:func:`training_label_free`). When the held-out part holds fewer than 2 anchors (a small corpus's draw), the
+    record is ``{"queries": n, "skipped": why}`` instead.
     """
-    from xprt_st.encode_backend import load_encoder
-    from xprt_st.evaluation.label_free import (
-        TooFewAnchorsError,
-        comparison,
-        load_heldout_task,
-        read_heldout,
-        score_model,
-    )
-    from xprt_st.training.label_free import RESULT_FILE
+    from xprt_st.evaluation.label_free import LABEL_FREE_CHECK
 
-    if read_heldout(mined) is None:
-        return None
-    try:
-        heldout = load_heldout_task(mined)
-    except TooFewAnchorsError as error:
-        return {"queries": error.anchors, "skipped": str(error)}
-    written = Path(trained) / RESULT_FILE
-    if written.is_file():
-        record = json.loads(written.read_text(encoding="utf-8"))
-        same_data = Path(record.get("data", "")).resolve() == Path(mined).resolve()
-        if same_data and record.get("queries") == len(heldout.queries):
-            return record
-    with stage("label-free: start"):
-        before = score_model(load_encoder(start, encode_backend, mined, precision=precision), heldout)
-    with stage("label-free: trained"):
-        after = score_model(load_encoder(trained, encode_backend, mined, precision=precision), heldout)
-    return comparison(after, before)
+    check = replace(LABEL_FREE_CHECK, stored=training_label_free)
+    return _one_check(check, mined, start, trained, encode_backend, precision)
+
+
+def write_summary(
+    folder: Path,
+    report: EvaluationReport | None,
+    heldout: dict[str, dict[str, Any] | None],
+    *,
+    steps_given: int | None,
+    batch_size: int,
+    corpus: tuple[str, ...],
+    task: Path | None,
+    mining_fields: dict[str, Any],
+    config_record: dict[str, Any],
+    stages: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """Write ``folder/summary.json`` from the run's scores (``report``, None without a labelled task), its held-out
+    checks (``heldout``, by check name) and its stage table (``stages``); return what it wrote
+    (:func:`~xprt_st.quickstart.run.run_quickstart` says what it holds)."""
+    from xprt_st.quickstart.defaults import corpus_steps
+    from xprt_st.quickstart.notes import training_passes
+
+    stats = read_stats(folder / MINED) or {}
+    groups = int(stats.get("groups", 0))
+    steps = steps_given if steps_given is not None else corpus_steps(groups, batch_size)
+    notes, overlap = run_notes(steps, batch_size, groups, corpus, task, mining_fields)
+    summary = scores_summary(report, stats, {**config_record, "max_steps": steps})
+    summary["label_free"] = heldout.get("label_free")
+    summary["titles"] = heldout.get("titles")
+    summary["training_passes"] = round(training_passes(steps, batch_size, groups), 3)
+    summary["notes"] = notes
+    summary["task_corpus_overlap"] = overlap
+    summary["stages"] = stages
+    (folder / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
+    return summary
 
 
 def scores_summary(

@@ -20,7 +20,7 @@ from xprt_st.mining.encoder import MiningEncoder
 from xprt_st.mining.layout import SPLIT_ROW_GROUP, MiningLayout, SplitFolder
 from xprt_st.mining.passages import PassageSplitter
 from xprt_st.mining.reader import check_sources, iter_corpus
-from xprt_st.mining.stages import PASSAGE_SCHEMA, Document, SplitStage, document_frequencies, score_chunk
+from xprt_st.mining.stages import PASSAGE_SCHEMA, Document, DocumentSplitter, document_frequencies, score_chunk
 from xprt_st.mining.stats import sum_counts
 from xprt_st.mining.tfidf import TfidfScorer
 
@@ -49,14 +49,14 @@ def split_sources(
     (when the run encodes) into one running sum, so memory holds one row group, not the shard.
     Returns the split counts.
     """
-    stage = SplitStage(splitter, html=config.html)
+    documents = DocumentSplitter(splitter, html=config.html)
     records = iter_corpus(
         sources,
         text_field=config.resolved_text_field,
         id_field=config.id_field,
         split=config.split,
         skip_unreadable=config.skip_unreadable,
-        skipped=stage.skipped,
+        skipped=documents.skipped,
         fallback_text_field=config.fallback_text_field,
         title_field=config.title_field,
     )
@@ -76,7 +76,7 @@ def split_sources(
                 continue
             if on_record is not None:
                 on_record()
-            document = stage.split(record)
+            document = documents.split(record)
             if document is not None:
                 batch.append(document)
                 if len(batch) >= SPLIT_ROW_GROUP:
@@ -87,8 +87,8 @@ def split_sources(
         raise
     if config.encodes:
         frequencies.save(folder.frequencies_path)
-    writer.finish(stage.counts)
-    return stage.counts
+    writer.finish(documents.counts)
+    return documents.counts
 
 
 def score_documents(
