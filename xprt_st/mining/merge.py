@@ -62,6 +62,7 @@ from xprt_st.mining.layout.embeddings import publish_embeddings
 from xprt_st.mining.quantiles import exact_quantiles
 from xprt_st.mining.stages import sections_of
 from xprt_st.mining.stats import build_stats, skip_diagnosis, sum_counts
+from xprt_st.mining.write_failure import raise_write_failure
 
 logger = logging.getLogger(__name__)
 
@@ -491,6 +492,9 @@ def merge(
         try:
             part_counts = run_parts(plan, layout.chunks(plan.num_shards))
             return finish_merge(plan, stored, part_counts)
+        except OSError as error:  # a full disk: one line naming the folder, not the writer's traceback
+            raise_write_failure(output_dir, error)
+            raise
         finally:
             if os.path.isdir(plan.staging):
                 shutil.rmtree(plan.staging, ignore_errors=True)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import struct
 from collections.abc import Iterable
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from xprt_st.disk import describe_disk, format_bytes, mount_point
 from xprt_st.errors import XPRTError
 
 logger = logging.getLogger(__name__)
@@ -227,23 +227,6 @@ def saved_tokenizer_bytes(tokenizer: object) -> int:
         return sum(path.stat().st_size for path in Path(folder).rglob("*") if path.is_file())
 
 
-def mount_point(path: str | Path) -> Path:
-    """The mount point of the disk that holds ``path`` (or would hold it: missing parts are walked up)."""
-    current = Path(path).resolve()
-    while not current.exists():
-        current = current.parent
-    while not os.path.ismount(current):
-        current = current.parent
-    return current
-
-
-def describe_disk(path: str | Path) -> str:
-    """``"the disk mounted at /mnt/x (12.0 MB free of 20.0 MB)"`` for the disk that holds ``path``."""
-    mount = mount_point(path)
-    usage = shutil.disk_usage(mount)
-    return f"the disk mounted at {mount} ({format_bytes(usage.free)} free of {format_bytes(usage.total)})"
-
-
 def space_problem(output_dir: str | Path, one_checkpoint: int, whole_run: int | None = None) -> str | None:
     """Why training into ``output_dir`` would fail for lack of space (one checkpoint does not fit), else None.
 
@@ -281,11 +264,3 @@ def write_error(folder: str | Path, error: BaseException, one_checkpoint: int | 
         "on that disk (or choose another --output), then rerun with --resume last: a half-written checkpoint is "
         "skipped."
     )
-
-
-def format_bytes(count: int) -> str:
-    """``count`` bytes in KB, MB or GB (powers of 1000), one decimal."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if count >= scale:
-            return f"{count / scale:.1f} {unit}"
-    return f"{count} bytes"

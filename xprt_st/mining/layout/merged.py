@@ -133,7 +133,15 @@ def replace_columns(folder: Path, dataset: Any, prefix: str, columns: dict[str, 
     staging = folder / f".{prefix.strip('_')}.tmp"
     if staging.exists():  # left by a pass that was killed while it wrote
         shutil.rmtree(staging)
-    dataset.save_to_disk(str(staging))
+    try:
+        dataset.save_to_disk(str(staging))
+    except OSError as error:  # a full disk while staging: the folder's groups are as they were
+        del dataset
+        shutil.rmtree(staging, ignore_errors=True)
+        from xprt_st.mining.write_failure import raise_write_failure
+
+        raise_write_failure(folder, error, f"the {prefix}* columns")
+        raise
     del dataset
     publish_dataset(staging, folder, features)
     shutil.rmtree(staging)
