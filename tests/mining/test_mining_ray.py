@@ -138,12 +138,17 @@ def test_ray_with_two_workers_matches_the_local_engine(tmp_path, tiny_model, loc
     }
 
 
-def _die_on_marker(forward, marker: list[int]):
-    """A model ``forward`` that kills its worker process when a passage holds the token ids ``marker``."""
+def _die_on_marker(forward, marker: list[int], once: Path | None = None):
+    """A model ``forward`` that kills its worker process when a passage holds the token ids ``marker`` (with
+    ``once``, a file it creates: only the first time, so the retried task lives)."""
 
     def dying(features, **kwargs):
         for row in features["input_ids"].tolist():
             if any(row[i : i + len(marker)] == marker for i in range(len(row))):
+                if once is not None:
+                    if once.exists():
+                        break
+                    once.touch()
                 time.sleep(2)  # let the other worker finish its chunks first
                 os._exit(1)
         return forward(features, **kwargs)
@@ -168,6 +173,21 @@ def test_a_dying_worker_is_a_clear_error_and_the_rerun_resumes(tmp_path, tiny_mo
     engine.run()
     total = len(list(shard.glob("chunk-[0-9][0-9][0-9][0-9][0-9]")))
     assert sorted(engine.chunks_computed) == sorted(set(range(total)) - set(finished))  # none re-encoded
+    _assert_same_output(local, out)
+
+
+def test_a_worker_killed_mid_shard_is_retried_and_the_run_equals_a_local_one(
+    tmp_path, tiny_model, local_ray, reference
+):
+    corpus, local = reference
+    out = tmp_path / "ray"
+    dying = type(tiny_model).__new__(type(tiny_model))
+    dying.__dict__.update(tiny_model.__dict__)
+    marker = tiny_model.tokenizer("document 16", add_special_tokens=False)["input_ids"]
+    died = tmp_path / "died-once"
+    dying.forward = _die_on_marker(tiny_model.forward, marker, once=died)
+    RayEngine(corpus, out, _config(), model=dying, num_workers=2, worker_restarts=1, progress=False).run()
+    assert died.exists()  # a worker process did die in the middle of its shard's chunk
     _assert_same_output(local, out)
 
 
