@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from xprt_st.errors import XPRTError
 from xprt_st.stage_timing import stage
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["CheckSkipped", "HeldoutCheck", "run_heldout_checks"]
 
 
-class CheckSkipped(Exception):
+class CheckSkipped(XPRTError):
     """Raised by a check's ``load`` when the folder has a held-out part too small for it: ``record`` says why, and
     stands in the results for the comparison."""
 

@@ -493,7 +493,7 @@ def merge(
             part_counts = run_parts(plan, layout.chunks(plan.num_shards))
             return finish_merge(plan, stored, part_counts)
         except OSError as error:  # a full disk: one line naming the folder, not the writer's traceback
-            raise_write_failure(output_dir, error)
+            raise_write_failure(output_dir, error, unfinished=(Path(output_dir) / MERGE_UNFINISHED).is_file())
             raise
         finally:
             if os.path.isdir(plan.staging):

@@ -27,17 +27,16 @@ class MiningWriteError(MiningError, OSError):
     exit_code = 1  # stopped after work that is kept
 
 
-def raise_write_failure(folder: str | Path, error: OSError, step: str = "the merge") -> None:
+def raise_write_failure(folder: str | Path, error: OSError, step: str = "the merge", unfinished: bool = False) -> None:
     """Raise a :class:`MiningWriteError` for ``error`` when the disk refused the write (:data:`FULL_DISK`); return
-    otherwise (the caller re-raises ``error`` as it is)."""
-    from xprt_st.mining.layout import MERGE_UNFINISHED
-
+    otherwise (the caller re-raises ``error`` as it is). ``unfinished``: the folder holds its unfinished-merge record
+    (the merge had begun moving parts into place)."""
     if error.errno not in FULL_DISK:
         return
     folder = Path(folder)
     kept = (
         f"{folder} holds a merge stopped midway, which every reader refuses until the merge runs again"
-        if (folder / MERGE_UNFINISHED).is_file()
+        if unfinished
         else f"{folder} is as it was before {step}"
     )
     raise MiningWriteError(

@@ -6,7 +6,9 @@ training (``xprt-st train``'s run folder, and a recipe trained into a folder of 
 ``xprt-st mine`` is ``run_pipeline([MineStage, AfterMergeStage])``; neither has a fingerprint of its own, since mining
 keeps its own record of what made a folder (its manifest, refused with ``MiningConfigError`` when the settings
 differ) and the chain after the merge reuses what ``stats.json`` says is there
-(:func:`xprt_st.mining.after_merge.has_hard_negatives`). ``xprt-st train`` is ``run_pipeline([TrainStage])``: its
+(:func:`xprt_st.mining.after_merge.has_hard_negatives`). The quickstart's ``mined/`` and hard negatives are the same
+two classes, the first given a fingerprint, the second a check of the merged groups (:mod:`xprt_st.quickstart.stages`).
+``xprt-st train`` is ``run_pipeline([TrainStage])``: its
 ``check()`` is every check of the run before a model loads (:func:`xprt_st.training.run.check_training`).
 """
 

@@ -34,7 +34,7 @@ _HOMES = {
         ),
         "defaults",
     ),
-    **dict.fromkeys(("after_merge", "mine_documents"), "stages"),
+    **dict.fromkeys(("after_merge", "mined_stage"), "stages"),
     **dict.fromkeys(("label_free_summary", "titles_summary"), "summary"),
     **dict.fromkeys(("check_folder", "check_inputs", "plan_quickstart", "quickstart_stages", "run_quickstart"), "run"),
 }

@@ -111,7 +111,6 @@ def quickstart_stages(plan: QuickstartPlan, folder: OutputFolder, progress: bool
         encode_backend=config.encode_backend,
         precision=config.encoding_precision,
         max_documents=None if config.corpus else config.max_documents,
-        run_folder=str(config.output),
     )
     negatives = HardNegativesSettings(
         after=after_merge(load_recipe(config.recipe), config.seed, config.encode_backend, config.encoding_precision),

@@ -104,8 +104,6 @@ class MinedSettings:
     precision: str = "fp32"
     max_documents: int | None = None
     """Mine only the first N shipped pages (written to ``corpus-subset.jsonl``); None mines them all."""
-    run_folder: str = ""
-    """The ``--output`` folder, which a refusal names."""
 
 
 def first_documents(source: Path, count: int, target: Path) -> Path:
