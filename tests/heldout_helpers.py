@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from datasets import Dataset
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
 
 
 def write_heldout(
@@ -57,3 +61,19 @@ def seed_leaving_both(id_lists: Sequence[Sequence[str]], fraction: float, held: 
         if all(count >= held and total - count >= kept for count, total in counts):
             return seed
     raise ValueError(f"no seed below 10,000 holds out {held} and keeps {kept} of every list at {fraction}")
+
+
+def start_and_moved(model: SentenceTransformer, start: Path, moved: Path) -> tuple[Path, Path]:
+    """Save ``model`` to ``start`` and a copy with every weight times 1.5 to ``moved``: a start and a "trained" model
+    that ranks otherwise."""
+    import copy
+
+    import torch
+
+    model.save(str(start))
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        for parameter in other.parameters():
+            parameter.mul_(1.5)
+    other.save(str(moved))
+    return start, moved

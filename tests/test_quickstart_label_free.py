@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import copy
-
 import pytest
-import torch
 from sentence_transformers import SentenceTransformer
 
-from tests.heldout_helpers import write_heldout
+from tests.heldout_helpers import start_and_moved, write_heldout
 from xprt_st.cli.quickstart import label_free_line
 from xprt_st.evaluation.label_free import load_heldout_task, score_model
 from xprt_st.quickstart import label_free_summary
@@ -17,13 +14,7 @@ from xprt_st.quickstart import label_free_summary
 def test_the_label_free_line_reports_start_trained_and_interval(tmp_path, tiny_model):
     texts = {label: [f"page {label} section {i} on item {label * 5 + i}" for i in range(4)] for label in range(3)}
     mined = write_heldout(tmp_path / "mined", texts, [(0, 0, [1, 2]), (1, 3, [2, 1]), (2, 1, [0, 2])])
-    start, trained = tmp_path / "start", tmp_path / "model"
-    tiny_model.save(str(start))
-    moved = copy.deepcopy(tiny_model)
-    with torch.no_grad():
-        for parameter in moved.parameters():
-            parameter.mul_(1.5)
-    moved.save(str(trained))
+    start, trained = start_and_moved(tiny_model, tmp_path / "start", tmp_path / "model")
 
     record = label_free_summary(mined, str(start), trained)
     heldout = load_heldout_task(mined)

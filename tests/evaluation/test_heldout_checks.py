@@ -3,30 +3,22 @@ scored and compared as its declaration says, and a folder without what a check r
 
 from __future__ import annotations
 
-import copy
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from sentence_transformers import SentenceTransformer
 
-from tests.heldout_helpers import write_heldout
+from tests.heldout_helpers import start_and_moved, write_heldout
 from xprt_st.evaluation import heldout_vectors
 from xprt_st.evaluation.heldout_checks import CheckSkipped, HeldoutCheck, run_heldout_checks
 from xprt_st.evaluation.label_free import LABEL_FREE_CHECK, load_heldout_task, score_embeddings
 
 
 def _models(tmp_path: Path, tiny_model: SentenceTransformer) -> dict[str, Path]:
-    start, trained = tmp_path / "start", tmp_path / "trained"
-    tiny_model.save(str(start))
-    moved = copy.deepcopy(tiny_model)
-    with torch.no_grad():
-        for parameter in moved.parameters():
-            parameter.mul_(1.5)
-    moved.save(str(trained))
+    start, trained = start_and_moved(tiny_model, tmp_path / "start", tmp_path / "trained")
     return {"start": start, "trained": trained}
 
 

@@ -51,6 +51,11 @@ def _mined(tmp_path: Path, model: Path) -> Path:
     return out
 
 
+def _at(folder: Path, args: list[str]) -> list[str]:
+    """``args`` with ``FOLDER`` replaced by ``folder``."""
+    return [str(folder) if part == "FOLDER" else part for part in args]
+
+
 def _limited(when: str, *args: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-c", LIMITED, when, *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
@@ -63,11 +68,11 @@ def test_a_merge_the_disk_refuses_leaves_the_folder_as_it_was_and_names_the_disk
     reference = tmp_path / "reference"
     shutil.copytree(out, reference)
     remerge = ["mine", "--merge", "FOLDER", "--pairs", "inverse-cloze", "-q"]
-    result = runner.invoke(app, [part if part != "FOLDER" else str(reference) for part in remerge])
+    result = runner.invoke(app, _at(reference, remerge))
     assert result.exit_code == 0, result.output
     before = _dataset(out), read_stats(out)
 
-    refused = _limited("start", *[part if part != "FOLDER" else str(out) for part in remerge])
+    refused = _limited("start", *_at(out, remerge))
     message = " ".join((refused.stdout + refused.stderr).split())
     assert refused.returncode == 1, message[-2000:]
     assert "Traceback" not in message and "╭" not in message
@@ -77,7 +82,7 @@ def test_a_merge_the_disk_refuses_leaves_the_folder_as_it_was_and_names_the_disk
     assert (_dataset(out), read_stats(out)) == before  # the old merge, whole and readable
     assert not any(path.name.startswith(".") and path.is_dir() for path in out.iterdir())  # no staging left behind
 
-    result = runner.invoke(app, [part if part != "FOLDER" else str(out) for part in remerge])
+    result = runner.invoke(app, _at(out, remerge))
     assert result.exit_code == 0, result.output
     assert _dataset(out) == _dataset(reference)
     assert read_stats(out)["settings"] == read_stats(reference)["settings"]
@@ -90,7 +95,7 @@ def test_a_lexical_pass_the_disk_refuses_keeps_the_groups_and_a_rerun_adds_it(
     reference = tmp_path / "reference"
     shutil.copytree(out, reference)
     lexical = ["mine", "--merge", "FOLDER", "--lexical-candidates", "2", "-q"]
-    result = runner.invoke(app, [part if part != "FOLDER" else str(reference) for part in lexical])
+    result = runner.invoke(app, _at(reference, lexical))
     assert result.exit_code == 0, result.output
     merged = tmp_path / "merged"  # what the merge before the pass writes (its settings are the command's)
     shutil.copytree(out, merged)
@@ -98,13 +103,13 @@ def test_a_lexical_pass_the_disk_refuses_keeps_the_groups_and_a_rerun_adds_it(
     assert result.exit_code == 0, result.output
     before = _dataset(merged)
 
-    refused = _limited("lexical", *[part if part != "FOLDER" else str(out) for part in lexical])
+    refused = _limited("lexical", *_at(out, lexical))
     message = " ".join((refused.stdout + refused.stderr).split())
     assert refused.returncode == 1, message[-2000:]
     assert "Traceback" not in message and f"could not write the lexical_* columns into {out}" in message
     assert _dataset(out) == before and "lexical_candidates" not in read_stats(out)
     assert not (out / ".lexical.tmp").exists()
 
-    result = runner.invoke(app, [part if part != "FOLDER" else str(out) for part in lexical])
+    result = runner.invoke(app, _at(out, lexical))
     assert result.exit_code == 0, result.output
     assert _dataset(out) == _dataset(reference)

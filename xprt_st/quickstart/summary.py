@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xprt_st.evaluation.bootstrap import GAIN, interval_fields, paired_interval, retrieval_items
-from xprt_st.evaluation.heldout_checks import HeldoutCheck, run_heldout_checks
+from xprt_st.evaluation.heldout_checks import HeldoutCheck
 from xprt_st.evaluation.hybrid_lines import serve_hybrid
 from xprt_st.evaluation.lexical import BM25
 from xprt_st.evaluation.run import EvaluationReport
@@ -71,10 +70,14 @@ def training_label_free(heldout: HeldOut, trained: Path | str | None) -> dict[st
 def _one_check(
     check: HeldoutCheck, mined: Path, start: str | None, trained: Path, encode_backend: str, precision: str
 ) -> dict[str, Any] | None:
-    from xprt_st.encode_backend import load_encoder
+    """One check of ``mined``'s held-out part, ``trained`` against ``start``, as the quickstart's stage scores it."""
+    from xprt_st.pipeline.heldout import HeldoutChecksStage, HeldoutSettings
 
-    load = partial(load_encoder, backend=encode_backend, cache_root=mined, precision=precision)
-    return run_heldout_checks(mined, [check], {"start": start, "trained": trained}, load)[check.name]
+    mined = Path(mined)
+    models = {"start": start, "trained": trained}
+    stage = HeldoutChecksStage(HeldoutSettings(mined.name, models, (check,), encode_backend, precision))
+    stage.run(mined.parent)
+    return stage.results[check.name]
 
 
 def titles_summary(
