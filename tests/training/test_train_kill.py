@@ -1,5 +1,6 @@
-"""A ``hybrid-teacher-hard`` run killed (SIGKILL, in a real process) right after a checkpoint, and killed in the
-middle of writing one: ``train --resume last`` ends on the weights of a run that was never stopped."""
+"""A ``hybrid-teacher-hard`` run killed (SIGKILL, in a real process) right after a checkpoint, killed in the
+middle of writing one, and stopped by Ctrl-C (SIGINT) in the middle of a step: ``train --resume last`` ends on the
+weights of a run that was never stopped."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typer.testing import CliRunner
 
 from tests.mining.test_mining_merge import _corpus
 from xprt_st.cli import app
+from xprt_st.cli.app import INTERRUPTED
 from xprt_st.mining import mine
 from xprt_st.mining.hard_negatives import add_hard_negatives
 from xprt_st.training.checkpoints import checkpoint_problem
@@ -36,6 +38,12 @@ def save_then_die(self, model, trial):
     if when == "after" and self.state.global_step == 2:
         os.kill(os.getpid(), signal.SIGKILL)
 trainer.XPRTTrainer._save_checkpoint = save_then_die
+real_step = trainer.XPRTTrainer.training_step
+def step_then_interrupt(self, *args, **kwargs):
+    if when == "ctrl-c" and self.state.global_step == 3:  # checkpoint-2 is written, step 4 is under way
+        os.kill(os.getpid(), signal.SIGINT)
+    return real_step(self, *args, **kwargs)
+trainer.XPRTTrainer.training_step = step_then_interrupt
 from xprt_st.cli import app
 app(sys.argv[1:], prog_name="xprt-st")
 """
@@ -59,7 +67,7 @@ def _args(mined: Path, output: Path, model: Path) -> list[str]:
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize("when", ["after", "during"])
+@pytest.mark.parametrize("when", ["after", "during", "ctrl-c"])
 def test_a_killed_hybrid_teacher_run_resumes_to_the_weights_of_an_unstopped_one(
     mined: Path, tiny_model_path: Path, tmp_path: Path, when: str
 ) -> None:
@@ -72,7 +80,12 @@ def test_a_killed_hybrid_teacher_run_resumes_to_the_weights_of_an_unstopped_one(
         [sys.executable, "-c", KILLED_TRAIN, when, *_args(mined, killed, tiny_model_path)],
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
-    assert child.returncode == -9, child.stderr[-2000:]
+    if when == "ctrl-c":  # one line, exit 130, no traceback
+        assert child.returncode == 130, child.stderr[-2000:]
+        assert "Traceback" not in child.stderr
+        assert child.stderr.rstrip().splitlines()[-1] == f"xprt-st train: {INTERRUPTED}"
+    else:
+        assert child.returncode == -9, child.stderr[-2000:]
     assert not (killed / "modules.json").is_file()
     if when == "during":  # checkpoint-4 has its weights but not its trainer state: not a checkpoint to resume
         assert (killed / "checkpoint-4").is_dir() and checkpoint_problem(killed / "checkpoint-4") is not None

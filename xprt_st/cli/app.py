@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import inspect
 import math
+import sys
 from typing import Any
 
 import typer
 from typer.core import TyperCommand, TyperGroup
+
+INTERRUPTED = "interrupted (Ctrl-C); what it finished is kept: run the same command again to go on from there"
+"""The line after a command's name when a SIGINT stops it."""
 
 _HYPHEN_STAND_IN = "\ue000"
 """A one-column private-use character that stands for '-' while help text is wrapped."""
@@ -72,7 +76,8 @@ class _Command(TyperCommand):
 
     def invoke(self, ctx: Any) -> Any:
         """Refuse a non-finite float option (``--learning-rate nan``) before the command runs; print any
-        :class:`xprt_st.errors.XPRTError` the command raises as one line and exit with its code."""
+        :class:`xprt_st.errors.XPRTError` the command raises as one line and exit with its code; a Ctrl-C (SIGINT)
+        is one line and exit 130, as a shell reports it (typer's own exit 130 says nothing)."""
         for param in self.params:
             value = ctx.params.get(param.name)
             values = value if isinstance(value, (list, tuple)) else [value]
@@ -86,6 +91,10 @@ class _Command(TyperCommand):
             return super().invoke(ctx)
         except XPRTError as error:  # the one place any project error becomes its line and exit code
             raise report_error(error) from error
+        except KeyboardInterrupt as error:  # every stage keeps what it finished (docs/reliability.md, round 7)
+            sys.stderr.write(f"xprt-st {ctx.info_name}: {INTERRUPTED}\n")
+            sys.stderr.flush()
+            raise typer.Exit(130) from error
 
 
 class _Group(TyperGroup):
