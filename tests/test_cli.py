@@ -157,7 +157,7 @@ def _no_work(monkeypatch: pytest.MonkeyPatch) -> None:
         ("xprt_st.evaluation.run", "evaluate_models"),
         ("xprt_st.evaluation.catalog", "resolve_tasks"),
         ("xprt_st.finetune.run", "finetune_compare"),
-        ("xprt_st.compare.run", "run_compare"),
+        ("xprt_st.compare.command", "run_compare"),
         ("xprt_st.quickstart.run", "run_quickstart"),
     )
     # Import every module first: one first imported while another's function is patched would keep the

@@ -119,9 +119,20 @@ def test_a_recipe_with_hard_negatives_gets_its_own_data_variant() -> None:
     assert data_variant({"positive": "mined"})[0] == "mined"
 
 
-def test_in_domain_compare_with_hard_negatives_end_to_end(tmp_path: Path, tiny_model_path: Path) -> None:
+def test_in_domain_compare_with_hard_negatives_end_to_end(
+    tmp_path: Path, tiny_model_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import xprt_st.pipeline.run as pipeline_run
     from xprt_st.compare import run_compare
 
+    ran: list[list[str]] = []
+    real_run = pipeline_run.run_pipeline
+
+    def recorded(stages, output, **kwargs):
+        ran.append([stage.name for stage in stages])
+        return real_run(stages, output, **kwargs)
+
+    monkeypatch.setattr(pipeline_run, "run_pipeline", recorded)
     _beir(tmp_path / "data" / "mytask", documents=12)
     config = CompareConfig.from_dict(
         {
@@ -145,3 +156,8 @@ def test_in_domain_compare_with_hard_negatives_end_to_end(tmp_path: Path, tiny_m
     assert json.loads((variant / "stats.json").read_text())["settings"]["hard_negatives"] == 2
     assert (tmp_path / "run" / "seed-1" / "change-only-positive-hard" / "COMPLETE").is_file()
     assert result is not None
+    # the run is the pipeline's stages; none is fingerprinted, so no state file that processes sharing the folder
+    # would overwrite (the markers and locks decide reuse)
+    assert ran == [["data", "references", "seed 1: change-only-positive-hard"]]
+    assert not (tmp_path / "run" / pipeline_run.STATE_FILE).exists()
+    assert run_compare(config, tmp_path / "run", progress=False).scores == result.scores  # the rerun reuses all

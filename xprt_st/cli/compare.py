@@ -67,9 +67,10 @@ def compare(
       --output runs/compare-cpu
     """
     from xprt_st.cli.common import check_output_folder, command_logging, report_error
+    from xprt_st.compare.command import run_compare
     from xprt_st.compare.config import CompareConfigError, load_compare_config
     from xprt_st.compare.report import gain_table
-    from xprt_st.compare.run import check_compare_inputs, run_compare
+    from xprt_st.compare.run import check_compare_inputs
     from xprt_st.mining.config import MiningConfigError, MiningInputError
     from xprt_st.models import check_model
     from xprt_st.output_folder import hold_folder

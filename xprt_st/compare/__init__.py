@@ -41,6 +41,7 @@ checked against the files that made them), :mod:`~xprt_st.compare.results` (the 
 
 from __future__ import annotations
 
+from xprt_st.compare.command import run_compare
 from xprt_st.compare.config import (
     COMPARISON_RECIPES,
     CONFIG_FILE,
@@ -59,7 +60,6 @@ from xprt_st.compare.run import (
     COMPLETE,
     TIMINGS_FILE,
     check_unchanged,
-    run_compare,
 )
 from xprt_st.compare.variants import data_variant, prepare_variant
 

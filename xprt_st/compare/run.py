@@ -1,4 +1,5 @@
-"""The comparison run: corpus, mining, every recipe per seed, evaluation; locks so processes share a folder, resume."""
+"""The comparison's steps: corpus, mining, every recipe per seed, evaluation; locks so processes share a folder,
+resume. :mod:`xprt_st.pipeline.compare` makes them stages; :func:`xprt_st.compare.command.run_compare` runs them."""
 
 from __future__ import annotations
 
@@ -22,8 +23,7 @@ from xprt_st.compare.config import (
 )
 from xprt_st.compare.corpus import CORPUS_FILE, build_corpus, corpus_problems, mining_settings
 from xprt_st.compare.hybrids import evaluate_hybrid, hybrid_file, labelled_retrieval
-from xprt_st.compare.report import write_report
-from xprt_st.compare.results import REFERENCE_LABEL, START_LABEL, CompareResult, collect_results, per_item_record
+from xprt_st.compare.results import REFERENCE_LABEL, START_LABEL, per_item_record
 from xprt_st.compare.reuse import (
     CORPUS,
     check_inputs_unchanged,
@@ -478,53 +478,3 @@ def check_compare_inputs(config: CompareConfig, output: str | Path, report_only:
         lines = "\n".join(f"  - {problem}" for problem in problems)
         raise CompareConfigError(f"{len(problems)} problem(s) in the corpus:\n{lines}")
     return tasks
-
-
-def run_compare(
-    config: CompareConfig,
-    output: str | Path,
-    *,
-    progress: bool = True,
-    report_only: bool = False,
-    tasks: list[AbsTask] | None = None,
-) -> CompareResult:
-    """Run (or continue) the whole comparison into ``output`` and write the report; see the module doc.
-
-    Args:
-        config: the comparison; its recipes, seeds and overrides are validated before anything runs.
-        output: run folder; reusing it continues a killed run (finished stages are skipped).
-        progress: draw the mining and training progress displays.
-        report_only: write the report from the scores present now, training and evaluating nothing.
-        tasks: what :func:`check_compare_inputs` returned for this config and output, when the caller checked
-            them already (the CLI, before it takes the folder); None checks them here.
-
-    Returns:
-        The scores of every finished model, also in ``output/compare.{md,csv,png}``.
-
-    Raises:
-        CompareConfigError: before any work, when ``output`` was made with other :data:`MODEL_SHAPING_KEYS`
-            values, or holds a finished model of a recipe that resolves differently now, or when a task or a
-            corpus source cannot be loaded (:func:`check_compare_inputs`).
-    """
-    from xprt_st.evaluation.tasks import task_label
-
-    run = Path(output)
-    if tasks is None:
-        tasks = check_compare_inputs(config, run, report_only)
-    run.mkdir(parents=True, exist_ok=True)
-    (run / CONFIG_FILE).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
-    labels = [task_label(task) for task in tasks]
-
-    if not report_only:
-        data = prepare_data(config, run, progress=progress)
-        evaluate_start(config, run, tasks)
-        evaluate_reference(config, run, tasks)
-        evaluate_start_hybrid(config, run, tasks)
-        for seed in config.seeds:
-            for name in config.recipes:
-                if not train_one(config, run, name, seed, data[name], tasks, progress=progress):
-                    logger.info("seed %d: %s is being trained by another compare process; skipped here", seed, name)
-
-    result = collect_results(run, config, labels)
-    write_report(result, run, config)
-    return result
