@@ -41,6 +41,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from xprt_st.errors import XPRTError
+from xprt_st.evaluation.model_kinds import MODEL_KINDS, ModelKind, find_model_kind, register_model_kind
 from xprt_st.system_memory import available_ram_bytes
 
 if TYPE_CHECKING:
@@ -120,23 +121,23 @@ class LexicalSpec:
 
 
 def parse_lexical_spec(spec: object) -> LexicalSpec | None:
-    """The :class:`LexicalSpec` of ``bm25`` or ``hybrid:MODEL`` (case as written), else None (a dense model)."""
-    if not isinstance(spec, str):
+    """The :class:`LexicalSpec` of a registered model kind's name (``bm25``, ``hybrid:MODEL``: case as written;
+    :mod:`xprt_st.evaluation.model_kinds`), else None (a dense model)."""
+    found = find_model_kind(spec)
+    if found is None:
         return None
-    if spec == BM25:
-        return LexicalSpec(BM25)
-    if spec.startswith(HYBRID_PREFIX):
-        return LexicalSpec("hybrid", spec[len(HYBRID_PREFIX) :])
-    return None
+    kind, dense = found
+    return LexicalSpec(kind.name, dense)
 
 
 def is_lexical_spec(spec: object) -> bool:
-    """Whether ``spec`` names ``bm25`` or ``hybrid:MODEL`` rather than a dense model."""
+    """Whether ``spec`` names a registered model kind (``bm25``, ``hybrid:MODEL``) rather than a dense model."""
     return parse_lexical_spec(spec) is not None
 
 
 def check_lexical_spec(spec: str) -> LexicalSpec:
-    """Check a lexical name before any work: bm25s and PyStemmer import, a hybrid names its dense model.
+    """Check a model kind's name before any work: its packages import (bm25s and PyStemmer for the two shipped
+    here), a prefixed kind names its dense model.
 
     The dense model itself is checked by the caller (:func:`xprt_st.models.resolve_model_name`).
 
@@ -145,27 +146,33 @@ def check_lexical_spec(spec: str) -> LexicalSpec:
     """
     parsed = parse_lexical_spec(spec)
     if parsed is None:
-        raise LexicalSpecError(f"{spec!r} is not a lexical model name; give {BM25!r} or '{HYBRID_PREFIX}MODEL'")
-    if parsed.kind == "hybrid" and not parsed.dense:
-        raise LexicalSpecError(
-            f"{spec!r} names no dense model; write {HYBRID_PREFIX}MODEL, e.g. {HYBRID_PREFIX}default"
-        )
-    if parsed.kind == "hybrid" and is_lexical_spec(parsed.dense):
-        raise LexicalSpecError(f"{spec!r}: the second model of a hybrid must be a dense model, not {parsed.dense!r}")
+        known = " or ".join(repr(kind.spelling) for kind in MODEL_KINDS.values())
+        raise LexicalSpecError(f"{spec!r} is not a lexical model name; give {known}")
+    kind = MODEL_KINDS[parsed.kind]
+    if kind.prefix is not None and not parsed.dense:
+        raise LexicalSpecError(f"{spec!r} names no dense model; write {kind.spelling}, e.g. {kind.prefix}default")
+    if kind.prefix is not None and is_lexical_spec(parsed.dense):
+        raise LexicalSpecError(f"{spec!r}: the model after {kind.prefix!r} must be a dense model, not {parsed.dense!r}")
+    if kind.check is not None:
+        kind.check()
+    return parsed
+
+
+def _check_bm25_packages() -> None:
     try:
         import bm25s  # noqa: F401
         import Stemmer  # noqa: F401
     except ImportError as error:
-        raise LexicalSpecError(f"{spec!r} needs bm25s and PyStemmer ({error}): {INSTALL_HINT}") from error
-    return parsed
+        raise LexicalSpecError(f"bm25 needs bm25s and PyStemmer ({error}): {INSTALL_HINT}") from error
 
 
 def lexical_label(spec: str, dense_label: str | None = None) -> str:
-    """The name in tables: ``bm25``, or ``hybrid:`` and the dense model's own label."""
+    """The name in tables: a kind's own name (``bm25``), or its prefix and the dense model's own label."""
     parsed = parse_lexical_spec(spec)
-    if parsed is None or parsed.kind == BM25:
+    if parsed is None:
         return BM25
-    return HYBRID_PREFIX + (dense_label or str(parsed.dense))
+    prefix = MODEL_KINDS[parsed.kind].prefix
+    return parsed.kind if prefix is None else prefix + (dense_label or str(parsed.dense))
 
 
 def _package_version(name: str) -> str:
@@ -332,3 +339,19 @@ def hybrid_search(dense: SentenceTransformer, *, key_name: str, dense_revision: 
         dense_revision: the dense model's fingerprint; with :func:`bm25_revision` it makes the key's revision.
     """
     return HybridSearch(dense, name=key_name, dense_revision=dense_revision)
+
+
+register_model_kind(
+    ModelKind(
+        BM25, "BM25 over the task's corpus (bm25s, Lucene's formula)", search=bm25_search, check=_check_bm25_packages
+    )
+)
+register_model_kind(
+    ModelKind(
+        "hybrid",
+        "BM25 fused with a dense model by reciprocal ranks",
+        search=hybrid_search,
+        prefix=HYBRID_PREFIX,
+        check=_check_bm25_packages,
+    )
+)

@@ -29,13 +29,12 @@ from sentence_transformers import SentenceTransformer
 from xprt_st.encode_backend import backend_of, use_encode_backend
 from xprt_st.evaluation.catalog import resolve_tasks
 from xprt_st.evaluation.lexical import (
-    bm25_search,
     check_lexical_spec,
-    hybrid_search,
     is_lexical_spec,
     lexical_label,
     parse_lexical_spec,
 )
+from xprt_st.evaluation.model_kinds import MODEL_KINDS
 from xprt_st.evaluation.tasks import PER_PAIR_KEY, PER_QUERY_KEY, task_label
 from xprt_st.models import is_default_model, load_model
 from xprt_st.precision import precision_of, resolve_precision, use_precision
@@ -491,8 +490,9 @@ def evaluate_models(
             "show_progress": show_progress,
             "per_pair": pairs,
         }
-        if lexical is not None and lexical.kind == "bm25":
-            scores, per_query = run_mteb(bm25_search(), tasks, **run)
+        kind = None if lexical is None else MODEL_KINDS[lexical.kind]
+        if kind is not None and kind.prefix is None:
+            scores, per_query = run_mteb(kind.search(), tasks, **run)
         else:
             dense = spec if lexical is None else lexical.dense
             on = device if device is not None or encode_backend == "torch" else "cpu"  # other backends run on the CPU
@@ -511,9 +511,7 @@ def evaluate_models(
             if lexical is None:
                 scores, per_query = evaluate_model(model, tasks, **run)
             else:
-                search = hybrid_search(
-                    model, key_name=f"xprt-st/{_slug(label)}", dense_revision=model_fingerprint(model)
-                )
+                search = kind.search(model, key_name=f"xprt-st/{_slug(label)}", dense_revision=model_fingerprint(model))
                 scores, per_query = run_mteb(search, tasks, **run)
         report.scores.extend(scores)
         for task, values in per_query.items():
