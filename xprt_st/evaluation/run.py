@@ -27,6 +27,7 @@ import torch
 from sentence_transformers import SentenceTransformer
 
 from xprt_st.encode_backend import backend_of, use_encode_backend
+from xprt_st.errors import XPRTError
 from xprt_st.evaluation.catalog import resolve_tasks
 from xprt_st.evaluation.lexical import (
     check_lexical_spec,
@@ -392,12 +393,17 @@ def run_mteb(
     return scores, per_query
 
 
+class EvaluationInputError(XPRTError, ValueError):
+    """Models and tasks that cannot be scored together (a lexical model on an STS or label-free task, labels that do
+    not match the models), refused before any model loads."""
+
+
 def check_lexical_tasks(specs: Sequence[object], tasks: Sequence[Any]) -> None:
     """Refuse, before any model loads, a ``bm25`` or ``hybrid:MODEL`` (:mod:`xprt_st.evaluation.lexical`) on a task
     that is not a retrieval task with labels (an STS task, ``mined:DIR``, ``titles:DIR``).
 
     Raises:
-        ValueError: naming the model and the task.
+        EvaluationInputError: naming the model and the task.
     """
     lexical = [spec for spec in specs if is_lexical_spec(spec)]
     if not lexical:
@@ -406,7 +412,7 @@ def check_lexical_tasks(specs: Sequence[object], tasks: Sequence[Any]) -> None:
         label = task_label(task)
         if task.metadata.type != "Retrieval" or is_label_free(label):
             kind = "a label-free task" if is_label_free(label) else f"a {task.metadata.type} task"
-            raise ValueError(
+            raise EvaluationInputError(
                 f"{lexical[0]} scores retrieval tasks with labels only; {label} is {kind}: "
                 "evaluate it with the dense models alone"
             )
@@ -474,7 +480,9 @@ def evaluate_models(
             check_lexical_spec(str(spec))
     check_lexical_tasks(models, tasks)
     if labels is not None and len(labels) != len(models):
-        raise ValueError(f"got {len(labels)} labels for {len(models)} models; give one label per model or none")
+        raise EvaluationInputError(
+            f"got {len(labels)} labels for {len(models)} models; give one label per model or none"
+        )
     names = unique_labels(list(labels) if labels is not None else [model_label(m) for m in models])
     report = EvaluationReport(models=names, tasks=[task_label(task) for task in tasks])
     report.task_objects = {task_label(task): task for task in tasks}

@@ -12,12 +12,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from xprt_st.errors import XPRTError
 from xprt_st.evaluation.readers import BEIRData, TaskLoadError
 
 logger = logging.getLogger(__name__)
 
 NO_DOMAIN = "(none)"
 """Sub-domain of a query whose record has no sub-domain value."""
+
+
+class FinetuneInputError(XPRTError, ValueError):
+    """A finetune-compare setting or input that cannot run (a fraction out of range, too few queries, a pattern that
+    is not a regular expression, options that do not go together), refused before any model trains."""
 
 
 @dataclass(frozen=True)
@@ -86,29 +92,29 @@ def split_queries(
     (at least 1, at most n - 1) form the test fold. Both folds are returned sorted.
     """
     if not 0 < test_fraction < 1:
-        raise ValueError(f"test_fraction must be between 0 and 1 (exclusive), got {test_fraction}")
+        raise FinetuneInputError(f"test_fraction must be between 0 and 1 (exclusive), got {test_fraction}")
     ids = sorted(set(query_ids))
     if len(ids) < 2:
-        raise ValueError(f"need at least 2 queries to split into train and test folds, got {len(ids)}")
+        raise FinetuneInputError(f"need at least 2 queries to split into train and test folds, got {len(ids)}")
     random.Random(seed).shuffle(ids)
     n_test = min(len(ids) - 1, max(1, round(len(ids) * test_fraction)))
     return sorted(ids[n_test:]), sorted(ids[:n_test])
 
 
 def check_domain_pattern(domain_pattern: str | None) -> re.Pattern[str] | None:
-    """``--domain-pattern`` compiled, or None; a pattern that is not a regular expression is a ValueError.
+    """``--domain-pattern`` compiled, or None; a pattern that is not a regular expression is refused.
 
     Example:
         >>> check_domain_pattern("(["), None  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
-        ValueError: --domain-pattern '([': not a regular expression (unterminated character set at position 1)
+        FinetuneInputError: --domain-pattern '([': not a regular expression (unterminated character set at position 1)
     """
     if not domain_pattern:
         return None
     try:
         return re.compile(domain_pattern)
     except re.error as error:
-        raise ValueError(f"--domain-pattern {domain_pattern!r}: not a regular expression ({error})") from error
+        raise FinetuneInputError(f"--domain-pattern {domain_pattern!r}: not a regular expression ({error})") from error
 
 
 def query_domains(

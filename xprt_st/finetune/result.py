@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xprt_st.finetune.folds import FoldPlan
+from xprt_st.finetune.folds import FinetuneInputError, FoldPlan
 from xprt_st.finetune.gains import ROLES, GainRow
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ class FinetuneSettings:
     precision: str = "fp32"
 
     def __post_init__(self) -> None:
-        """Refuse a setting that would fine-tune nothing or fail inside the trainer (ValueError naming the flag)."""
+        """Refuse a setting that would fine-tune nothing or fail inside the trainer (naming the flag)."""
         problems = []
         if not (math.isfinite(self.epochs) and self.epochs > 0):
             problems.append(f"--epochs {self.epochs}: must be above 0 (0 would report the models before as after)")
@@ -57,7 +57,7 @@ class FinetuneSettings:
         if self.precision not in ("fp32", "bf16"):
             problems.append(f"precision {self.precision!r}: resolve it to fp32 or bf16 first")
         if problems:
-            raise ValueError("; ".join(problems))
+            raise FinetuneInputError("; ".join(problems))
 
     def steps(self, pairs: int) -> int:
         """Optimizer steps of fine-tuning on ``pairs`` pairs: the trainer's ``ceil(epochs * batches per epoch)``.
@@ -75,23 +75,24 @@ class FinetuneSettings:
         changes no weight, and the comparison would report both models as fine-tuned when neither moved.
 
         Raises:
-            ValueError: one line naming the count, ``source`` (where the pairs came from), the batch size and the fix.
+            FinetuneInputError: one line naming the count, ``source`` (where the pairs came from), the batch size
+                and the fix.
         """
         smaller = max(2, pairs // 2)
         if pairs < 2:
-            raise ValueError(
+            raise FinetuneInputError(
                 f"{pairs} training pair(s) ({source}): MNRL's in-batch negatives need at least 2; give more labelled "
                 "pairs (--train-pairs FILE, or a task with more judged queries)"
             )
         if pairs < self.batch_size:
-            raise ValueError(
+            raise FinetuneInputError(
                 f"{pairs} training pairs ({source}), fewer than one batch of --batch-size {self.batch_size}: the "
                 "fine-tuning would be one step, taken at learning rate 0 by the warm-up, and report models that did "
                 f"not change; give --batch-size {smaller} (or more pairs: --train-pairs FILE, a smaller "
                 "--test-fraction)"
             )
         if self.warmup_ratio > 0 and self.steps(pairs) < 2:
-            raise ValueError(
+            raise FinetuneInputError(
                 f"{pairs} training pairs at --batch-size {self.batch_size} and --epochs {self.epochs:g} make 1 "
                 "fine-tuning step, taken at learning rate 0 by the warm-up, so the models would not change; give "
                 f"--epochs 2 or --batch-size {smaller}"

@@ -13,7 +13,7 @@ from sentence_transformers import SentenceTransformer
 
 from xprt_st.evaluation.readers import BEIRData
 from xprt_st.evaluation.tasks import make_retrieval_task
-from xprt_st.finetune.folds import LabelledPair, plan_folds, restrict_queries
+from xprt_st.finetune.folds import FinetuneInputError, LabelledPair, plan_folds, restrict_queries
 from xprt_st.finetune.gains import ROLES, compare_gains, domain_counts, domain_means, gain_intervals
 from xprt_st.finetune.result import FinetuneResult, FinetuneSettings
 
@@ -45,7 +45,7 @@ def finetune(
     from xprt_st.training.progress import LogLinesCallback
 
     if not pairs:
-        raise ValueError("no training pairs to fine-tune on")
+        raise FinetuneInputError("no training pairs to fine-tune on")
     set_seed(settings.seed)
     student = copy.deepcopy(model)
     dataset = Dataset.from_dict({"anchor": [p.query for p in pairs], "positive": [p.positive for p in pairs]})
@@ -206,7 +206,7 @@ class FinetuneCompareConfig:
         """``pretrain_set`` as recipe overrides, each value read as YAML.
 
         Raises:
-            ValueError: an item without ``=``.
+            FinetuneInputError: an item without ``=``.
         """
         import yaml
 
@@ -214,7 +214,7 @@ class FinetuneCompareConfig:
         for item in self.pretrain_set:
             key, sep, value = item.partition("=")
             if not sep:
-                raise ValueError(f"--pretrain-set expects KEY=VALUE, got {item!r}")
+                raise FinetuneInputError(f"--pretrain-set expects KEY=VALUE, got {item!r}")
             overrides[key.strip()] = yaml.safe_load(value)
         return overrides
 
@@ -237,7 +237,7 @@ def run_finetune_compare(
     Every input is checked, the folds' pair count included, before any model loads or pre-training starts.
 
     Raises:
-        ValueError: a bad combination of inputs, too few pairs, or a pre-trained model of other settings.
+        FinetuneInputError: a bad combination of inputs, too few pairs, or a pre-trained model of other settings.
     """
     from xprt_st.evaluation.catalog import resolve_beir
     from xprt_st.evaluation.readers import read_beir_folder, subsample_beir
@@ -247,11 +247,13 @@ def run_finetune_compare(
     from xprt_st.pipeline import plan as stage_actions
 
     if config.train_pairs is not None and config.train_split is not None:
-        raise ValueError("give either --train-pairs or --train-split, not both")
+        raise FinetuneInputError("give either --train-pairs or --train-split, not both")
     if (config.pretrained is None) == (config.recipe is None):
-        raise ValueError("give either --pretrained MODEL, or --recipe RECIPE with --mined FOLDER to pre-train BASE")
+        raise FinetuneInputError(
+            "give either --pretrained MODEL, or --recipe RECIPE with --mined FOLDER to pre-train BASE"
+        )
     if config.recipe is not None and config.mined is None:
-        raise ValueError("--recipe needs --mined, the folder written by xprt-st mine from your corpus")
+        raise FinetuneInputError("--recipe needs --mined, the folder written by xprt-st mine from your corpus")
     overrides = config.overrides()
     recipe, mined, base = config.recipe, config.mined, config.base
     stage = None
@@ -267,7 +269,7 @@ def run_finetune_compare(
         pairs = read_pairs(config.train_pairs, query_field=config.query_field, positive_field=config.positive_field)
     elif config.train_split is not None:
         if not Path(config.task).is_dir():
-            raise ValueError("--train-split needs --task to be a BEIR folder that holds qrels/<split>.tsv")
+            raise FinetuneInputError("--train-split needs --task to be a BEIR folder that holds qrels/<split>.tsv")
         pairs = beir_train_pairs(read_beir_folder(Path(config.task), config.train_split))
     if pairs is None:  # the folds' own count, before pre-training and before any model loads
         plan, split_pairs = plan_folds(data, test_fraction=config.test_fraction, seed=config.seed)
