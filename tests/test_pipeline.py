@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -198,3 +199,25 @@ def test_a_key_another_option_decides_is_named_by_that_option_and_its_change() -
     )
     assert describe_differences(found[1:2], set_by) == "--recipe (which decides pairs mined -> inverse-cloze)"
     assert describe_differences(found[:1]) == "--holdout 0.3 -> 0.5"
+
+
+@pytest.mark.parametrize(
+    ("after", "pairs", "message"),
+    [
+        ({"hard_negatives": -1}, "mined", "--hard-negatives must be >= 0, got -1"),
+        ({"lexical_candidates": -2}, "mined", "--lexical-candidates must be >= 0, got -2"),
+        ({"hard_negatives": 2, "max_ratio": 1.5}, "mined", "--hard-negative-max-ratio must be in (0, 1], got 1.5"),
+        ({"hard_negatives": 2}, "random-span", "--hard-negatives needs mined groups"),
+    ],
+)
+def test_the_after_merge_stage_checks_its_counts_from_python_too(
+    tmp_path: Path, after: dict[str, Any], pairs: str, message: str
+) -> None:
+    from xprt_st.mining.after_merge import AfterMerge
+    from xprt_st.mining.config import MiningConfig, MiningConfigError
+    from xprt_st.pipeline.stages import AfterMergeStage, MineSettings, MineStage
+
+    mined = MineStage(MineSettings(mining=MiningConfig(pairs=pairs), corpus=("c.jsonl",), output=tmp_path / "out"))
+    with pytest.raises(MiningConfigError, match=re.escape(message)):
+        AfterMergeStage(AfterMerge(**after), mined).check()
+    assert not (tmp_path / "out").exists()

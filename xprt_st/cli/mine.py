@@ -281,7 +281,6 @@ def _stages(flags: dict[str, Any]) -> tuple[MineStage, AfterMergeStage]:
         ),
         (flags["hard_negatives"] is None, flags["lexical_candidates"] is None),
         flags["structure"],
-        flags["pairs"],
         merge_dir if merge_dir is not None else (None if overwrite else output),
         merge_dir,
     )
@@ -319,13 +318,12 @@ def _after_merge(
     after: AfterMerge,
     unset: tuple[bool, bool],
     structure: str | None,
-    pairs: str,
     stored_run: Path | None,
     merge_dir: Path | None,
 ) -> AfterMerge:
-    """The chain after the merge from its flags, refused before any work when they do not fit: without
-    --hard-negatives (--lexical-candidates) a re-merge keeps the folder's; the structure kinds parsed, their mix and
-    the stored run checked."""
+    """The chain after the merge from its flags: without --hard-negatives (--lexical-candidates) a re-merge keeps the
+    folder's; the structure kinds parsed, their mix and the stored run checked (the counts are the stage's own
+    check, :meth:`~xprt_st.pipeline.stages.AfterMergeStage.check`)."""
     for given, key, what in zip(
         unset, ("hard_negatives", "lexical_candidates"), ("hard negatives", "lexical candidates"), strict=True
     ):
@@ -337,9 +335,6 @@ def _after_merge(
                     f"(--{key.replace('_', '-')} 0 drops them)",
                     markup=False,
                 )
-    _check_hard_negatives(after.hard_negatives, after.max_ratio, pairs)
-    if after.lexical_candidates < 0:
-        raise typer.BadParameter(f"--lexical-candidates must be >= 0, got {after.lexical_candidates}")
     try:
         kinds = parse_kinds(structure)
         if after.structure_mix is not None and not kinds:
@@ -386,18 +381,6 @@ def _stored_count(folder: Path, key: str) -> int:
         return int((read_stats(folder, unfinished_ok=True) or {}).get("settings", {}).get(key, 0) or 0)
     except (TypeError, ValueError, AttributeError):
         return 0
-
-
-def _check_hard_negatives(count: int, max_ratio: float, pairs: str) -> None:
-    """Refuse bad --hard-negatives values before any work."""
-    if count < 0:
-        raise typer.BadParameter(f"--hard-negatives must be >= 0, got {count}")
-    if not 0 < max_ratio <= 1:
-        raise typer.BadParameter(f"--hard-negative-max-ratio must be in (0, 1], got {max_ratio}")
-    if count > 0 and pairs == "random-span":
-        raise typer.BadParameter(
-            "--hard-negatives needs mined groups (an anchor and its positive), not --pairs random-span"
-        )
 
 
 @app.command()

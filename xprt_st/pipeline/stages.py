@@ -222,10 +222,28 @@ class AfterMergeStage:
         return None
 
     def check(self) -> None:
-        """The mining model's name resolves (no model loaded) when a step will encode with it after the merge
-        of a stored run (a fresh run's mining loads it first and names it itself)."""
+        """The passes' counts and ratio are in range and fit the pairs mined, and the mining model's name resolves
+        (no model loaded) when a step will encode with it after the merge of a stored run (a fresh run's mining
+        loads it first and names it itself).
+
+        Raises:
+            MiningConfigError: a count below 0, a ratio outside (0, 1], hard negatives of random spans.
+            ModelLoadError: the mining model's name does not resolve.
+        """
+        from xprt_st.mining.config import MiningConfigError
         from xprt_st.models import ModelLoadError, resolve_model_name
 
+        steps = self.config
+        counts = {"--hard-negatives": steps.hard_negatives, "--lexical-candidates": steps.lexical_candidates}
+        for option, count in counts.items():
+            if count < 0:
+                raise MiningConfigError(f"{option} must be >= 0, got {count}")
+        if not 0 < steps.max_ratio <= 1:
+            raise MiningConfigError(f"--hard-negative-max-ratio must be in (0, 1], got {steps.max_ratio}")
+        if steps.hard_negatives > 0 and self.mined.config.mining.pairs == "random-span":
+            raise MiningConfigError(
+                "--hard-negatives needs mined groups (an anchor and its positive), not --pairs random-span"
+            )
         encodes = self.config.hard_negatives > 0 or bool(self.config.structure)
         if encodes and self.mined.config.merge_dir is not None and isinstance(self.model, str | Path | None):
             try:
