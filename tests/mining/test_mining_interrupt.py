@@ -18,6 +18,7 @@ import datasets
 import pytest
 from typer.testing import CliRunner
 
+from tests.mining.test_mining_kill import _corpus
 from xprt_st.cli import app
 from xprt_st.cli.app import INTERRUPTED
 
@@ -49,18 +50,6 @@ STAGES = {
     "the BM25 index": ("xprt_st.mining.lexical_candidates", "_bm25_index", "before"),
     "the lexical retrieval": ("xprt_st.mining.lexical_candidates", "_retrieve", "before"),
 }
-
-
-def _corpus(path: Path) -> Path:
-    rows = []
-    for i in range(12):
-        paragraphs = [
-            f"Paragraph {j} of document {i} is about topic {i} and its many details, number {i * 7 + j}. It says more."
-            for j in range(5)
-        ]
-        rows.append(json.dumps({"body": "\n\n".join(paragraphs), "id": f"doc-{i}"}))
-    path.write_text("\n".join(rows) + "\n")
-    return path
 
 
 def _mine(corpus: Path, model: Path, output: Path) -> list[str]:
