@@ -1,19 +1,59 @@
-"""The comparison command: its stages (:mod:`xprt_st.pipeline.compare`) through the pipeline, then the report."""
+"""The comparison command: its steps as stages through the pipeline, then the report."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from xprt_st.compare.config import CONFIG_FILE, CompareConfig
 from xprt_st.compare.report import write_report
 from xprt_st.compare.results import CompareResult, collect_results
-from xprt_st.compare.run import check_compare_inputs
+from xprt_st.compare.run import (
+    check_compare_inputs,
+    data_folders,
+    evaluate_reference,
+    evaluate_start,
+    evaluate_start_hybrid,
+    prepare_data,
+    train_one,
+)
+from xprt_st.pipeline.step import StepStage
 
 if TYPE_CHECKING:
     from mteb.abstasks import AbsTask
+
+logger = logging.getLogger(__name__)
+
+
+def compare_stages(config: CompareConfig, tasks: Sequence[AbsTask], *, progress: bool = True) -> list[StepStage]:
+    """The comparison's stages in the order data flows: the data (corpus, mining, each recipe's data variant), the
+    reference lines (the start, BM25, the start's hybrid), then one stage per seed and recipe, each training and
+    scoring one model. None has a fingerprint (:mod:`xprt_st.pipeline.step`): compare's markers and locks decide."""
+    tasks = list(tasks)
+
+    def data(run: Path) -> dict[str, Any]:
+        return {name: str(path) for name, path in prepare_data(config, run, progress=progress).items()}
+
+    def references(run: Path) -> None:
+        evaluate_start(config, run, tasks)
+        evaluate_reference(config, run, tasks)
+        evaluate_start_hybrid(config, run, tasks)
+
+    def model(name: str, seed: int) -> StepStage:
+        def train(run: Path) -> dict[str, Any]:
+            here = train_one(config, run, name, seed, data_folders(config, run)[name], tasks, progress=progress)
+            if not here:
+                logger.info("seed %d: %s is being trained by another compare process; skipped here", seed, name)
+            return {"here": here}
+
+        return StepStage(f"seed {seed}: {Path(name).stem}", train)
+
+    models = [model(name, seed) for seed in config.seeds for name in config.recipes]
+    return [StepStage("data", data), StepStage("references", references), *models]
 
 
 def run_compare(
@@ -28,7 +68,7 @@ def run_compare(
 
     Args:
         config: the comparison; its recipes, seeds and overrides are validated before anything runs.
-        output: run folder; reusing it continues a killed run (finished stages are skipped).
+        output: run folder; reusing it continues a killed run (finished steps are skipped).
         progress: draw the mining and training progress displays.
         report_only: write the report from the scores present now, training and evaluating nothing.
         tasks: what :func:`~xprt_st.compare.run.check_compare_inputs` returned for this config and output, when the
@@ -43,7 +83,6 @@ def run_compare(
             resolves differently now, or when a task or a corpus source cannot be loaded.
     """
     from xprt_st.evaluation.tasks import task_label
-    from xprt_st.pipeline.compare import compare_stages
     from xprt_st.pipeline.run import run_pipeline
 
     run = Path(output)

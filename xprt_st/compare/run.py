@@ -1,5 +1,5 @@
 """The comparison's steps: corpus, mining, every recipe per seed, evaluation; locks so processes share a folder,
-resume. :mod:`xprt_st.pipeline.compare` makes them stages; :func:`xprt_st.compare.command.run_compare` runs them."""
+resume. :func:`xprt_st.compare.command.run_compare` runs them as stages."""
 
 from __future__ import annotations
 
