@@ -3,7 +3,8 @@
 Mining the tests' corpus with the tiny BERT at fp32 stores the start's vector of every passage of a document with
 two or more passages; training from that start with the hybrid teacher (hard negatives, retention) then reads them
 instead of running the frozen model. A text mining never encoded (a one-passage document, a text of no passage)
-is encoded, and a folder mined by another start or at another token limit is not read at all.
+is encoded; at another token limit only the rows whose token ids both limits leave whole are read; a folder mined
+by another start is not read at all.
 """
 
 from __future__ import annotations
@@ -74,17 +75,38 @@ def test_the_stored_vectors_are_the_frozen_models_and_the_rest_is_encoded(mined:
     assert token_key(ids) == token_key(ids.tolist()) != token_key([*ids.tolist(), 0])
 
 
-def test_another_start_or_token_limit_reads_nothing(mined: Path, tiny_model) -> None:
-    shorter = copy.deepcopy(tiny_model).eval()
-    shorter.max_seq_length = 32  # the vectors were made at 64 tokens
-    wrapped, note = stored_vector_teacher(shorter, mined, _texts(mined))
-    assert wrapped is shorter
-    assert "another model, token limit" in note
+def test_another_token_limit_reads_the_rows_it_does_not_cut(mined: Path, tiny_model) -> None:
+    # the vectors were made at 64 tokens; at a limit that leaves every row whole every row is read, at one that cuts
+    # every row (other token ids than mining's) every row is encoded: each vector equals the shorter model's own
+    texts = _texts(mined)
+    lengths = [len(ids) for ids in tiny_model.tokenizer(texts)["input_ids"]]
+    assert max(lengths) < 64
+    batch = texts[:8]
+    for limit, read in ((max(lengths), len(batch)), (min(lengths) - 1, 0)):
+        shorter = copy.deepcopy(tiny_model).eval()
+        shorter.max_seq_length = limit
+        wrapped, note = stored_vector_teacher(shorter, mined, texts)
+        assert isinstance(wrapped, StoredVectorTeacher), note
+        features = shorter.tokenize(batch)
+        with torch.no_grad():
+            expected = F.normalize(shorter(dict(features))["sentence_embedding"], dim=-1)
+            got = wrapped(dict(features))["sentence_embedding"]
+        stored = sum(
+            token_key(row[mask.bool()]) in wrapped.rows
+            for row, mask in zip(features["input_ids"], features["attention_mask"], strict=True)
+        )
+        assert (wrapped.read, wrapped.encoded) == (stored, len(batch) - stored)
+        assert (stored > 0) == (read > 0), (limit, stored)
+        assert torch.allclose(got, expected, atol=1e-5), (limit, (got - expected).abs().max())
 
+
+def test_another_start_reads_nothing(mined: Path, tiny_model) -> None:
     other = copy.deepcopy(tiny_model).eval()
     with torch.no_grad():
         next(other.parameters()).add_(0.01)
-    assert stored_vector_teacher(other, mined, _texts(mined))[0] is other
+    wrapped, note = stored_vector_teacher(other, mined, _texts(mined))
+    assert wrapped is other
+    assert "another model" in note
 
 
 def _train(mined: Path, model: Path, output: Path) -> tuple[list[float], dict[str, torch.Tensor], object]:

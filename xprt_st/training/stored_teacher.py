@@ -1,12 +1,15 @@
 """The frozen start's vectors read from the mined folder, where mining already computed them.
 
 Retention and the hybrid teacher need the frozen start's vector of every text of every step. Where the start is the
-mining model (the same weights, token limit, prompt, encode backend and precision as
+mining model (the same weights, prompt, encode backend and precision as
 :func:`xprt_st.mining.layout.embeddings.encoder_identity` records), mining stored exactly those vectors in
 ``DIR/embeddings.npy``: :class:`StoredVectorTeacher` answers the teacher's forward from them and runs the frozen
 model only for the rows it does not hold (texts that are no mined passage, passages of one-passage documents that
 mining never encoded, a retention text from another folder). A row is found by its token ids (after the training
-tokenizer's truncation), the very input the frozen model would read.
+tokenizer's truncation), the very input the frozen model would read; a mined text is keyed by its ids at mining's
+token limit, the input mining's model read. So a training limit other than mining's (the quickstart mines a corpus
+at 256 tokens and trains at 128) still reads every row whose ids are the same at both limits, and a row that one
+limit cuts and the other does not has other ids and is encoded.
 """
 
 from __future__ import annotations
@@ -24,7 +27,13 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from xprt_st.losses._length_buckets import rows_of
-from xprt_st.mining.layout.embeddings import EMBEDDINGS_FILE, encoder_identity, stored_vectors, texts_sha256
+from xprt_st.mining.layout.embeddings import (
+    EMBEDDINGS_FILE,
+    encoder_identity,
+    stored_max_seq_length,
+    stored_vectors,
+    texts_sha256,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -84,8 +93,8 @@ def stored_vector_teacher(
     """``teacher`` answering from ``folder``'s stored vectors for ``texts`` (the training columns' texts), and why.
 
     Returns ``(StoredVectorTeacher, note)`` where the folder's vectors were made by this teacher as it runs in
-    training (its weights, ``max_seq_length``, the empty prompt, the encode backend and the precision applied to
-    it), and ``(teacher, note)`` otherwise: the note says which it is and why, for the training log.
+    training (its weights, the empty prompt, the encode backend and the precision applied to it; the token limit
+    may differ, a row is read only where its token ids are those mining encoded), and ``(teacher, note)`` otherwise: the note says which it is and why, for the training log.
     """
     import pyarrow.parquet as pq
 
@@ -95,20 +104,23 @@ def stored_vector_teacher(
     if not (folder / EMBEDDINGS_FILE).is_file() or not (folder / PASSAGES_FILE).exists():
         return teacher, f"the frozen start encodes every step's texts: {folder} stores no passage vectors"
     passages = pq.read_table(folder / PASSAGES_FILE, columns=["text"]).column("text").to_pylist()
-    vectors = stored_vectors(folder, encoder_identity(teacher, ""), texts_sha256(passages), len(passages))
+    identity = encoder_identity(teacher, "")
+    mined_limit = stored_max_seq_length(folder) or teacher.max_seq_length
+    identity["max_seq_length"] = mined_limit  # the rows are matched by token ids: see the module docstring
+    vectors = stored_vectors(folder, identity, texts_sha256(passages), len(passages))
     if vectors is None:
         return teacher, (
             f"the frozen start encodes every step's texts: {folder}'s stored vectors were made by another model, "
-            "token limit, prompt, backend or precision than the start trains with"
+            "prompt, backend or precision than the start trains with"
         )
     wanted = set(texts)
     position = {text: row for row, text in enumerate(passages) if text in wanted and not np.isnan(vectors[row, 0])}
     keyed = list(position)
     rows: dict[int, int] = {}
-    tokenizer, limit = teacher.tokenizer, teacher.max_seq_length
+    tokenizer = teacher.tokenizer
     for start in range(0, len(keyed), TOKENIZE_STEP):
         chunk = keyed[start : start + TOKENIZE_STEP]
-        encoded = tokenizer(chunk, truncation=True, max_length=limit)["input_ids"]
+        encoded = tokenizer(chunk, truncation=True, max_length=mined_limit)["input_ids"]
         for text, ids in zip(chunk, encoded, strict=True):
             rows[token_key(ids)] = position[text]
     note = (

@@ -128,6 +128,13 @@ def stored_vectors(folder: Path, identity: dict[str, Any], texts_hash: str, rows
     return np.load(folder / EMBEDDINGS_FILE, mmap_mode="r")
 
 
+def stored_max_seq_length(folder: Path) -> int | None:
+    """The token limit ``folder``'s stored vectors were made at, or None where it records none."""
+    record = _read_json(folder / EMBEDDINGS_RECORD)
+    limit = None if record is None else record.get("max_seq_length")
+    return limit if isinstance(limit, int) else None
+
+
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
