@@ -94,7 +94,8 @@ def stored_vector_teacher(
 
     Returns ``(StoredVectorTeacher, note)`` where the folder's vectors were made by this teacher as it runs in
     training (its weights, the empty prompt, the encode backend and the precision applied to it; the token limit
-    may differ, a row is read only where its token ids are those mining encoded), and ``(teacher, note)`` otherwise: the note says which it is and why, for the training log.
+    may differ, a row is read only where its token ids are those mining encoded), and ``(teacher, note)``
+    otherwise: the note says which it is and why, for the training log.
     """
     import pyarrow.parquet as pq
 
