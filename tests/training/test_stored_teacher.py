@@ -76,13 +76,13 @@ def test_the_stored_vectors_are_the_frozen_models_and_the_rest_is_encoded(mined:
 
 
 def test_another_token_limit_reads_the_rows_it_does_not_cut(mined: Path, tiny_model) -> None:
-    # the vectors were made at 64 tokens; at a limit that leaves every row whole every row is read, at one that cuts
-    # every row (other token ids than mining's) every row is encoded: each vector equals the shorter model's own
+    # the vectors were made at 64 tokens; at a limit that leaves every row whole the stored rows are read, at one that
+    # cuts every row (other token ids than mining's) every row is encoded: each vector equals the shorter model's own
     texts = _texts(mined)
     lengths = [len(ids) for ids in tiny_model.tokenizer(texts)["input_ids"]]
     assert max(lengths) < 64
     batch = texts[:8]
-    for limit, read in ((max(lengths), len(batch)), (min(lengths) - 1, 0)):
+    for limit, reads_some in ((max(lengths), True), (min(lengths) - 1, False)):
         shorter = copy.deepcopy(tiny_model).eval()
         shorter.max_seq_length = limit
         wrapped, note = stored_vector_teacher(shorter, mined, texts)
@@ -96,7 +96,7 @@ def test_another_token_limit_reads_the_rows_it_does_not_cut(mined: Path, tiny_mo
             for row, mask in zip(features["input_ids"], features["attention_mask"], strict=True)
         )
         assert (wrapped.read, wrapped.encoded) == (stored, len(batch) - stored)
-        assert (stored > 0) == (read > 0), (limit, stored)
+        assert (stored > 0) == reads_some, (limit, stored)
         assert torch.allclose(got, expected, atol=1e-5), (limit, (got - expected).abs().max())
 
 
